@@ -33,9 +33,11 @@ PidMapping = Literal["mapped", "unmapped", "none"]
 # A GPU event new since the monitor started (counters are turned into events by the sampler).
 #   xid: an Xid critical error (``code`` is the Xid number); ecc_corrected / ecc_uncorrected:
 #   the volatile ECC count rose by ``count``; remapped_rows: rows remapped (``detail`` says
-#   which kind); throttle: a thermal or power clock-event reason became active (``detail``
+#   which kind); retired_pages: pages retired (older GPUs without row remapping); throttle: a thermal or power clock-event reason became active (``detail``
 #   lists them); lost: the GPU fell off the bus.
-GpuEventKind = Literal["xid", "ecc_corrected", "ecc_uncorrected", "remapped_rows", "throttle", "lost"]
+GpuEventKind = Literal[
+    "xid", "ecc_corrected", "ecc_uncorrected", "remapped_rows", "retired_pages", "throttle", "lost"
+]
 
 
 @dataclass(slots=True)
