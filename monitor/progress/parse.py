@@ -1,0 +1,118 @@
+"""Recognising progress in one log line, in the formats training scripts commonly print.
+
+Covered: HF Trainer dicts (``{'loss': 2.1, 'epoch': 0.5}``), tqdm bars (``45%|███ | 450/1000
+[01:23<01:42, 5.38it/s, loss=0.23]``, which is also what Lightning prints), Megatron
+(``iteration 100/ 5000 | ... | lm loss: 7.1E+00``), DeepSpeed (``steps: 10 loss: 2.3 ...
+samples/sec: 100``) and free-form ``step 100 loss 2.34`` / ``iter 100: loss 2.3`` /
+``Step 100/1000, loss=2.3``. Every line of a job passes through here, so a cheap keyword test
+comes first and most lines never reach the field patterns.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import regex
+
+# A number as printed by Python, numpy and C (also nan / inf, which matter most).
+_NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|NaN|NAN|inf|Inf|INF|infinity|Infinity)"
+
+_KEYWORDS = regex.compile(r"loss|it/s|s/it|step|iter|epoch|samples/s|tokens/s|tok/s", regex.IGNORECASE)
+
+_TQDM = regex.compile(
+    r"(?:(?P<epochlabel>Epoch)\s+(?P<epoch>\d+)\S*\s*)?"
+    r"\d{1,3}%\|[^|]*\|\s*(?P<step>\d+)/(?P<total>\d+)\s*\[[^\]<]*(?:<[^\],]*)?"
+    r"(?:,\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>it/s|s/it))?(?P<postfix>[^\]]*)\]"
+)
+_LOSS = regex.compile(
+    r"""(?:^|[^\w.])(?:train[_/ ]|lm[_ ]|training[_ ]|total[_ ])?loss['"]?\s*[:=]?\s*(?P<loss>""" + _NUM + r")(?![\w.])",
+    regex.IGNORECASE,
+)
+_STEP = regex.compile(
+    r"(?:^|[^\w])(?:global[_ ]step|step|steps|iteration|iter|it)['\"]?\s*[:=#]?\s*\[?\s*(?P<step>\d+)"
+    r"(?:\s*/\s*(?P<total>\d+))?(?![\d.])",
+    regex.IGNORECASE,
+)
+_EPOCH = regex.compile(r"""(?:^|[^\w])epoch['"]?\s*[:=]?\s*\[?\s*(?P<epoch>\d+(?:\.\d+)?)(?:\s*/\s*(?P<total>\d+))?""", regex.IGNORECASE)
+# "samples/sec: 125" (a named value) is checked before "125 samples/s" (a value with a unit),
+# since DeepSpeed prints "iter time (s): 0.5 samples/sec: 125".
+_NAMED_THROUGHPUT = regex.compile(
+    r"""(?P<unit>train_samples_per_second|samples_per_second|tokens_per_second|samples/sec|tokens/sec)['"]?\s*[:=]\s*(?P<value>\d+(?:\.\d+)?)""",
+    regex.IGNORECASE,
+)
+_UNIT_THROUGHPUT = regex.compile(
+    r"(?P<value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(?P<unit>samples/s(?:ec)?|tokens/s(?:ec)?|tok/s|it/s|s/it)(?!\w)",
+    regex.IGNORECASE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressEvent:
+    """What one line says about progress; fields the line does not mention are None."""
+
+    step: int | None = None
+    total: int | None = None
+    epoch: float | None = None
+    loss: float | None = None
+    throughput: float | None = None
+    # "it/s", "samples/s" or "tokens/s" (s/it is turned into it/s).
+    throughput_unit: str | None = None
+
+    @property
+    def loss_is_finite(self) -> bool:
+        return self.loss is None or math.isfinite(self.loss)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _throughput(text: str) -> tuple[float | None, str | None]:
+    match = _NAMED_THROUGHPUT.search(text) or _UNIT_THROUGHPUT.search(text)
+    if not match:
+        return None, None
+    value, unit = _number(match.group("value")), match.group("unit").lower()
+    if value is None:
+        return None, None
+    if unit == "s/it":
+        return (1.0 / value if value > 0 else None), "it/s"
+    if "tok" in unit:
+        return value, "tokens/s"
+    if "sample" in unit:
+        return value, "samples/s"
+    return value, "it/s"
+
+
+def parse_progress(text: str) -> ProgressEvent | None:
+    """The progress a line reports, or None when it reports none."""
+    if not _KEYWORDS.search(text):
+        return None
+    step = total = None
+    epoch = loss = None
+    tqdm = _TQDM.search(text)
+    if tqdm:
+        step, total = int(tqdm.group("step")), int(tqdm.group("total"))
+        if tqdm.group("epoch") is not None:
+            epoch = float(tqdm.group("epoch"))
+    loss_match = _LOSS.search(text)
+    if loss_match:
+        loss = _number(loss_match.group("loss"))
+    if step is None:
+        step_match = _STEP.search(text)
+        if step_match:
+            step = int(step_match.group("step"))
+            if step_match.group("total"):
+                total = int(step_match.group("total"))
+    if epoch is None:
+        epoch_match = _EPOCH.search(text)
+        if epoch_match:
+            epoch = float(epoch_match.group("epoch"))
+    throughput, unit = _throughput(text)
+    if step is None and loss is None and throughput is None:
+        # An epoch alone ("Epoch 3 finished") is not worth a redraw, and "epoch" appears in prose.
+        return None
+    return ProgressEvent(step=step, total=total, epoch=epoch, loss=loss, throughput=throughput, throughput_unit=unit)

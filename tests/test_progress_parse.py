@@ -1,0 +1,84 @@
+"""Progress parsing from the formats training scripts print, and the tracker's state."""
+
+import math
+
+import pytest
+
+from monitor.progress import ProgressTracker, parse_progress
+
+CASES = [
+    # HF Trainer log dicts
+    ("{'loss': 2.3456, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': 0.5}", dict(loss=2.3456, epoch=0.5, step=None)),
+    ("{'train_runtime': 12.3, 'train_samples_per_second': 81.2, 'train_loss': 0.5, 'epoch': 3.0}",
+     dict(loss=0.5, throughput=81.2, throughput_unit="samples/s")),
+    # tqdm and Lightning
+    (" 45%|████▌     | 450/1000 [01:23<01:42,  5.38it/s]", dict(step=450, total=1000, throughput=5.38, throughput_unit="it/s")),
+    ("Epoch 3:  20%|██        | 20/100 [00:02<00:08,  9.50it/s, v_num=1, train_loss=0.523]",
+     dict(step=20, total=100, epoch=3.0, loss=0.523)),
+    ("Loading shards: 100%|██████████| 2/2 [00:03<00:00,  2.50s/it]", dict(step=2, total=2, throughput=0.4, throughput_unit="it/s")),
+    # Megatron and DeepSpeed
+    (" iteration      100/  500000 | consumed samples:        12800 | lm loss: 7.123456E+00 | loss scale: 65536.0 |",
+     dict(step=100, total=500000, loss=7.123456)),
+    ("steps: 10 loss: 2.3051 iter time (s): 0.512 samples/sec: 125.0", dict(step=10, loss=2.3051, throughput=125.0)),
+    # free-form
+    ("step 100 loss 2.345", dict(step=100, loss=2.345)),
+    ("[rank0]: step=7 loss=1.25", dict(step=7, loss=1.25)),
+    ("iter 100: loss 2.3456, time 35.21ms, mfu 40.1%", dict(step=100, loss=2.3456)),
+    ("Step 100/1000, loss=1.5, 1234 tokens/s", dict(step=100, total=1000, loss=1.5, throughput=1234.0, throughput_unit="tokens/s")),
+]
+
+
+@pytest.mark.parametrize("line,expected", CASES)
+def test_formats(line, expected):
+    event = parse_progress(line)
+    assert event is not None
+    for key, value in expected.items():
+        assert getattr(event, key) == value, key
+
+
+@pytest.mark.parametrize("line", [
+    "hello world", "ValueError: bad loss in step", "Epoch 2 done", "[rank1]: Traceback (most recent call last):",
+    "loss scale: 65536.0", "",
+])
+def test_lines_without_progress(line):
+    assert parse_progress(line) is None
+
+
+@pytest.mark.parametrize("line", ["{'loss': nan, 'grad_norm': nan, 'epoch': 1.2}", "step 5 loss inf", "Step 3, loss=-nan"])
+def test_non_finite_loss(line):
+    event = parse_progress(line)
+    assert event is not None and not math.isfinite(event.loss) and not event.loss_is_finite
+
+
+def test_tracker_follows_lowest_rank_and_estimates_eta():
+    tracker = ProgressTracker(clock=lambda: 0.0)
+    assert tracker.feed("[rank1]: step 10/110 loss 3.0", rank=1, now=0.0)
+    assert tracker.feed("[rank0]: step 10/110 loss 2.0", rank=0, now=0.0)
+    # rank 1 is not followed any more: its (different) loss must not move the state
+    assert not tracker.feed("[rank1]: step 20/110 loss 9.0", rank=1, now=1.0)
+    assert tracker.feed("[rank0]: step 20/110 loss 1.5", rank=0, now=10.0)
+    state = tracker.state
+    assert (state.step, state.total, state.loss, state.rank) == (20, 110, 1.5, 0)
+    assert state.losses[-2:] == (2.0, 1.5)
+    # 10 steps took 10 s; 90 steps remain
+    assert state.eta_seconds == pytest.approx(90.0)
+    assert not state.nonfinite_seen
+
+
+def test_tracker_keeps_nan_from_any_rank():
+    tracker = ProgressTracker(clock=lambda: 0.0)
+    tracker.feed("step 1 loss 2.0", rank=0)
+    assert tracker.feed("step 2 loss nan", rank=3)
+    state = tracker.state
+    assert state.nonfinite_seen and state.nonfinite_step == 2 and state.nonfinite_rank == 3
+    assert state.loss == 2.0  # rank 0 is still the followed rank
+    tracker.feed("step 3 loss 1.0", rank=0)
+    assert tracker.state.nonfinite_seen  # stays visible
+
+
+def test_tracker_eta_from_tqdm_rate_and_restart():
+    tracker = ProgressTracker(clock=lambda: 0.0)
+    tracker.feed(" 10%|█         | 100/1000 [00:10<01:30,  10.00it/s]", now=5.0)
+    assert tracker.state.eta_seconds == pytest.approx(90.0)
+    tracker.feed(" 0%|          | 1/50 [00:00<?, ?it/s]", now=6.0)  # a new bar starts
+    assert tracker.state.step == 1 and tracker.state.total == 50
