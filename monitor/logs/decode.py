@@ -31,11 +31,14 @@ _CONTROLS = regex.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 def clean(raw: bytes | str) -> str:
     """One raw line (with or without its line end) as clean text."""
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
-    text = text.rstrip("\n").rstrip("\r")
+    text = text.rstrip("\n")
     if "\r" in text:
-        # A progress bar redrawn with \r: keep only the last state that has any text.
-        parts = [p for p in text.split("\r") if p.strip()]
-        text = parts[-1] if parts else ""
+        if text.find("\r") == len(text) - 1:
+            text = text[:-1]  # a Windows line end
+        else:
+            # A progress bar redrawn with \r: keep only the last state that has any text.
+            parts = [p for p in text.split("\r") if p.strip()]
+            text = parts[-1] if parts else ""
     if "\x1b" in text or "\x9b" in text:
         text = _ESCAPES.sub("", text)
     return _CONTROLS.sub("", text)
@@ -46,17 +49,25 @@ class LineAssembler:
 
     A line longer than ``max_bytes`` keeps its first ``max_bytes`` bytes plus a marker; the bytes
     after that, up to the next newline, are counted and dropped, so memory stays bounded.
+    A line redrawn with ``\\r`` (a progress bar) keeps only its last non-blank state and the state
+    being drawn now, so that ``clean()`` of the result equals ``clean()`` of the whole line while a
+    bar that never ends its line stays small.
     """
 
     def __init__(self, max_bytes: int = MAX_LINE_BYTES) -> None:
         self.max_bytes = max_bytes
         self._partial = bytearray()
         self._overflowed = False
+        # A line redrawn with \r: how many \r it had (counted up to 2), its first state and
+        # its last non-blank state. One \r may be a Windows line end, so it keeps the line whole.
+        self._redraws = 0
+        self._first_state = b""
+        self._last_state = b""
 
     @property
     def pending(self) -> bytes:
         """The partial last line (no newline yet), as far as it is kept."""
-        return bytes(self._partial)
+        return self._with_states(bytes(self._partial))
 
     def feed(self, chunk: bytes) -> list[bytes]:
         lines: list[bytes] = []
@@ -72,7 +83,7 @@ class LineAssembler:
 
     def flush(self) -> bytes | None:
         """The partial last line as a line of its own (at end of file), or None if empty."""
-        if not self._partial and not self._overflowed:
+        if not self._partial and not self._overflowed and not self._redraws:
             return None
         return self._take()
 
@@ -80,8 +91,28 @@ class LineAssembler:
         """Forget the partial line (the file was truncated or replaced)."""
         self._partial.clear()
         self._overflowed = False
+        self._redraws = 0
+        self._first_state = self._last_state = b""
 
     def _append(self, piece: bytes) -> None:
+        if b"\r" in piece:
+            states = piece.split(b"\r")
+            self._append_capped(states[0])
+            for state in states[1:]:
+                # The state drawn so far is complete: keep it only if it shows something.
+                done = self._current()
+                if not self._redraws:
+                    self._first_state = done
+                if done.strip():
+                    self._last_state = done
+                self._redraws = min(self._redraws + 1, 2)
+                self._partial.clear()
+                self._overflowed = False
+                self._append_capped(state)
+        else:
+            self._append_capped(piece)
+
+    def _append_capped(self, piece: bytes) -> None:
         room = self.max_bytes - len(self._partial)
         if len(piece) > room:
             self._partial += piece[: max(room, 0)]
@@ -89,9 +120,21 @@ class LineAssembler:
         else:
             self._partial += piece
 
-    def _take(self) -> bytes:
+    def _current(self) -> bytes:
         line = bytes(self._partial)
         if self._overflowed:
             line += TRUNCATION_MARK.encode()
+        return line
+
+    def _with_states(self, current: bytes) -> bytes:
+        if self._redraws == 0:
+            return current
+        if self._redraws == 1:
+            return self._first_state + b"\r" + current
+        # Two \r or more: clean() keeps the last non-blank state, which this form preserves.
+        return self._last_state + b"\r\r" + current
+
+    def _take(self) -> bytes:
+        line = self._with_states(self._current())
         self.reset()
         return line
