@@ -1,0 +1,102 @@
+"""The watched job's process tree through psutil, each process mapped to its rank.
+
+Ranks come from RANK / LOCAL_RANK in /proc/PID/environ (set by torchrun, accelerate,
+DeepSpeed and most SLURM wrappers), read once per process; where the environment is not
+readable (another user's process) the rank stays None. Processes seen once are kept while
+they run, so ranks orphaned by a dead launcher are still shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import psutil
+
+from monitor.metrics.model import JobProcess, JobSample
+
+JobPids = Iterable[int] | Callable[[], Iterable[int]]
+
+
+class JobReader:
+    def __init__(self, job_pids: JobPids) -> None:
+        self._job_pids = job_pids
+        # pid -> (process, rank, local_rank). psutil.Process compares create
+        # times, so a recycled PID is a new entry.
+        self._known: dict[int, tuple[psutil.Process, int | None, int | None]] = {}
+
+    def root_pids(self) -> list[int]:
+        pids = self._job_pids() if callable(self._job_pids) else self._job_pids
+        return [int(p) for p in pids]
+
+    def read(self) -> JobSample:
+        roots = self.root_pids()
+        tree: dict[int, psutil.Process] = {}
+        for pid in roots:
+            root = self._process(pid)
+            if root is None:
+                continue
+            tree[pid] = root
+            try:
+                for child in root.children(recursive=True):
+                    tree.setdefault(child.pid, self._known[child.pid][0] if child.pid in self._known else child)
+            except psutil.Error:
+                pass
+        for pid, (proc, _, _) in list(self._known.items()):
+            if pid not in tree:
+                tree[pid] = proc
+        processes = []
+        for pid, proc in sorted(tree.items()):
+            row = self._read_process(proc)
+            if row is not None:
+                processes.append(row)
+        return JobSample(root_pids=roots, alive=bool(processes), processes=processes)
+
+    def _process(self, pid: int) -> psutil.Process | None:
+        known = self._known.get(pid)
+        if known is not None:
+            return known[0]
+        try:
+            return psutil.Process(pid)
+        except psutil.Error:
+            return None
+
+    def _read_process(self, proc: psutil.Process) -> JobProcess | None:
+        known = self._known.get(proc.pid)
+        try:
+            if known is not None and not proc.is_running():
+                raise psutil.NoSuchProcess(proc.pid)
+            with proc.oneshot():
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    raise psutil.NoSuchProcess(proc.pid)
+                cpu = proc.cpu_percent(None)
+                row = JobProcess(
+                    pid=proc.pid,
+                    ppid=proc.ppid(),
+                    name=proc.name(),
+                    # The first cpu_percent() call only sets a baseline.
+                    cpu_percent=cpu if known is not None else None,
+                    rss_bytes=proc.memory_info().rss,
+                )
+        except psutil.Error:
+            self._known.pop(proc.pid, None)
+            return None
+        if known is None:
+            known = (proc, *_ranks(proc))
+            self._known[proc.pid] = known
+        row.rank, row.local_rank = known[1], known[2]
+        return row
+
+
+def _ranks(proc: psutil.Process) -> tuple[int | None, int | None]:
+    try:
+        env = proc.environ()
+    except (psutil.Error, OSError):
+        return None, None
+    return _int(env.get("RANK")), _int(env.get("LOCAL_RANK"))
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
