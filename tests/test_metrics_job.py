@@ -1,0 +1,123 @@
+"""The job's process tree from real processes, ranks from their environment, GPU memory mapped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from metrics_fake_nvml import GIB, FakeNvml, FakeProcess, make_gpus
+
+from monitor.metrics.job import JobReader
+from monitor.metrics.sampler import Sampler
+
+# A launcher like torchrun's agent: no RANK itself, starts workers with RANK/LOCAL_RANK set,
+# prints their PIDs, and waits.
+LAUNCHER = r"""
+import os, subprocess, sys, time
+workers = []
+for rank in range(int(sys.argv[1])):
+    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=sys.argv[1])
+    workers.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env))
+print(" ".join(str(w.pid) for w in workers), flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def job():
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, "2"], stdout=subprocess.PIPE, text=True, env=env
+    )
+    workers = [int(p) for p in launcher.stdout.readline().split()]
+    yield launcher, workers
+    for pid in workers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    launcher.kill()
+    launcher.wait()
+    for pid in workers:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def by_pid(sample):
+    return {p.pid: p for p in sample.processes}
+
+
+def test_tree_with_ranks_from_environ(job):
+    launcher, workers = job
+    reader = JobReader([launcher.pid])
+    first = reader.read()
+    rows = by_pid(first)
+    assert first.alive and first.root_pids == [launcher.pid]
+    assert set(rows) == {launcher.pid, *workers}
+    assert rows[launcher.pid].rank is None
+    assert [(rows[w].rank, rows[w].local_rank) for w in workers] == [(0, 0), (1, 1)]
+    assert rows[workers[0]].ppid == launcher.pid
+    assert rows[workers[0]].rss_bytes > 1_000_000
+    assert rows[workers[0]].cpu_percent is None  # the first read is only a baseline
+    time.sleep(0.05)
+    second = by_pid(reader.read())
+    assert second[workers[1]].cpu_percent is not None and second[workers[1]].cpu_percent >= 0
+
+
+def test_dead_worker_leaves_and_orphans_stay(job):
+    launcher, workers = job
+    reader = JobReader(lambda: [launcher.pid])
+    reader.read()
+    os.kill(workers[0], signal.SIGKILL)
+    launcher.kill()  # the launcher dies; its surviving worker is re-parented but still the job
+    launcher.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        rows = by_pid(reader.read())
+        if workers[0] not in rows and launcher.pid not in rows:
+            break
+        time.sleep(0.05)
+    assert set(rows) == {workers[1]} and rows[workers[1]].rank == 1
+
+
+def test_vanished_root_is_not_alive():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    sample = JobReader([proc.pid]).read()
+    assert sample.alive is False and sample.processes == []
+
+
+def test_gpu_memory_mapped_to_ranks_and_vanished_pid(job):
+    launcher, workers = job
+    gpus = make_gpus(2)
+    vanished = 4_000_000  # above any pid_max: a PID that exists nowhere
+    gpus[0].processes = [FakeProcess(workers[0], 30 * GIB), FakeProcess(vanished, 1 * GIB)]
+    gpus[1].processes = [FakeProcess(workers[1], 20 * GIB)]
+    sampler = Sampler(job_pids=[launcher.pid], nvml=FakeNvml(gpus), cuda_visible_devices=None)
+    sample = sampler.sample()
+    rows = by_pid(sample.job)
+    assert sample.job.pid_mapping == "mapped"
+    assert (rows[workers[0]].gpu_memory_bytes, rows[workers[0]].gpu_indices) == (30 * GIB, [0])
+    assert (rows[workers[1]].gpu_memory_bytes, rows[workers[1]].gpu_indices) == (20 * GIB, [1])
+    assert rows[launcher.pid].gpu_memory_bytes is None
+    assert sample.job.gpu_indices == [0, 1]
+    procs = {p.pid: p for p in sample.gpus[0].processes}
+    assert procs[workers[0]].rank == 0 and procs[workers[0]].visible
+    assert procs[vanished].visible is False and procs[vanished].rank is None
+
+
+def test_container_pids_are_said_plainly(job):
+    launcher, _ = job
+    gpus = make_gpus(1)
+    gpus[0].processes = [FakeProcess(4_000_001, 30 * GIB), FakeProcess(4_000_002, 30 * GIB)]
+    sample = Sampler(job_pids=[launcher.pid], nvml=FakeNvml(gpus), cuda_visible_devices=None).sample()
+    assert sample.job.pid_mapping == "unmapped"
+    assert "4000001, 4000002" in sample.job.pid_mapping_message
+    assert "--pid=host" in sample.job.pid_mapping_message
+    assert all(p.gpu_memory_bytes is None for p in sample.job.processes)
