@@ -3,12 +3,46 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("run", help="Launch a training job, record its output, watch it and explain how it ended.", description="Launch a training job, record its output, watch it and explain how it ended.")
+    parser = sub.add_parser(
+        "run",
+        help="Launch a training job, record its output, watch it and explain how it ended.",
+        description="Launch a training job, record its output, watch it and explain how it ended. "
+                    "The job's output is written byte for byte to a log file by a detached "
+                    "recorder, so it survives the monitor. Exit code: the job's (128+N for signal N).",
+        usage="monitor run [options] -- CMD [ARGS...]",
+    )
+    parser.add_argument("--log-dir", type=Path, default=Path("logs"),
+                        help="where run-YYYYmmdd-HHMMSS.log and its side files go (default: ./logs)")
+    parser.add_argument("--headless", action="store_true",
+                        help="no UI: pass the job's output through to the terminal unchanged")
+    parser.add_argument("--rules", type=Path, action="append", default=[], metavar="DIR",
+                        help="extra rule directory (repeatable)")
+    parser.add_argument("--no-preflight", action="store_true", help="skip the checks before launch")
+    parser.add_argument("--restart", type=int, default=0, metavar="N",
+                        help="restart up to N times after failures a retry can fix")
+    parser.add_argument("--watch-ckpt", type=Path, action="append", default=[], metavar="DIR",
+                        help="check each new checkpoint in DIR once it is complete (repeatable)")
+    parser.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
+                        help="after a stop signal, SIGKILL what is left after this long (default 10)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the job: -- CMD ARGS...")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedError("monitor run is not built yet")
+    from monitor.cli import UsageError
+    from monitor.runner.supervise import RunOptions, run as supervise
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise UsageError("run: no command given (monitor run -- CMD ARGS...)")
+    if args.restart < 0:
+        raise UsageError("run: --restart must be 0 or more")
+    return supervise(RunOptions(
+        command=command, log_dir=args.log_dir, headless=args.headless, rules_dirs=args.rules,
+        preflight=not args.no_preflight, max_restarts=args.restart,
+        checkpoint_dirs=args.watch_ckpt, grace_s=args.grace,
+    ))

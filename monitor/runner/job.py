@@ -1,0 +1,188 @@
+"""The job handle: starts the recorder (which starts the job) and answers questions about it.
+
+This is the object the TUI and ``monitor run`` hold. The monitor is the recorder's parent, the
+recorder is the job's parent: the job's output and exit status never depend on the monitor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from monitor.runner import launchers
+from monitor.runner.processes import descendants, signal_job
+
+# How long the recorder may take to start the job before we call it broken.
+START_TIMEOUT_S = 30.0
+
+
+class JobStartError(Exception):
+    """The command could not be started (not found, not executable): one line, with a code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class RecordOptions:
+    """How the recorder handles the job's output and a stop request."""
+
+    tee: bool = False         # copy the output to our stdout (headless)
+    use_pty: bool = True      # give the job a pseudo-terminal (tqdm, colours)
+    grace_s: float = 10.0     # from the first stop signal to SIGKILL
+    linger_s: float = 5.0     # after the launcher exits, before leftovers are stopped
+
+
+def new_log_path(log_dir: Path, now: datetime | None = None) -> Path:
+    """A fresh ``run-YYYYmmdd-HHMMSS.log`` in ``log_dir`` (``-2``, ``-3``... if taken)."""
+    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path = log_dir / f"run-{stamp}.log"
+    n = 2
+    while path.exists():
+        path = log_dir / f"run-{stamp}-{n}.log"
+        n += 1
+    path.touch()
+    return path
+
+
+def side_file(log_path: Path, kind: str) -> Path:
+    """``run-X.log`` -> ``run-X.<kind>.json`` (job, meta, diagnosis)."""
+    return log_path.with_name(f"{log_path.stem}.{kind}.json")
+
+
+def _terminal_size() -> str | None:
+    try:
+        size = os.get_terminal_size(sys.stdout.fileno())
+    except OSError:
+        return None
+    return f"{size.lines}x{size.columns}"
+
+
+class Job:
+    """A running (or finished) job started through the recorder."""
+
+    def __init__(self, command: list[str], log_path: Path, recorder: subprocess.Popen,
+                 state: dict) -> None:
+        self.command = list(command)
+        self.log_path = log_path
+        self.state_path = side_file(log_path, "job")
+        self.pid: int = state["job_pid"]
+        self.started: float = state["started"]
+        self._recorder = recorder
+        self._exit_code: int | None = None
+        # True when the recorder died before it could write the job's exit status.
+        self.recorder_lost = False
+
+    @classmethod
+    def start(cls, command: list[str], log_path: Path, options: RecordOptions = RecordOptions()) -> Job:
+        state_path = side_file(log_path, "job")
+        args = [sys.executable, "-m", "monitor.runner.recorder", "--log", str(log_path),
+                "--state", str(state_path), "--grace", str(options.grace_s),
+                "--linger", str(options.linger_s)]
+        if options.tee:
+            args.append("--tee")
+        if options.use_pty:
+            args.append("--pty")
+            if winsize := _terminal_size():
+                args += ["--winsize", winsize]
+        recorder = subprocess.Popen(
+            [*args, "--", *command], stdin=subprocess.DEVNULL,
+            stdout=None if options.tee else subprocess.DEVNULL,
+            start_new_session=True,  # our terminal's Ctrl-C and hang-up must not reach it directly
+        )
+        state = cls._await_start(recorder, state_path)
+        if "job_pid" not in state:
+            recorder.wait()
+            raise JobStartError(state.get("error", "the job did not start"), state.get("exit_code", 127))
+        return cls(command, log_path, recorder, state)
+
+    @staticmethod
+    def _await_start(recorder: subprocess.Popen, state_path: Path) -> dict:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            state = _read_state(state_path)
+            if "job_pid" in state or "error" in state:
+                return state
+            if recorder.poll() is not None:
+                return _read_state(state_path) or {
+                    "error": f"the recorder exited with {recorder.returncode} before starting the job"}
+            time.sleep(0.01)
+        recorder.kill()
+        return {"error": "the recorder did not start the job in time"}
+
+    # -- the API for the TUI ----------------------------------------------------------------
+    @property
+    def recorder_pid(self) -> int:
+        return self._recorder.pid
+
+    def pids(self) -> list[int]:
+        """The job's live processes: the launcher and everything under it."""
+        tree = descendants(self._recorder.pid)
+        if tree or self._recorder.poll() is None:
+            return tree
+        # Recorder gone: fall back to what is still under the job itself.
+        return ([self.pid] + descendants(self.pid)) if _exists(self.pid) else []
+
+    def extra_log_paths(self) -> list[Path]:
+        """Per-rank files the launcher writes itself (torchrun --log-dir), oldest first."""
+        return launchers.rank_log_files(self.command, since=self.started)
+
+    def exit_code(self) -> int | None:
+        """The job's exit code (128+N for signal N) once the log is complete; None before."""
+        if self._exit_code is None and self._recorder.poll() is not None:
+            state = _read_state(self.state_path)
+            if "exit_code" in state:
+                self._exit_code = int(state["exit_code"])
+            else:
+                self.recorder_lost = True
+                code = self._recorder.returncode
+                self._exit_code = 128 - code if code < 0 else code
+        return self._exit_code
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Block until the job ended and its output is recorded (or ``timeout``)."""
+        try:
+            self._recorder.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        return self.exit_code()
+
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        """Ask the job to stop: ``signum`` to every process now, SIGKILL after the grace period.
+
+        Calling it a second time kills at once. Returns immediately.
+        """
+        if self._recorder.poll() is None:
+            os.kill(self._recorder.pid, signum)  # the recorder passes it on and escalates
+        elif _exists(self.pid):
+            signal_job(self.pid, descendants(self.pid), signal.SIGKILL)
+
+    def state(self) -> dict:
+        """What the recorder wrote about the job (pids, times, exit code, dropped tee bytes)."""
+        return _read_state(self.state_path)
+
+
+def _read_state(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,207 @@
+"""What a launch command asks for: which launcher, how many processes, which port, which log dir.
+
+Only the launcher's own options are read (up to the training script); the script's arguments
+are never mistaken for the launcher's. Knows torchrun (and ``python -m torch.distributed.run``
+/ ``.launch``), ``accelerate launch``, ``deepspeed``, ``srun`` (possibly wrapping one of the
+others) and plain ``python``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TORCH_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
+# Options of each launcher that take no value (everything else starting with - takes one).
+_FLAGS = {
+    "torchrun": {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path",
+                 "--run_path", "--virtual-local-rank", "--virtual_local_rank", "--use-env",
+                 "--use_env"},
+    "accelerate": {"--multi_gpu", "--cpu", "--use_deepspeed", "--use_fsdp", "--use_megatron_lm",
+                   "--use_xpu", "--debug", "-q", "--quiet", "-m", "--module", "--no_python",
+                   "--same_network", "--tpu", "--tpu_use_cluster", "--downcast_bf16",
+                   "--enable_cpu_affinity", "--dynamo_use_fullgraph", "--dynamo_use_dynamic"},
+    "deepspeed": {"--no_python", "--no_local_rank", "--module", "--force_multi",
+                  "--elastic_training", "--bind_cores_to_rank", "--no_ssh", "--no_ssh_check",
+                  "--enable_each_rank_log"},
+    "srun": {"-v", "--verbose", "-Q", "--quiet", "-l", "--label", "-u", "--unbuffered",
+             "--exclusive", "--overlap", "-O", "--overcommit", "--mpi=pmix", "--pty", "-K",
+             "--kill-on-bad-exit", "-X", "--disable-status"},
+    "python": {"-u", "-O", "-OO", "-B", "-E", "-I", "-P", "-s", "-S", "-q", "-b", "-bb", "-d",
+               "-v"},
+}
+SLURM_KEYS = ("SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_STEP_ID", "SLURMD_NODENAME",
+              "SLURM_JOB_NODELIST", "SLURM_NNODES", "SLURM_PROCID", "SLURM_ARRAY_JOB_ID",
+              "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT")
+
+
+@dataclass
+class LaunchPlan:
+    """What the command asks of the machine. ``None`` means "not said" (or "the default")."""
+
+    launcher: str                      # torchrun | accelerate | deepspeed | python | other
+    under_srun: bool = False
+    nproc_per_node: str | None = None  # as written: "4", "gpu", "auto"...
+    master_addr: str | None = None
+    master_port: int | None = None
+    port_source: str | None = None     # where the port came from, e.g. "--master-port"
+    standalone: bool = False
+    log_dir: Path | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def processes(self) -> int | None:
+        """The number of processes per node, when the command gives a number."""
+        try:
+            return int(self.nproc_per_node) if self.nproc_per_node else None
+        except ValueError:
+            return None
+
+
+def _split_options(args: list[str], flags: set[str]) -> tuple[dict[str, str], list[str]]:
+    """Launcher options (``--a-b`` and ``--a_b`` both as ``a_b``) and the rest (script + args)."""
+    options: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return options, args[i + 1:]
+        if not arg.startswith("-") or arg == "-":
+            break
+        name, eq, value = arg.partition("=")
+        key = name.lstrip("-").replace("-", "_")
+        if eq:
+            options[key] = value
+        elif name in flags or i + 1 >= len(args):
+            options[key] = ""
+        else:
+            options[key] = args[i + 1]
+            i += 1
+        i += 1
+    return options, args[i:]
+
+
+def _port(text: str | None) -> int | None:
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None
+
+
+def parse(command: list[str], env: dict[str, str] | None = None) -> LaunchPlan:
+    env = dict(os.environ if env is None else env)
+    if not command:
+        return LaunchPlan("other")
+    prog = os.path.basename(command[0])
+    rest = command[1:]
+    if prog == "srun":
+        _, inner = _split_options(rest, _FLAGS["srun"])
+        plan = parse(inner, env) if inner else LaunchPlan("other")
+        plan.under_srun = True
+        return plan
+    if prog.startswith("python"):
+        module, tail = _python_module(rest)
+        if module in TORCH_MODULES:
+            return _torchrun(tail, env)
+        if module == "accelerate.commands.launch":
+            return _accelerate(tail, env)
+        if module == "deepspeed.launcher.runner":
+            return _deepspeed(tail, env)
+        return _env_plan("python", env)
+    if prog == "torchrun":
+        return _torchrun(rest, env)
+    if prog == "accelerate" and rest[:1] == ["launch"]:
+        return _accelerate(rest[1:], env)
+    if prog == "deepspeed":
+        return _deepspeed(rest, env)
+    return _env_plan("other", env)
+
+
+def _python_module(args: list[str]) -> tuple[str | None, list[str]]:
+    """``python [opts] -m MODULE ARGS`` -> (MODULE, ARGS); (None, []) for a script or -c."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "-m" and i + 1 < len(args):
+            return args[i + 1], args[i + 2:]
+        if arg in ("-W", "-X"):
+            i += 2
+        elif arg in _FLAGS["python"] or arg.startswith(("-W", "-X")):
+            i += 1
+        else:
+            break
+    return None, []
+
+
+def _env_plan(launcher: str, env: dict[str, str]) -> LaunchPlan:
+    """A job that sets up torch.distributed itself reads MASTER_ADDR/MASTER_PORT (env://)."""
+    port = _port(env.get("MASTER_PORT"))
+    return LaunchPlan(launcher, master_addr=env.get("MASTER_ADDR"), master_port=port,
+                      port_source="MASTER_PORT" if port else None)
+
+
+def _torchrun(args: list[str], env: dict[str, str]) -> LaunchPlan:
+    options, _ = _split_options(args, _FLAGS["torchrun"])
+    plan = LaunchPlan("torchrun", options=options, standalone="standalone" in options)
+    plan.nproc_per_node = options.get("nproc_per_node") or env.get("PET_NPROC_PER_NODE")
+    log_dir = options.get("log_dir") or env.get("PET_LOG_DIR")
+    plan.log_dir = Path(log_dir) if log_dir else None
+    endpoint = options.get("rdzv_endpoint") or env.get("PET_RDZV_ENDPOINT")
+    if plan.standalone:
+        return plan  # torchrun picks a free port itself
+    if endpoint:
+        host, _, port = endpoint.rpartition(":") if ":" in endpoint else (endpoint, "", "")
+        plan.master_addr = host or endpoint
+        plan.master_port = _port(port) or 29400
+        plan.port_source = "--rdzv-endpoint"
+        return plan
+    plan.master_addr = options.get("master_addr") or env.get("PET_MASTER_ADDR") or "127.0.0.1"
+    if "master_port" in options:
+        plan.master_port, plan.port_source = _port(options["master_port"]), "--master-port"
+    else:
+        plan.master_port, plan.port_source = _port(env.get("PET_MASTER_PORT")) or 29500, "torchrun default"
+    return plan
+
+
+def _accelerate(args: list[str], env: dict[str, str]) -> LaunchPlan:
+    options, _ = _split_options(args, _FLAGS["accelerate"])
+    plan = LaunchPlan("accelerate", options=options, nproc_per_node=options.get("num_processes"))
+    plan.master_addr = options.get("main_process_ip") or env.get("MASTER_ADDR")
+    if "main_process_port" in options:
+        plan.master_port, plan.port_source = _port(options["main_process_port"]), "--main_process_port"
+    elif _port(env.get("MASTER_PORT")):
+        plan.master_port, plan.port_source = _port(env.get("MASTER_PORT")), "MASTER_PORT"
+    return plan
+
+
+def _deepspeed(args: list[str], env: dict[str, str]) -> LaunchPlan:
+    options, _ = _split_options(args, _FLAGS["deepspeed"])
+    plan = LaunchPlan("deepspeed", options=options, nproc_per_node=options.get("num_gpus"))
+    plan.master_addr = options.get("master_addr") or env.get("MASTER_ADDR")
+    plan.master_port = _port(options.get("master_port")) or 29500
+    plan.port_source = "--master_port" if "master_port" in options else "deepspeed default"
+    return plan
+
+
+def rank_log_files(command: list[str], since: float) -> list[Path]:
+    """Files the launcher writes per rank (torchrun ``--log-dir`` with ``--redirects``/``--tee``)
+    that belong to this run (written since ``since``), oldest first."""
+    log_dir = parse(command).log_dir
+    if log_dir is None or not log_dir.is_dir():
+        return []
+    found = []
+    for path in log_dir.rglob("*.log"):
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            continue
+        if mtime >= since - 1:
+            found.append((mtime, path))
+    return [path for _, path in sorted(found)]
+
+
+def slurm_context(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The SLURM job, step and node this runs in (empty outside SLURM)."""
+    env = os.environ if env is None else env
+    return {key: env[key] for key in SLURM_KEYS if env.get(key)}

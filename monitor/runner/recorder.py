@@ -1,0 +1,269 @@
+"""The recorder: a small detached process that owns the job's output and writes the log file.
+
+``monitor run`` starts it in a session of its own (``python -m monitor.runner.recorder``); it
+starts the job, reads the job's pipe or pseudo-terminal, appends every byte to the log file
+unchanged and, in headless mode, copies the bytes to the terminal from a separate thread that
+drops output rather than ever blocking the read loop. Because the recorder, not the monitor, is
+the job's parent and holds its output, the job keeps running and logging when the monitor or
+its UI dies (even by SIGKILL), and the exit status is still written to the state file.
+
+Signals: SIGTERM, SIGINT or SIGHUP sent to the recorder are passed on to the whole job (its
+process group and every descendant); if the job is still there after ``--grace`` seconds, or a
+second such signal arrives, everything left gets SIGKILL. The recorder ignores nothing itself so
+that the job inherits default signal dispositions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import fcntl
+import json
+import os
+import queue
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+import tty
+from pathlib import Path
+
+from monitor.runner.processes import become_subreaper, descendants, exit_status_code, signal_job
+
+CHUNK = 1 << 16
+# Terminal copy: at most this many chunks wait for a slow terminal; beyond that they are dropped.
+TEE_QUEUE_CHUNKS = 256
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def write_state(path: Path, state: dict) -> None:
+    """Replace the state file atomically, so a reader never sees half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(state, indent=1))
+    os.replace(tmp, path)
+
+
+class TerminalTee:
+    """Copies chunks to a file descriptor from its own thread; drops them when it falls behind."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.dropped_bytes = 0
+        self._queue: queue.Queue[bytes | None] = queue.Queue(TEE_QUEUE_CHUNKS)
+        self._broken = False
+        self._thread = threading.Thread(target=self._copy, name="tee", daemon=True)
+        self._thread.start()
+
+    def put(self, chunk: bytes) -> None:
+        if self._broken:
+            return
+        try:
+            self._queue.put_nowait(chunk)
+        except queue.Full:
+            self.dropped_bytes += len(chunk)
+
+    def close(self, timeout: float) -> None:
+        """Let the terminal catch up for at most ``timeout`` seconds, then give up on it."""
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:
+            return
+        self._thread.join(timeout)
+
+    def _copy(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            try:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(self.fd, view):]
+            except OSError:
+                # Terminal gone (closed window, EIO): stop copying, keep recording.
+                self._broken = True
+                return
+
+
+class Recorder:
+    def __init__(self, opts: argparse.Namespace) -> None:
+        self.opts = opts
+        self.state_path = Path(opts.state)
+        self.state: dict = {"recorder_pid": os.getpid(), "command": opts.command}
+        self.job: subprocess.Popen | None = None
+        self.job_status: int | None = None
+        self.stop_signal: int | None = None
+        self.stop_at = 0.0
+        self.killed = False
+        self.log_error: str | None = None
+
+    # -- signals ---------------------------------------------------------------------------
+    def on_stop_signal(self, signum: int, _frame) -> None:
+        if self.stop_signal is not None:
+            self.kill_all()
+            return
+        self.stop_signal = signum
+        self.stop_at = time.monotonic()
+        self.state["stop_signal"] = signal.Signals(signum).name
+        if self.job is not None:  # otherwise start() passes it on as soon as the job exists
+            signal_job(self.job.pid, descendants(os.getpid()), signum)
+
+    def kill_all(self) -> None:
+        self.killed = True
+        self.state["killed"] = True
+        if self.job is not None:
+            signal_job(self.job.pid, descendants(os.getpid()), signal.SIGKILL)
+
+    # -- the job -----------------------------------------------------------------------------
+    def start(self) -> int | None:
+        """Start the job; return the read end of its output, or None when it could not start."""
+        if self.opts.pty:
+            read_fd, write_fd = os.openpty()
+            # Raw mode: no output processing (ONLCR would turn \n into \r\n), no echo, no signals.
+            tty.setraw(write_fd)
+            if self.opts.winsize:
+                rows, cols = (int(x) for x in self.opts.winsize.split("x"))
+                fcntl.ioctl(write_fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        else:
+            read_fd, write_fd = os.pipe()
+        try:
+            self.job = subprocess.Popen(
+                self.opts.command, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            os.close(write_fd)
+            os.close(read_fd)
+            code = 126 if isinstance(exc, PermissionError) else 127
+            self.state.update(error=f"cannot start {self.opts.command[0]}: {exc.strerror}",
+                              exit_code=code, ended=time.time())
+            write_state(self.state_path, self.state)
+            return None
+        os.close(write_fd)
+        self.state.update(job_pid=self.job.pid, started=time.time(), pty=bool(self.opts.pty))
+        write_state(self.state_path, self.state)
+        if self.stop_signal is not None:  # asked to stop while the job was starting
+            signal_job(self.job.pid, [], signal.SIGKILL if self.killed else self.stop_signal)
+        return read_fd
+
+    def reap(self) -> None:
+        """Collect every exited child: the job itself and orphans re-parented to us."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if self.job is not None and pid == self.job.pid:
+                self.job_status = status
+                self.job.returncode = exit_status_code(status)
+                self.state["job_exited"] = time.time()
+
+    def enforce_deadlines(self, job_gone_at: float | None) -> bool:
+        """Escalate a stop, and clear out leftovers after the job ended. True: stop reading."""
+        now = time.monotonic()
+        if self.stop_signal is not None and not self.killed and now - self.stop_at > self.opts.grace:
+            self.kill_all()
+        if job_gone_at is None:
+            return False
+        left = descendants(os.getpid())
+        if left and not self.killed and now - job_gone_at > self.opts.linger:
+            # The launcher is gone but something it started still holds the output open.
+            self.state["leftovers"] = left
+            if self.stop_signal is None:
+                self.stop_signal, self.stop_at = signal.SIGTERM, now
+                signal_job(self.job.pid, left, signal.SIGTERM)
+        # Nothing alive can write any more, yet no end of file: stop waiting for it.
+        return not left and now - job_gone_at > self.opts.linger + self.opts.grace
+
+    # -- the pump ----------------------------------------------------------------------------
+    def pump(self, read_fd: int) -> None:
+        log_fd = os.open(self.opts.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        tee = TerminalTee(sys.stdout.fileno()) if self.opts.tee else None
+        poller = select.poll()
+        poller.register(read_fd, select.POLLIN)
+        job_gone_at: float | None = None
+        total = 0
+        while True:
+            if poller.poll(200):
+                try:
+                    chunk = os.read(read_fd, CHUNK)
+                except OSError as exc:
+                    if exc.errno != errno.EIO:  # EIO: every holder of the pty slave closed it
+                        raise
+                    chunk = b""
+                if not chunk:
+                    break
+                total += len(chunk)
+                self.write_log(log_fd, chunk)
+                if tee:
+                    tee.put(chunk)
+            self.reap()
+            if job_gone_at is None and self.job_status is not None:
+                job_gone_at = time.monotonic()
+            if self.enforce_deadlines(job_gone_at):
+                break
+        os.close(read_fd)
+        os.close(log_fd)
+        if tee:
+            tee.close(timeout=2.0)
+            self.state["tee_dropped_bytes"] = tee.dropped_bytes
+        self.state["bytes"] = total
+
+    def write_log(self, log_fd: int, chunk: bytes) -> None:
+        view = memoryview(chunk)
+        try:
+            while view:
+                view = view[os.write(log_fd, view):]
+        except OSError as exc:
+            # Disk full or similar: keep draining so the job is never blocked, and say so.
+            if self.log_error is None:
+                self.log_error = f"{self.opts.log}: {exc.strerror}"
+                self.state["log_error"] = self.log_error
+
+    def finish(self) -> int:
+        assert self.job is not None
+        while self.job_status is None:
+            _, self.job_status = os.waitpid(self.job.pid, 0)
+            self.job.returncode = exit_status_code(self.job_status)
+        code = exit_status_code(self.job_status)
+        self.reap()
+        self.state.update(exit_code=code, ended=time.time())
+        write_state(self.state_path, self.state)
+        return code
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m monitor.runner.recorder")
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--state", required=True)
+    parser.add_argument("--tee", action="store_true")
+    parser.add_argument("--pty", action="store_true")
+    parser.add_argument("--winsize", help="ROWSxCOLS for the pseudo-terminal")
+    parser.add_argument("--grace", type=float, default=10.0)
+    parser.add_argument("--linger", type=float, default=5.0)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    opts = parser.parse_args(argv)
+    if opts.command[:1] == ["--"]:
+        opts.command = opts.command[1:]
+    if not opts.command:
+        parser.error("no command given")
+    return opts
+
+
+def main(argv: list[str] | None = None) -> int:
+    recorder = Recorder(parse_args(sys.argv[1:] if argv is None else argv))
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, recorder.on_stop_signal)
+    become_subreaper()
+    read_fd = recorder.start()
+    if read_fd is None:
+        return recorder.state["exit_code"]
+    recorder.pump(read_fd)
+    return recorder.finish()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

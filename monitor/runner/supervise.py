@@ -1,0 +1,190 @@
+"""``monitor run`` from start to end: preflight, launch, watch (TUI or headless), explain, and
+retry when the policy allows. Everything the monitor says goes to stderr, so that in headless
+mode stdout carries exactly the job's bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from monitor.diagnosis.model import Diagnosis, Finding
+from monitor.runner import explain, launchers, preflight, restart
+from monitor.runner.job import Job, JobStartError, RecordOptions, new_log_path, side_file
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass
+class RunOptions:
+    command: list[str]
+    log_dir: Path = Path("logs")
+    headless: bool = False
+    rules_dirs: list[Path] = field(default_factory=list)
+    preflight: bool = True
+    max_restarts: int = 0
+    checkpoint_dirs: list[Path] = field(default_factory=list)
+    grace_s: float = 10.0
+
+
+def say(text: str) -> None:
+    print(f"monitor: {text}", file=sys.stderr, flush=True)
+
+
+def _finding_line(finding: Finding) -> str:
+    return f"[{finding.severity}] {finding.title}. {finding.remedy.strip()}"
+
+
+class StopForwarder:
+    """While installed, SIGINT/SIGTERM/SIGHUP to the monitor go to the job (a second one kills)."""
+
+    def __init__(self) -> None:
+        self.job: Job | None = None
+        self.received: str | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopForwarder:
+        for signum in STOP_SIGNALS:
+            previous = signal.getsignal(signum)
+            if signum == signal.SIGHUP and previous == signal.SIG_IGN:
+                continue  # started under nohup: a closed terminal is not a stop request
+            self._previous[signum] = previous
+            signal.signal(signum, self._forward)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+
+    def _forward(self, signum: int, _frame) -> None:
+        self.received = signal.Signals(signum).name
+        if self.job is not None:
+            self.job.stop(signum)
+
+
+def _find_tui():
+    try:
+        from monitor.tui import launch_run
+    except ImportError:
+        return None
+    return launch_run
+
+
+def run(options: RunOptions) -> int:
+    env = dict(os.environ)
+    plan = launchers.parse(options.command, env)
+    catalogue = explain.load_catalogue(options.rules_dirs, say)
+    checks: list[Finding] = []
+    if options.preflight:
+        checks = preflight.run_checks(plan, env, options.log_dir, options.checkpoint_dirs)
+        for finding in checks:
+            say(f"preflight {_finding_line(finding)}")
+    launch_run = None if options.headless else _find_tui()
+    if not options.headless and launch_run is None:
+        say("the terminal UI is not available; running headless")
+    attempt = 1
+    while True:
+        code, decision = _attempt(options, plan, catalogue, checks, launch_run, attempt)
+        if code is None or not decision.retry:
+            return 0 if code is None else code
+        say(f"restarting: {decision.reason}")
+        attempt += 1
+
+
+def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks: list[Finding],
+             launch_run, attempt: int) -> tuple[int | None, restart.RestartDecision]:
+    log_path = new_log_path(options.log_dir)
+    meta = {"command": options.command, "cwd": os.getcwd(), "attempt": attempt,
+            "launcher": plan.launcher, "under_srun": plan.under_srun,
+            "slurm": launchers.slurm_context(), "log": str(log_path),
+            "preflight": [f.to_json() for f in checks]}
+    _write_json(side_file(log_path, "meta"), meta)
+    headless = launch_run is None
+    record = RecordOptions(tee=headless, use_pty=not headless or sys.stdout.isatty(),
+                           grace_s=options.grace_s)
+    with StopForwarder() as forwarder:
+        try:
+            job = Job.start(options.command, log_path, record)
+        except JobStartError as exc:
+            say(f"{exc}")
+            return exc.exit_code, restart.RestartDecision(False, str(exc))
+        forwarder.job = job
+        say(f"recording to {log_path} (job pid {job.pid})")
+        watcher = _start_checkpoint_watch(options.checkpoint_dirs, job)
+        if not headless and not _run_tui(launch_run, job, catalogue):
+            say(f"the job is still running (pid {job.pid}) and recording to {log_path}; "
+                f"follow it with `monitor watch {log_path}`")
+            if watcher:
+                watcher.stop()
+            return None, restart.RestartDecision(False, "the monitor left the job running")
+        code = _wait(job)
+        if watcher:
+            watcher.stop()
+    state = job.state()
+    extra = list(checks)
+    if exit_note := explain.exit_finding(log_path, code, state.get("stop_signal")):
+        extra.append(exit_note)
+    if watcher:
+        extra += watcher.findings()
+    diagnosis = explain.diagnose_run([log_path, *job.extra_log_paths()], catalogue, extra)
+    if job.recorder_lost:
+        diagnosis.problems.append("the recorder died before the job ended: the log may be incomplete")
+    decision = restart.decide(diagnosis, code, attempt, options.max_restarts,
+                              stopped_by_user=bool(state.get("stop_signal")) or forwarder.received is not None)
+    _report(job, diagnosis, code, decision, meta, options.max_restarts)
+    return code, decision
+
+
+def _run_tui(launch_run, job: Job, catalogue) -> bool:
+    """Show the TUI; True when the job has ended by the time it closes."""
+    try:
+        launch_run(job, catalogue=catalogue)
+    except Exception as exc:  # the UI must never take the job down with it
+        say(f"the terminal UI failed ({type(exc).__name__}: {exc}); the job keeps running and "
+            f"recording to {job.log_path}")
+        return True
+    return job.exit_code() is not None
+
+
+def _wait(job: Job) -> int:
+    while (code := job.wait(timeout=0.5)) is None:
+        pass
+    return code
+
+
+def _start_checkpoint_watch(dirs: list[Path], job: Job):
+    if not dirs:
+        return None
+    from monitor.checkpoints.watch import CheckpointWatcher
+
+    watcher = CheckpointWatcher(dirs, on_finding=lambda f: say(_finding_line(f)), since=job.started)
+    watcher.start()
+    return watcher
+
+
+def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.RestartDecision,
+            meta: dict, max_restarts: int) -> None:
+    print(explain.render(diagnosis), file=sys.stderr, flush=True)
+    tee_dropped = job.state().get("tee_dropped_bytes", 0)
+    if tee_dropped:
+        say(f"the terminal was too slow: {tee_dropped} bytes were not shown (all are in {job.log_path})")
+    if max_restarts:
+        say(f"restart policy: {'retry' if decision.retry else 'no retry'}: {decision.reason}")
+    run_info = {"command": job.command, "exit_code": code, "log": str(job.log_path),
+                "extra_logs": [str(p) for p in job.extra_log_paths()], "slurm": meta["slurm"],
+                "attempt": meta["attempt"], "restart": decision.to_json()}
+    path = side_file(job.log_path, "diagnosis")
+    _write_json(path, {"run": run_info, **diagnosis.to_json()})
+    meta.update(exit_code=code, ended=time.time(), restart=decision.to_json())
+    _write_json(side_file(job.log_path, "meta"), meta)
+    say(f"exit code {code}; diagnosis saved to {path}")
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)

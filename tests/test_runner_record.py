@@ -1,0 +1,125 @@
+"""`monitor run --headless`: the log holds the job's bytes exactly, the exit code is the job's."""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from monitor.runner.job import Job, JobStartError, RecordOptions, new_log_path
+from tests.runner_helpers import only_log, python_job, read_json, run_monitor
+
+# 20 MB of random bytes (seeded, so the test can recompute them) with no final newline,
+# written in uneven pieces from stdout and stderr alternately.
+RANDOM_JOB = """
+import os, random, sys
+rng = random.Random(1234)
+out, err = sys.stdout.buffer, sys.stderr.buffer
+total = 0
+while total < 20_000_000:
+    piece = rng.randbytes(rng.randint(1, 70_000))
+    stream = out if rng.random() < 0.7 else err
+    stream.write(piece); stream.flush()
+    total += len(piece)
+sys.exit(7)
+"""
+
+
+def expected_random_bytes() -> bytes:
+    import random
+    rng = random.Random(1234)
+    pieces, total = [], 0
+    while total < 20_000_000:
+        piece = rng.randbytes(rng.randint(1, 70_000))
+        rng.random()
+        pieces.append(piece)
+        total += len(piece)
+    return b"".join(pieces)
+
+
+def test_20mb_random_bytes_are_recorded_exactly_and_exit_code_kept(tmp_path: Path):
+    result = run_monitor(tmp_path / "logs", *python_job(RANDOM_JOB), timeout=120)
+    assert result.returncode == 7, result.stderr.decode()[-2000:]
+    expected = expected_random_bytes()
+    log = only_log(tmp_path / "logs")
+    assert hashlib.sha256(log.read_bytes()).hexdigest() == hashlib.sha256(expected).hexdigest()
+    # Headless passes the output through unchanged (stdout here is a pipe, so no terminal).
+    assert result.stdout == expected
+    diagnosis = read_json(log.with_name(log.stem + ".diagnosis.json"))
+    assert diagnosis["run"]["exit_code"] == 7
+    assert diagnosis["root_cause"]["fields"]["exit_code"] == "7"
+
+
+@pytest.mark.parametrize("use_pty", [True, False])
+def test_line_ends_and_escapes_are_not_translated(tmp_path: Path, use_pty: bool):
+    payload = b"a\nb\r\nprogress 10%\rprogress 20%\r\x1b[31mred\x1b[0m\n\x00\xff tail"
+    code = f"import sys; sys.stdout.buffer.write({payload!r}); sys.stdout.flush()"
+    log = new_log_path(tmp_path)
+    job = Job.start([sys.executable, "-c", code], log, RecordOptions(use_pty=use_pty))
+    assert job.wait(timeout=30) == 0
+    assert log.read_bytes() == payload
+    assert job.state()["pty"] is use_pty
+
+
+def test_the_job_sees_a_terminal_when_given_a_pty(tmp_path: Path):
+    code = "import sys; print(sys.stdout.isatty(), sys.stderr.isatty(), sys.stdin.isatty())"
+    log = new_log_path(tmp_path)
+    job = Job.start([sys.executable, "-c", code], log, RecordOptions(use_pty=True))
+    assert job.wait(timeout=30) == 0
+    assert log.read_bytes() == b"True True False\n"
+
+
+def test_arguments_reach_the_job_unchanged_without_a_shell(tmp_path: Path):
+    args = ["$HOME", "a b", "'q'", "*", "; rm -rf /", ""]
+    code = "import sys, json; print(json.dumps(sys.argv[1:]))"
+    result = run_monitor(tmp_path, *python_job(code), *args)
+    assert result.returncode == 0
+    import json
+    assert json.loads(only_log(tmp_path).read_text()) == args
+
+
+def test_exit_code_is_128_plus_signal(tmp_path: Path):
+    code = "import os, signal; print('bye', flush=True); os.kill(os.getpid(), signal.SIGSEGV)"
+    result = run_monitor(tmp_path, *python_job(code))
+    assert result.returncode == 128 + signal.SIGSEGV
+    diagnosis = read_json(only_log(tmp_path).with_suffix(".diagnosis.json"))
+    assert diagnosis["root_cause"]["fields"]["signal"] == "SIGSEGV"
+    assert "SIGSEGV" in result.stderr.decode()
+
+
+def test_a_command_that_does_not_exist_is_one_line_and_127(tmp_path: Path):
+    result = run_monitor(tmp_path, "no-such-program-xyz", "--flag")
+    assert result.returncode == 127
+    assert "cannot start no-such-program-xyz: No such file or directory" in result.stderr.decode()
+    with pytest.raises(JobStartError) as info:
+        Job.start(["/dev/null"], new_log_path(tmp_path / "direct"))
+    assert info.value.exit_code == 126
+
+
+def test_no_command_is_a_usage_error(tmp_path: Path):
+    result = run_monitor(tmp_path)
+    assert result.returncode == 2
+    assert b"no command given" in result.stderr
+
+
+def test_side_files_describe_the_run(tmp_path: Path):
+    result = run_monitor(tmp_path, *python_job("print('ok')"))
+    assert result.returncode == 0
+    log = only_log(tmp_path)
+    meta = read_json(log.with_suffix(".meta.json"))
+    assert meta["command"][-1] == "print('ok')" and meta["exit_code"] == 0
+    state = read_json(log.with_suffix(".job.json"))
+    assert state["exit_code"] == 0 and state["bytes"] == 3
+    diagnosis = read_json(log.with_suffix(".diagnosis.json"))
+    assert diagnosis["root_cause"] is None
+    assert diagnosis["run"]["log"] == str(log)
+
+
+def test_20mb_through_a_pseudo_terminal_are_exact_too(tmp_path: Path):
+    log = new_log_path(tmp_path)
+    job = Job.start([sys.executable, "-c", RANDOM_JOB], log, RecordOptions(use_pty=True))
+    assert job.wait(timeout=120) == 7
+    assert log.read_bytes() == expected_random_bytes()
