@@ -1,0 +1,362 @@
+"""The monitor's one screen: metrics and progress on top, the merged log, and the findings."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from rich.text import Text
+from textual import on
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Container, Vertical
+from textual.widgets import Footer, Header, Input, Static
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from monitor.diagnosis.model import Finding
+from monitor.progress import ProgressTracker
+from monitor.tui.feeds import LogBatch, LogFeed, MetricsFeed
+from monitor.tui.findings_panel import FindingsPanel, finding_key
+from monitor.tui.log_store import LEVEL_ERROR, LEVEL_INFO, LEVEL_WARNING, FilterError, LineFilter, LogStore
+from monitor.tui.log_view import LogView
+from monitor.tui.messages import LogsArrived, MetricsSampled
+from monitor.tui.metrics_panel import MetricsPanel
+from monitor.tui.progress_panel import ProgressPanel
+from monitor.tui.screens import HelpScreen, QuitScreen
+
+# Below this width the findings go under the log instead of beside it.
+WIDE = 120
+POLL_S = 0.2
+
+
+class MonitorApp(App[int]):
+    """Follows a LogFeed (and optionally a MetricsFeed); exit value: 1 if a failure was found, else 0."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "monitor"
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help"),
+        Binding("slash", "filter", "Filter"),
+        Binding("e", "level('error')", "Errors"),
+        Binding("w", "level('warning')", "Warnings"),
+        Binding("r", "rank(1)", "Rank"),
+        Binding("R", "rank(-1)", "Prev rank", show=False),
+        Binding("space", "toggle_follow", "Pause"),
+        Binding("n", "finding(1)", "Next"),
+        Binding("N", "finding(-1)", "Prev", show=False),
+        Binding("c", "root_cause", "Cause"),
+        Binding("t", "toggle_theme", "Theme"),
+    ]
+
+    def __init__(
+        self,
+        log_feed: LogFeed,
+        metrics_feed: MetricsFeed | None = None,
+        *,
+        title: str = "monitor",
+        job=None,
+        metrics_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.log_feed = log_feed
+        self.metrics_feed = metrics_feed
+        self.job = job
+        self.metrics_interval = metrics_interval
+        self.sub_title = title
+        self.store = LogStore()
+        self.progress = ProgressTracker(clock=clock)
+        self._clock = clock
+        self._log_findings: list[Finding] = []
+        self._metric_findings: dict[str, Finding] = {}
+        self._root: Finding | None = None
+        self._applied = threading.Event()
+        self._unplaced = False  # some finding's line has not arrived yet
+        self.finished_note = ""
+        self.failed = False
+
+    # ----- layout
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical(id="top"):
+            yield MetricsPanel(simulated_gpus=bool(self.metrics_feed and self.metrics_feed.simulated_gpus), id="metrics")
+            yield ProgressPanel(id="progress")
+        with Container(id="middle"):
+            with Vertical(id="logpane"):
+                yield Input(placeholder="regex: show only matching lines (Esc: clear)", id="filter-input")
+                yield Static(id="log-status")
+                yield LogView(self.store, id="log")
+            yield FindingsPanel(id="findings")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#filter-input").display = False
+        self._fit_layout(self.size.width)
+        self.query_one(LogView).focus()
+        self._update_status()
+        self.run_worker(self._follow_logs, thread=True, group="logs", name="logs", exit_on_error=False)
+        if self.metrics_feed is not None:
+            self._start_sample()
+
+    def on_resize(self, event) -> None:
+        self._fit_layout(event.size.width)
+
+    def _fit_layout(self, width: int) -> None:
+        self.screen.set_class(width < WIDE, "-narrow")
+
+    # ----- workers (threads: call the feed, post a message, nothing else)
+    def _follow_logs(self) -> None:
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            batch = self.log_feed.poll(POLL_S)
+            if batch.empty:
+                continue
+            self._applied.clear()
+            self.post_message(LogsArrived(batch))
+            # One batch in flight at a time: the next poll starts when this one is on screen.
+            while not self._applied.wait(POLL_S):
+                if worker.is_cancelled:
+                    return
+            if batch.finished:
+                return
+
+    def _start_sample(self) -> None:
+        self.run_worker(self._take_sample, thread=True, group="metrics", name="metrics", exit_on_error=False)
+
+    def _take_sample(self) -> None:
+        sample, findings = self.metrics_feed.sample()
+        self.post_message(MetricsSampled(sample, findings))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group == "metrics" and event.state == WorkerState.ERROR:
+            self.notify(f"metrics sampling failed: {event.worker.error}", severity="warning")
+            self.set_timer(max(self.metrics_interval, 5.0), self._start_sample)
+        elif event.worker.group == "logs" and event.state == WorkerState.ERROR:
+            self.notify(f"reading the logs failed: {event.worker.error}", severity="error", timeout=30)
+
+    # ----- handlers (main thread: update widgets)
+    def on_logs_arrived(self, message: LogsArrived) -> None:
+        try:
+            self._apply(message.batch)
+        finally:
+            self._applied.set()
+
+    def _apply(self, batch: LogBatch) -> None:
+        view = self.query_one(LogView)
+        if batch.lines:
+            first = len(self.store)
+            now = self._clock()
+            progress_version = self.progress.version
+            for line in batch.lines:
+                self.store.append(line)
+                self.progress.feed(line.text, line.rank, now)
+            view.lines_added(first)
+            if self.progress.version != progress_version:
+                self.query_one(ProgressPanel).show(self.progress.state)
+        if batch.findings is not None:
+            self._log_findings = list(batch.findings)
+            self._root = batch.root_cause
+            self._show_findings()
+        elif self._unplaced and batch.lines:
+            self._mark_lines()
+        if batch.finished:
+            self._finish(batch.note)
+
+    def on_metrics_sampled(self, message: MetricsSampled) -> None:
+        self.query_one(MetricsPanel).show(message.sample)
+        if message.findings:
+            for finding in message.findings:
+                self._metric_findings[finding_key(finding)] = finding
+            self._show_findings()
+        self.set_timer(self.metrics_interval, self._start_sample)
+
+    def _all_findings(self) -> list[Finding]:
+        return self._log_findings + list(self._metric_findings.values())
+
+    def _show_findings(self) -> None:
+        findings = self._all_findings()
+        self.failed = any(f.severity == "error" for f in findings)
+        self.query_one(FindingsPanel).show(findings, self._root)
+        self._mark_lines()
+        self._update_status()
+
+    def _mark_lines(self) -> None:
+        marks: dict[int, str] = {}
+        root_key = finding_key(self._root) if self._root else None
+        self._unplaced = False
+        for finding in self._all_findings():
+            index = self.store.find(finding.file, finding.line) if finding.file else None
+            if index is None:
+                self._unplaced = self._unplaced or bool(finding.file)
+                continue
+            marks[index] = "root" if finding_key(finding) == root_key else finding.severity
+        self.query_one(LogView).set_marks(marks)
+
+    def _finish(self, note: str) -> None:
+        self.finished_note = note
+        self.sub_title = f"{self.sub_title} · {note}" if note else self.sub_title
+        if self._root is not None:
+            self.query_one(FindingsPanel).select(self._root)
+            self.action_root_cause()
+        self.notify(note or "the job's output ended", title="finished", timeout=10)
+        self._update_status()
+
+    # ----- the log's status line and filter
+    @on(LogView.StatusChanged)
+    def _update_status(self) -> None:
+        view = self.query_one(LogView)
+        status = Text()
+        if view.follow:
+            status.append(" following ", style="bold black on green")
+        else:
+            status.append(" paused ", style="bold black on yellow")
+            if view.unseen:
+                status.append(f" +{view.unseen:,} new (End to follow)")
+        status.append(f"  {len(self.store):,} lines")
+        line_filter = view.line_filter
+        if line_filter.active:
+            status.append(f"  showing {view.row_count:,}", style="bold")
+        if line_filter.pattern:
+            status.append(f"  /{line_filter.pattern}/", style="bold")
+        if line_filter.min_level == LEVEL_ERROR:
+            status.append("  errors only", style="bold red")
+        elif line_filter.min_level == LEVEL_WARNING:
+            status.append("  warnings+errors", style="bold yellow")
+        if line_filter.ranks is not None:
+            status.append(f"  rank {','.join(map(str, sorted(line_filter.ranks)))}", style="bold")
+        if self.finished_note:
+            status.append(f"  · {self.finished_note}", style="bold")
+        self.query_one("#log-status", Static).update(status)
+
+    def _set_filter(self, line_filter: LineFilter) -> bool:
+        try:
+            self.query_one(LogView).set_filter(line_filter)
+        except FilterError as exc:
+            self.query_one("#log-status", Static).update(Text(f" {exc}", style="bold red"))
+            return False
+        return True
+
+    @on(Input.Changed, "#filter-input")
+    def _filter_typed(self, event: Input.Changed) -> None:
+        view = self.query_one(LogView)
+        ok = self._set_filter(LineFilter(view.line_filter.ranks, view.line_filter.min_level, event.value))
+        event.input.set_class(not ok, "-invalid")
+
+    @on(Input.Submitted, "#filter-input")
+    def _filter_done(self) -> None:
+        self.query_one(LogView).focus()
+
+    def on_key(self, event) -> None:
+        filter_input = self.query_one("#filter-input", Input)
+        if event.key == "escape" and (filter_input.has_focus or self.query_one(LogView).line_filter.pattern):
+            event.stop()
+            filter_input.value = ""
+            filter_input.display = False
+            self.query_one(LogView).focus()
+
+    # ----- actions
+    def action_filter(self) -> None:
+        filter_input = self.query_one("#filter-input", Input)
+        filter_input.display = True
+        filter_input.focus()
+
+    def action_level(self, level: str) -> None:
+        view = self.query_one(LogView)
+        wanted = LEVEL_ERROR if level == "error" else LEVEL_WARNING
+        current = view.line_filter
+        self._set_filter(LineFilter(current.ranks, LEVEL_INFO if current.min_level == wanted else wanted, current.pattern))
+
+    def action_rank(self, direction: int) -> None:
+        view = self.query_one(LogView)
+        ranks = sorted(self.store.ranks_seen)
+        if not ranks:
+            self.notify("no rank is known yet: the lines carry no rank prefix and the files no rank in their name")
+            return
+        choices: list[frozenset[int] | None] = [None] + [frozenset({r}) for r in ranks]
+        current = view.line_filter
+        position = choices.index(current.ranks) if current.ranks in choices else 0
+        chosen = choices[(position + direction) % len(choices)]
+        self._set_filter(LineFilter(chosen, current.min_level, current.pattern))
+
+    def action_show_rank(self, rank: int) -> None:
+        current = self.query_one(LogView).line_filter
+        self._set_filter(LineFilter(frozenset({rank}), current.min_level, current.pattern))
+
+    def action_clear_filters(self) -> None:
+        self.query_one("#filter-input", Input).value = ""
+        self._set_filter(LineFilter())
+
+    def action_toggle_follow(self) -> None:
+        view = self.query_one(LogView)
+        view.follow = not view.follow
+
+    def action_finding(self, direction: int) -> None:
+        """Move to the next/previous finding by position in the log."""
+        view = self.query_one(LogView)
+        placed = sorted(
+            (index, finding)
+            for finding in self._all_findings()
+            if (index := self.store.find(finding.file, finding.line)) is not None
+        )
+        if not placed:
+            self.notify("no finding to go to yet")
+            return
+        here = view.cursor_index if view.cursor_index is not None else (len(self.store) if direction < 0 else -1)
+        after = [p for p in placed if (p[0] > here if direction > 0 else p[0] < here)]
+        index, finding = (after[0] if direction > 0 else after[-1]) if after else (placed[0] if direction > 0 else placed[-1])
+        self._go_to(finding, index)
+
+    def action_root_cause(self) -> None:
+        if self._root is None:
+            self.notify("no root cause found (yet)")
+            return
+        self._go_to(self._root, self.store.find(self._root.file, self._root.line))
+
+    def _go_to(self, finding: Finding, index: int | None) -> None:
+        self.query_one(FindingsPanel).select(finding)
+        if index is not None:
+            self.query_one(LogView).jump_to(index)
+        self._update_status()
+
+    @on(FindingsPanel.Selected)
+    def _finding_chosen(self, event: FindingsPanel.Selected) -> None:
+        finding = event.finding
+        index = self.store.find(finding.file, finding.line) if finding.file else None
+        if index is not None:
+            self.query_one(LogView).jump_to(index)
+        self._update_status()
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    async def action_quit(self) -> None:
+        if self.job is not None and self.job.exit_code() is None:
+            self.push_screen(QuitScreen(" ".join(self.job.command)), self._quit_answered)
+            return
+        self.exit(1 if self.failed else 0)
+
+    def _quit_answered(self, choice: str | None) -> None:
+        if choice == "stop":
+            self.job.stop()
+            self.exit(1 if self.failed else 0)
+        elif choice == "leave":
+            self.exit(1 if self.failed else 0)
+
+    def get_system_commands(self, screen):
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Filter: errors only", "Show only error lines (again: all)", lambda: self.action_level("error"))
+        yield SystemCommand("Filter: warnings and errors", "Show warning and error lines", lambda: self.action_level("warning"))
+        yield SystemCommand("Filter: clear", "Show all lines of all ranks", self.action_clear_filters)
+        for rank in sorted(self.store.ranks_seen):
+            yield SystemCommand(f"Filter: rank {rank}", f"Show only rank {rank}'s lines", lambda r=rank: self.action_show_rank(r))
+        yield SystemCommand("Jump to root cause", "Show the root cause in the log", self.action_root_cause)
+        yield SystemCommand("Follow: pause / resume", "Stop or resume following the end of the log", self.action_toggle_follow)
+        yield SystemCommand("Keys", "Show the key help", self.action_help)
+
+    def on_unmount(self) -> None:
+        self.log_feed.close()

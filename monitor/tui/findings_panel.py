@@ -1,0 +1,153 @@
+"""Findings as they appear, the root cause marked; the selected one's evidence and remedy."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.containers import Container, VerticalScroll
+from textual.message import Message
+from textual.widgets import DataTable, Static
+from textual.widgets.data_table import CellDoesNotExist
+
+from monitor.diagnosis.model import SEVERITY_ORDER, Finding
+from monitor.tui import text_format as fmt
+
+SEVERITY_LABEL = {"error": "error", "warning": "warn", "info": "info"}
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def finding_key(finding: Finding) -> str:
+    return f"{finding.rule}|{finding.file}|{finding.line}|{finding.seq}"
+
+
+def order(findings: list[Finding], root: Finding | None) -> list[Finding]:
+    """Root cause first, then by severity and first appearance."""
+    root_key = finding_key(root) if root else None
+    return sorted(
+        findings,
+        key=lambda f: (finding_key(f) != root_key, SEVERITY_ORDER.get(f.severity, 3), f.seq),
+    )
+
+
+def describe(finding: Finding, is_root: bool) -> Text:
+    """The full story of one finding: where, evidence (literal text), and the remedy."""
+    text = Text()
+    if is_root:
+        text.append("ROOT CAUSE  ", style="bold white on red")
+    text.append(finding.title, style="bold")
+    text.append(f"\n{finding.severity} · {finding.category} · {finding.role} · rule {finding.rule}", style="dim")
+    where = f"{finding.file}:{finding.line}"
+    if finding.rank is not None:
+        where += f" (rank {finding.rank})"
+    text.append(f"\nfirst at {where}")
+    if finding.count > 1 or len(finding.ranks) > 1:
+        text.append(f"; {finding.count}× on ranks {fmt.ranks(finding.ranks)}")
+    if finding.evidence:
+        text.append("\n\nevidence\n", style="bold")
+        for line in finding.evidence:
+            text.append(f"  {line}\n", style="italic")
+    if finding.remedy:
+        text.append("\nwhat to do\n", style="bold green")
+        text.append(finding.remedy)
+    return text
+
+
+class FindingsPanel(Container):
+    """A table of findings above (or beside) the selected finding's detail."""
+
+    DEFAULT_CSS = """
+    FindingsPanel { layout: vertical; }
+    FindingsPanel > DataTable { height: auto; max-height: 12; }
+    FindingsPanel > #finding-detail { height: 1fr; padding: 0 1; border-top: solid $primary-muted; }
+    """
+
+    class Selected(Message):
+        """The user chose a finding (cursor or click)."""
+
+        def __init__(self, finding: Finding) -> None:
+            super().__init__()
+            self.finding = finding
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.findings: list[Finding] = []
+        self.root: Finding | None = None
+        self._by_key: dict[str, Finding] = {}
+
+    def compose(self):
+        table = DataTable(cursor_type="row", zebra_stripes=False, id="finding-table")
+        table.add_column("", key="mark", width=1)
+        table.add_column("sev", key="sev", width=5)
+        table.add_column("category", key="category")
+        table.add_column("ranks", key="ranks")
+        table.add_column("n", key="count")
+        table.add_column("first", key="first")
+        table.add_column("title", key="title")
+        yield table
+        with VerticalScroll(id="finding-detail"):
+            yield Static(Text("no findings yet", style="dim"), id="finding-text")
+
+    @property
+    def table(self) -> DataTable:
+        return self.query_one(DataTable)
+
+    def show(self, findings: list[Finding], root: Finding | None) -> None:
+        table = self.table
+        selected = self.selected_key()
+        self.findings = order(findings, root)
+        self.root = root
+        self._by_key = {finding_key(f): f for f in self.findings}
+        table.clear()
+        root_key = finding_key(root) if root else None
+        for finding in self.findings:
+            key = finding_key(finding)
+            table.add_row(
+                Text("★", style="bold red") if key == root_key else "",
+                Text(SEVERITY_LABEL.get(finding.severity, finding.severity), style=SEVERITY_STYLE.get(finding.severity, "")),
+                finding.category,
+                fmt.ranks(finding.ranks) if finding.ranks else ("—" if finding.rank is None else str(finding.rank)),
+                str(finding.count),
+                fmt.clock(finding.first_seen),
+                Text(finding.title),
+                key=key,
+            )
+        if selected in self._by_key:
+            table.move_cursor(row=table.get_row_index(selected), animate=False)
+        self._show_detail()
+
+    def selected_key(self) -> str | None:
+        table = self.table
+        if not table.row_count:
+            return None
+        try:
+            return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        except CellDoesNotExist:
+            return None
+
+    def select(self, finding: Finding) -> None:
+        key = finding_key(finding)
+        if key in self._by_key:
+            self.table.move_cursor(row=self.table.get_row_index(key), animate=False)
+            self._show_detail()
+
+    def selected(self) -> Finding | None:
+        key = self.selected_key()
+        return self._by_key.get(key) if key else None
+
+    def _show_detail(self) -> None:
+        finding = self.selected()
+        detail = self.query_one("#finding-text", Static)
+        if finding is None:
+            detail.update(Text("no findings yet", style="dim"))
+            return
+        detail.update(describe(finding, self.root is not None and finding_key(finding) == finding_key(self.root)))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self._show_detail()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        finding = self._by_key.get(event.row_key.value)
+        if finding is not None:
+            self._show_detail()
+            self.post_message(self.Selected(finding))

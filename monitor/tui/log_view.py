@@ -1,0 +1,234 @@
+"""The merged per-rank log: a Line API view that draws only the visible lines of a LogStore."""
+
+from __future__ import annotations
+
+from array import array
+
+import regex
+from rich.segment import Segment
+from rich.style import Style
+from textual.binding import Binding
+from textual.cache import LRUCache
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from monitor.tui.log_store import (
+    FILTER_BUDGET_S,
+    LEVEL_ERROR,
+    LEVEL_WARNING,
+    FilterError,
+    LineFilter,
+    LogStore,
+    compile_pattern,
+)
+
+# Badge colours per rank (cycled): distinct on dark and light backgrounds, none of them the red
+# that marks errors.
+RANK_COLOURS = (
+    "#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#ff9da7",
+    "#6b8e23", "#8c6bb1", "#17becf", "#bcbd22", "#1f77b4", "#e377c2", "#7f7f7f", "#2ca02c",
+)
+# Widest a line is drawn (cells); the rest is reachable by scrolling right only up to here.
+MAX_DRAWN = 4000
+GUTTER_MARKS = {"root": "★", "error": "●", "warning": "▲", "info": "·"}
+
+
+def rank_style(rank: int) -> Style:
+    return Style(color="#000000", bgcolor=RANK_COLOURS[rank % len(RANK_COLOURS)], bold=True)
+
+
+class LogView(ScrollView, can_focus=True):
+    """Shows the lines of ``store`` that pass ``line_filter``, following the end unless paused."""
+
+    COMPONENT_CLASSES = {
+        "logview--error", "logview--warning", "logview--match", "logview--cursor", "logview--gutter",
+    }
+    DEFAULT_CSS = """
+    LogView { background: $surface; }
+    LogView > .logview--error { color: $text-error; }
+    LogView > .logview--warning { color: $text-warning; }
+    LogView > .logview--match { background: $warning 40%; text-style: bold; }
+    LogView > .logview--cursor { background: $accent 30%; }
+    LogView > .logview--gutter { color: $error; }
+    """
+    BINDINGS = [Binding("end", "scroll_end", "Follow", show=False)]
+
+    follow: reactive[bool] = reactive(True)
+
+    class StatusChanged(Message):
+        """Follow state, counts or filter changed: the status line should be redrawn."""
+
+    def __init__(self, store: LogStore, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.store = store
+        self.line_filter = LineFilter()
+        self._pattern: regex.Pattern[str] | None = None
+        self._rows: array | None = None  # store indices shown, or None for all lines
+        self.cursor_index: int | None = None
+        self.marks: dict[int, str] = {}
+        self.unseen = 0  # lines that arrived while paused
+        self._cache: LRUCache[tuple, Strip] = LRUCache(2048)
+
+    # ----- data in
+    @property
+    def row_count(self) -> int:
+        return len(self.store) if self._rows is None else len(self._rows)
+
+    def lines_added(self, first: int) -> None:
+        """Lines ``first``.. were appended to the store: show those that pass the filter."""
+        if self._rows is not None:
+            try:
+                self._rows.extend(self.store.select(self.line_filter, first))
+            except FilterError:
+                pass  # counted as no match; the filter bar already says the regex is slow
+        added = len(self.store) - first
+        self._update_size()
+        if self.follow:
+            self.scroll_to(y=self.max_scroll_y, animate=False)
+        else:
+            self.unseen += added
+        self.post_message(self.StatusChanged())
+
+    def set_filter(self, line_filter: LineFilter) -> None:
+        """Apply a filter to all lines. Raises FilterError (bad or too slow regex); keeps the old one then."""
+        pattern = compile_pattern(line_filter.pattern) if line_filter.pattern else None
+        rows = self.store.select(line_filter) if line_filter.active else None
+        self.line_filter, self._pattern, self._rows = line_filter, pattern, rows
+        self._cache.clear()
+        self._update_size()
+        if self.cursor_index is not None and self.row_of(self.cursor_index) is not None:
+            self._scroll_to_row(self.row_of(self.cursor_index))
+        elif self.follow:
+            self.scroll_to(y=self.max_scroll_y, animate=False)
+        self.refresh()
+        self.post_message(self.StatusChanged())
+
+    def set_marks(self, marks: dict[int, str]) -> None:
+        self.marks = marks
+        self._cache.clear()
+        self.refresh()
+
+    def row_of(self, index: int) -> int | None:
+        if self._rows is None:
+            return index if index < len(self.store) else None
+        rows = self._rows
+        from bisect import bisect_left
+
+        pos = bisect_left(rows, index)
+        return pos if pos < len(rows) and rows[pos] == index else None
+
+    def jump_to(self, index: int) -> None:
+        """Put the cursor on store line ``index`` (clearing a filter that hides it) and pause following."""
+        if self.row_of(index) is None:
+            self.set_filter(LineFilter())
+        self.follow = False
+        self.cursor_index = index
+        self._cache.clear()
+        self._scroll_to_row(self.row_of(index) or 0)
+        self.refresh()
+
+    # ----- following
+    def watch_follow(self, follow: bool) -> None:
+        if follow:
+            self.unseen = 0
+            self.scroll_to(y=self.max_scroll_y, animate=False)
+        self.post_message(self.StatusChanged())
+
+    def action_scroll_end(self) -> None:
+        self.follow = True
+
+    def action_scroll_up(self) -> None:
+        self.follow = False
+        super().action_scroll_up()
+
+    def action_page_up(self) -> None:
+        self.follow = False
+        super().action_page_up()
+
+    def action_scroll_home(self) -> None:
+        self.follow = False
+        super().action_scroll_home()
+
+    def _on_mouse_scroll_up(self, event) -> None:
+        self.follow = False
+        super()._on_mouse_scroll_up(event)
+
+    def _scroll_to_row(self, row: int) -> None:
+        height = self.scrollable_content_region.height or 1
+        self.scroll_to(y=max(0, row - height // 2), animate=False)
+
+    def _update_size(self) -> None:
+        width = min(self.store.longest, MAX_DRAWN) + self._badge_width() + 1
+        self.virtual_size = Size(width, self.row_count)
+
+    # ----- drawing
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._cache.clear()
+
+    def _badge_width(self) -> int:
+        return len(str(max(self.store.ranks_seen))) + 2 if self.store.ranks_seen else 0
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        row = scroll_y + y
+        width = self.scrollable_content_region.width
+        if row >= self.row_count:
+            return Strip.blank(width, self.rich_style)
+        index = row if self._rows is None else self._rows[row]
+        key = (index, index == self.cursor_index, self._badge_width())
+        strip = self._cache.get(key)
+        if strip is None:
+            strip = self._render_index(index)
+            self._cache[key] = strip
+        return strip.crop_extend(scroll_x, scroll_x + width, self.rich_style)
+
+    def _render_index(self, index: int) -> Strip:
+        store = self.store
+        base = self.rich_style
+        if index == self.cursor_index:
+            base = base + self.get_component_rich_style("logview--cursor")
+        level = store.level(index)
+        text_style = base
+        if level == LEVEL_ERROR:
+            text_style = base + self.get_component_rich_style("logview--error", partial=True)
+        elif level == LEVEL_WARNING:
+            text_style = base + self.get_component_rich_style("logview--warning", partial=True)
+        mark = self.marks.get(index)
+        gutter = GUTTER_MARKS.get(mark, "·") if mark else " "
+        segments = [Segment(gutter, base + self.get_component_rich_style("logview--gutter", partial=True))]
+        badge_width = self._badge_width()
+        if badge_width:
+            rank = store.rank(index)
+            if rank is None:
+                segments.append(Segment(" " * badge_width, base))
+            else:
+                segments.append(Segment(f"r{rank}".ljust(badge_width - 1), rank_style(rank)))
+                segments.append(Segment(" ", base))
+        text = store.text(index)[:MAX_DRAWN].expandtabs(4)
+        segments.extend(self._text_segments(text, text_style))
+        return Strip(segments)
+
+    def _text_segments(self, text: str, style: Style) -> list[Segment]:
+        """The text as literal segments (never markup), with filter matches highlighted."""
+        if self._pattern is None or not text:
+            return [Segment(text, style)]
+        match_style = style + self.get_component_rich_style("logview--match", partial=True)
+        segments, pos = [], 0
+        try:
+            for match in self._pattern.finditer(text, timeout=FILTER_BUDGET_S):
+                start, end = match.span()
+                if end == start:
+                    continue
+                if start > pos:
+                    segments.append(Segment(text[pos:start], style))
+                segments.append(Segment(text[start:end], match_style))
+                pos = end
+        except TimeoutError:
+            pass
+        if pos < len(text):
+            segments.append(Segment(text[pos:], style))
+        return segments

@@ -1,0 +1,22 @@
+"""Messages the app's thread workers post; handlers on the app update the widgets."""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from monitor.diagnosis.model import Finding
+from monitor.metrics.model import Sample
+from monitor.tui.feeds import LogBatch
+
+
+class LogsArrived(Message):
+    def __init__(self, batch: LogBatch) -> None:
+        super().__init__()
+        self.batch = batch
+
+
+class MetricsSampled(Message):
+    def __init__(self, sample: Sample, findings: list[Finding]) -> None:
+        super().__init__()
+        self.sample = sample
+        self.findings = findings

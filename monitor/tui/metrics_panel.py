@@ -1,0 +1,135 @@
+"""GPUs, host and the job's processes: one compact row each, with recent history as sparklines."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from rich.text import Text
+from textual.widget import Widget
+
+from monitor.metrics.model import GpuSample, HostSample, JobSample, Sample
+from monitor.tui import text_format as fmt
+
+HISTORY = 120
+
+
+class MetricsPanel(Widget):
+    """Draws the latest Sample; keeps a short history per GPU for the sparklines."""
+
+    DEFAULT_CSS = """
+    MetricsPanel { height: auto; max-height: 14; padding: 0 1; }
+    """
+
+    def __init__(self, *, simulated_gpus: bool = False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.sample: Sample | None = None
+        # True when the GPU rows come from a labelled synthetic track (the demo on a machine without GPUs).
+        self.simulated_gpus = simulated_gpus
+        self._gpu_util: dict[str, deque[float]] = {}
+        self._cpu: deque[float] = deque(maxlen=HISTORY)
+
+    def show(self, sample: Sample) -> None:
+        self.sample = sample
+        for gpu in sample.gpus:
+            history = self._gpu_util.setdefault(gpu.label, deque(maxlen=HISTORY))
+            history.append(gpu.utilization_gpu_percent if gpu.utilization_gpu_percent is not None else 0.0)
+        self._cpu.append(sample.host.cpu_percent)
+        self.refresh(layout=True)
+
+    def render(self) -> Text:
+        width = max(self.size.width, 40)
+        sample = self.sample
+        if sample is None:
+            return Text("metrics: waiting for the first sample…", style="dim")
+        lines: list[Text] = []
+        if sample.gpus:
+            for gpu in sample.gpus:
+                lines.append(self._gpu_row(gpu, width))
+        else:
+            reason = sample.gpu_message or "no GPU found"
+            lines.append(Text.assemble(("GPU ", "bold"), (f"none: {reason}", "dim")))
+        lines.append(self._host_row(sample.host, width))
+        if sample.job is not None:
+            lines.extend(self._job_rows(sample.job, width))
+        return Text("\n").join(lines)
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        sample = self.sample
+        if sample is None:
+            return 1
+        rows = max(len(sample.gpus), 1) + 1
+        if sample.job is not None:
+            rows += len(self._job_rows(sample.job, width))
+        return rows
+
+    def _gpu_row(self, gpu: GpuSample, width: int) -> Text:
+        label = gpu.label + (" (simulated)" if self.simulated_gpus else "")
+        row = Text(f"{label:<6} ", style="bold")
+        if gpu.status != "ok":
+            row.append(f"{gpu.status}: {gpu.message}", style="bold red")
+            return row
+        util = gpu.utilization_gpu_percent
+        row.append(f"{util:3.0f}% " if util is not None else "  ?% ")
+        spark_width = 12 if width >= 90 else 6
+        row.append(fmt.sparkline(self._gpu_util.get(gpu.label, ()), spark_width, 0, 100).ljust(spark_width), style="cyan")
+        bar_width = max(6, min(24, width - 70))
+        filled, empty = fmt.bar(gpu.memory_used_fraction, bar_width)
+        fraction = gpu.memory_used_fraction
+        colour = "red" if fraction is not None and fraction > 0.95 else "green"
+        row.append(" mem ")
+        row.append(filled, style=colour)
+        row.append(empty, style="dim")
+        row.append(f" {fmt.size(gpu.memory_used_bytes)}/{fmt.size(gpu.memory_total_bytes)}")
+        if gpu.temperature_c is not None:
+            row.append(f" {gpu.temperature_c:.0f}°C", style="red" if gpu.temperature_c >= 85 else "")
+        if gpu.power_w is not None:
+            limit = f"/{gpu.power_limit_w:.0f}" if gpu.power_limit_w else ""
+            row.append(f" {gpu.power_w:.0f}{limit}W")
+        if gpu.clock_event_reasons and any("thermal" in r or "brake" in r or "slowdown" in r for r in gpu.clock_event_reasons):
+            row.append(" throttled", style="bold yellow")
+        if width >= 120 and gpu.name:
+            row.append(f"  {gpu.name}", style="dim")
+        return row
+
+    def _host_row(self, host: HostSample, width: int) -> Text:
+        row = Text("host   ", style="bold")
+        row.append(f"cpu {host.cpu_percent:3.0f}% ")
+        if width >= 90:
+            row.append(fmt.sparkline(self._cpu, 12, 0, 100).ljust(12) + " ", style="cyan")
+        ram_fraction = host.memory_used_fraction
+        row.append("ram ")
+        row.append(
+            f"{fmt.size(host.memory_total_bytes - host.memory_available_bytes)}/{fmt.size(host.memory_total_bytes)}",
+            style="bold red" if ram_fraction > 0.95 else "",
+        )
+        if host.swap_total_bytes:
+            row.append(f" swap {fmt.size(host.swap_used_bytes)}")
+        if host.shm_total_bytes:
+            shm = host.shm_used_fraction or 0.0
+            row.append(f" shm {fmt.size(host.shm_used_bytes)}/{fmt.size(host.shm_total_bytes)}", style="bold red" if shm > 0.9 else "")
+        for usage in host.dirs[: 2 if width >= 120 else 1]:
+            if usage.total_bytes and usage.free_bytes is not None:
+                free = usage.free_bytes / usage.total_bytes
+                row.append(f" disk {fmt.size(usage.free_bytes)} free", style="bold red" if free < 0.05 else "")
+        if host.net_recv_bytes_per_s is not None and host.net_sent_bytes_per_s is not None:
+            row.append(f" net ↓{fmt.size(host.net_recv_bytes_per_s)}/s ↑{fmt.size(host.net_sent_bytes_per_s)}/s")
+        return row
+
+    def _job_rows(self, job: JobSample, width: int) -> list[Text]:
+        ranked = [p for p in job.processes if p.rank is not None]
+        if not ranked:
+            state = "running" if job.alive else "ended"
+            return [Text(f"job    {len(job.processes)} processes, {state}", style="dim")]
+        per_row = max(1, width // 36)
+        rows, row = [], Text("ranks  ", style="bold")
+        for count, proc in enumerate(sorted(ranked, key=lambda p: p.rank), start=1):
+            cpu = f"{proc.cpu_percent:.0f}%" if proc.cpu_percent is not None else "?"
+            gpu = f" g{fmt.size(proc.gpu_memory_bytes)}" if proc.gpu_memory_bytes else ""
+            row.append(f"r{proc.rank}", style="bold")
+            row.append(f" pid {proc.pid} {cpu} {fmt.size(proc.rss_bytes)}{gpu}  ")
+            if count % per_row == 0:
+                rows.append(row)
+                row = Text("       ")
+        if row.plain.strip():
+            rows.append(row)
+        return rows[:4]

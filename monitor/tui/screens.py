@@ -1,0 +1,88 @@
+"""Modal screens: the key help, and the question asked when quitting while the job runs."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+KEYS = (
+    ("/", "filter the log by regex (only matching lines; the count shows); Esc clears"),
+    ("e / w", "only errors / errors and warnings (press again for all lines)"),
+    ("r / R", "show only the next / previous rank (cycles back to all ranks)"),
+    ("space", "pause or resume following the end of the log"),
+    ("End / Home", "follow the end / go to the first line (pauses)"),
+    ("n / N", "next / previous finding in the log"),
+    ("c", "jump to the root cause"),
+    ("Enter", "in the findings table: show that finding in the log"),
+    ("Tab", "move between log, findings and filter"),
+    ("t", "dark / light theme"),
+    ("ctrl+p", "command palette (all of the above by name)"),
+    ("q", "quit (asks first when a job started by `monitor run` is still running)"),
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 90%; max-width: 100; height: auto; max-height: 90%;
+        border: thick $primary; background: $panel; padding: 1 2; }
+    """
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold")
+        table.add_column()
+        for key, what in KEYS:
+            table.add_row(key, what)
+        with VerticalScroll():
+            yield Static(Text("monitor: keys", style="bold"))
+            yield Static(table)
+            yield Static(Text(
+                "\nRank badges: each rank has its own colour. Gutter: ★ root cause, ● error, ▲ warning.\n"
+                "Log text is shown literally: markup and escape codes in a log never change the display.",
+                style="dim",
+            ))
+
+    def action_dismiss(self) -> None:
+        self.dismiss(None)
+
+
+class QuitScreen(ModalScreen[str]):
+    """Asks what to do with a running job: "stop", "leave" or "cancel"."""
+
+    DEFAULT_CSS = """
+    QuitScreen { align: center middle; }
+    QuitScreen > Vertical { width: 64; height: auto; border: thick $warning; background: $panel; padding: 1 2; }
+    QuitScreen Horizontal { height: auto; margin-top: 1; }
+    QuitScreen Button { margin-right: 1; }
+    """
+    BINDINGS = [
+        Binding("s", "choose('stop')", "Stop the job"),
+        Binding("l", "choose('leave')", "Leave it running"),
+        Binding("escape", "choose('cancel')", "Cancel"),
+    ]
+
+    def __init__(self, command: str) -> None:
+        super().__init__()
+        self.command = command
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(Text.assemble(("The job is still running:\n", "bold"), (self.command, "italic")))
+            yield Static("Quitting the monitor does not stop it unless you say so.")
+            with Horizontal():
+                yield Button("Leave it running [l]", id="leave", variant="primary")
+                yield Button("Stop the job [s]", id="stop", variant="error")
+                yield Button("Cancel [esc]", id="cancel")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id)
+
+    def action_choose(self, choice: str) -> None:
+        self.dismiss(choice)

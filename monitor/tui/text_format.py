@@ -1,0 +1,82 @@
+"""Short human forms of numbers for narrow panels: sizes, rates, durations, rank sets, sparklines."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def size(value: float | None) -> str:
+    """Bytes as 1.2G / 340M / 12K."""
+    if value is None:
+        return "?"
+    for unit, scale in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f}{unit}"
+    return f"{value:.0f}B"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def clock(timestamp: float | None) -> str:
+    """A wall-clock time as HH:MM:SS (local time)."""
+    return "—" if timestamp is None else time.strftime("%H:%M:%S", time.localtime(timestamp))
+
+
+def ranks(values: Iterable[int]) -> str:
+    """[0, 1, 2, 3, 5] as "0-3,5"."""
+    numbers = sorted(set(values))
+    if not numbers:
+        return "—"
+    parts, start, prev = [], numbers[0], numbers[0]
+    for number in numbers[1:] + [None]:
+        if number is not None and number == prev + 1:
+            prev = number
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if number is not None:
+            start = prev = number
+    return ",".join(parts)
+
+
+def sparkline(values: Sequence[float], width: int, low: float | None = None, high: float | None = None) -> str:
+    """The last ``width`` values as block characters; non-finite values show as "!"."""
+    values = list(values)[-width:] if width > 0 else []
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return "!" * len(values)
+    low = min(finite) if low is None else low
+    high = max(finite) if high is None else high
+    span = high - low
+    out = []
+    for value in values:
+        if not math.isfinite(value):
+            out.append("!")
+        elif span <= 0:
+            out.append(SPARK_BLOCKS[0])
+        else:
+            level = int((min(max(value, low), high) - low) / span * (len(SPARK_BLOCKS) - 1) + 0.5)
+            out.append(SPARK_BLOCKS[level])
+    return "".join(out)
+
+
+def bar(fraction: float | None, width: int) -> tuple[str, str]:
+    """A filled and an empty part of a bar ``width`` cells wide."""
+    if fraction is None or width <= 0:
+        return "", "·" * max(width, 0)
+    filled = int(round(min(max(fraction, 0.0), 1.0) * width))
+    return "█" * filled, "░" * (width - filled)

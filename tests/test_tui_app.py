@@ -1,0 +1,250 @@
+"""The app driven through Pilot: following, filters, findings, markup safety, keys, quitting."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from monitor.diagnosis.model import LogLine
+from monitor.tui.app import MonitorApp
+from monitor.tui.feeds import LogBatch
+from monitor.tui.findings_panel import FindingsPanel
+from monitor.tui.log_view import LogView
+from monitor.tui.screens import HelpScreen, QuitScreen
+from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, crash_feed, crash_findings, crash_lines, host_sample
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+async def settle(pilot, app, lines: int) -> None:
+    """Wait until the app holds ``lines`` lines (the feed runs in a worker thread)."""
+    for _ in range(100):
+        await pilot.pause(0.02)
+        if len(app.store) >= lines:
+            await pilot.pause()
+            return
+    raise AssertionError(f"only {len(app.store)} of {lines} lines arrived")
+
+
+def shown_text(view: LogView) -> list[str]:
+    return [view.render_line(y).text for y in range(view.scrollable_content_region.height)]
+
+
+def make_app(feed=None, **kwargs) -> MonitorApp:
+    return MonitorApp(feed or crash_feed(), FixedMetricsFeed(host_sample()), clock=lambda: 0.0, **kwargs)
+
+
+async def test_lines_arrive_with_rank_badges_and_the_root_cause_is_shown():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        view = app.query_one(LogView)
+        assert app.finished_note == "job exited with code 1"
+        assert app.failed
+        # The end of the run jumps to the root cause: rank 2's ValueError, marked ★ in the gutter.
+        root_index = app.store.find("logs/rank2.log", 8)
+        assert view.cursor_index == root_index
+        assert view.marks[root_index] == "root"
+        text = view.render_line(view.row_of(root_index) - int(view.scroll_offset.y)).text
+        assert text.startswith("★r2 [rank2]: ValueError: bad batch at step 6 [bold]not markup[/]")
+        panel = app.query_one(FindingsPanel)
+        assert panel.selected().rule == "python_exception"
+        assert "ROOT CAUSE" in str(panel.query_one("#finding-text").render())
+        # Progress came from the lines: step, loss and the throughput.
+        assert app.progress.state.step == 5 and app.progress.state.loss == pytest.approx(2.0)
+
+
+async def test_markup_and_escape_codes_show_literally():
+    nasty = [
+        LogLine("x.log", 1, "[bold red]not bold[/] [link=http://x]y[/link] [/] [", 0),
+        LogLine("x.log", 2, "\x1b[2J\x1b[H\x1b]0;evil title\x07\x1b[31mred\x1b[0m plain \x9b1m", 1),
+        LogLine("x.log", 3, "tabs\tand \x00nul \x07bell", None),
+    ]
+    app = make_app(ScriptedLogFeed([LogBatch(lines=nasty)]))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot, app, 3)
+        rows = shown_text(app.query_one(LogView))
+        assert "[bold red]not bold[/] [link=http://x]y[/link] [/] [" in rows[0]
+        assert rows[1].rstrip().endswith("r1 red plain")
+        assert "\x1b" not in rows[1] and "evil title" not in rows[1]
+        assert "tabs" in rows[2] and "\x00" not in rows[2] and "\x07" not in rows[2]
+        # The whole screen draws (no exception) and shows the markup as text.
+        svg = app.export_screenshot().replace("&#160;", " ")
+        assert "[bold red]not bold[/]" in svg and "evil title" not in svg
+
+
+async def test_regex_filter_shows_only_matches_with_a_count_and_escape_clears():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        view = app.query_one(LogView)
+        await pilot.press("slash", *"connection closed")
+        assert view.row_count == 3
+        status = str(app.query_one("#log-status").render())
+        assert "showing 3" in status and "/connection closed/" in status
+        # smart case: a capital letter makes it case-sensitive
+        await pilot.press(*" XX")
+        assert view.row_count == 0
+        await pilot.press("escape")
+        assert view.row_count == len(crash_lines()) and not view.line_filter.active
+
+
+async def test_bad_regex_is_reported_and_keeps_the_view():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        view = app.query_one(LogView)
+        await pilot.press("slash", "(", "(")
+        assert "bad regex" in str(app.query_one("#log-status").render())
+        assert app.query_one("#filter-input").has_class("-invalid")
+        assert view.row_count == len(crash_lines())
+
+
+async def test_rank_and_level_filters():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        view = app.query_one(LogView)
+        await pilot.press("r")  # rank 0
+        assert view.line_filter.ranks == frozenset({0})
+        assert all(app.store.rank(view._rows[i]) == 0 for i in range(view.row_count))
+        await pilot.press("r", "r")  # rank 2
+        assert view.row_count == 5 + 3
+        await pilot.press("e")  # rank 2's errors
+        assert [app.store.text(i) for i in view._rows] == [
+            "[rank2]: Traceback (most recent call last):",
+            "[rank2]: ValueError: bad batch at step 6 [bold]not markup[/]",
+        ]
+        await pilot.press("e", "R", "R", "R")  # errors off; back to all ranks
+        assert view.line_filter.ranks is None and not view.line_filter.active
+        await pilot.press("w")
+        assert view.row_count == 6  # 5 errors and the SIGTERM warning
+
+
+async def test_selecting_a_finding_jumps_the_log_to_its_line():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        view = app.query_one(LogView)
+        table = app.query_one(FindingsPanel).table
+        table.focus()
+        await pilot.press("down", "enter")
+        assert app.query_one(FindingsPanel).selected().rule == "gloo_peer_closed"
+        assert view.cursor_index == app.store.find("logs/rank0.log", 6)
+        assert not view.follow
+        assert "collective" in str(app.query_one("#finding-text").render())
+
+
+async def test_next_previous_finding_and_root_cause_keys():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        view = app.query_one(LogView)
+        view.focus()
+        root = app.store.find("logs/rank2.log", 8)
+        gloo = app.store.find("logs/rank0.log", 6)
+        sigterm = app.store.find("logs/rank0.log", 7)
+        await pilot.press("n")
+        assert view.cursor_index == gloo
+        await pilot.press("n")
+        assert view.cursor_index == sigterm
+        await pilot.press("N", "N")
+        assert view.cursor_index == root
+        await pilot.press("n", "c")
+        assert view.cursor_index == root
+
+
+async def test_pause_counts_new_lines_and_end_resumes():
+    lines = crash_lines()
+    feed = ScriptedLogFeed([LogBatch(lines=lines[:10])])
+    app = make_app(feed)
+    async with app.run_test(size=(100, 20)) as pilot:
+        await settle(pilot, app, 10)
+        view = app.query_one(LogView)
+        assert view.follow
+        await pilot.press("space")
+        assert not view.follow
+        feed.batches.put(LogBatch(lines=lines[10:]))
+        await settle(pilot, app, len(lines))
+        assert view.unseen == len(lines) - 10
+        assert "+17 new" in str(app.query_one("#log-status").render())
+        await pilot.press("end")
+        assert view.follow and view.unseen == 0
+        assert view.scroll_offset.y == view.max_scroll_y > 0
+
+
+async def test_no_gpu_is_said_in_one_line_and_the_host_still_shows():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, 1)
+        await pilot.pause(0.1)
+        text = str(app.query_one("#metrics").render())
+        assert "GPU none: NVML library not found" in text
+        assert "host" in text and "ram 9.0G/24.0G" in text
+        assert "r2 pid 103" in text
+
+
+async def test_help_screen_and_theme():
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        before = app.theme
+        await pilot.press("t")
+        assert app.theme != before
+
+
+class FakeJob:
+    command = ["torchrun", "--nproc-per-node", "4", "train.py"]
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def exit_code(self):
+        return None
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+@pytest.mark.parametrize("answer,stopped", [("l", False), ("s", True)])
+async def test_quitting_asks_before_stopping_a_running_job(answer, stopped):
+    job = FakeJob()
+    app = make_app(ScriptedLogFeed(), job=job)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("q")
+        assert isinstance(app.screen, QuitScreen)
+        await pilot.press(answer)
+        await pilot.pause()
+    assert job.stopped is stopped
+    assert app.return_value == 0
+
+
+async def test_quit_cancel_keeps_running():
+    job = FakeJob()
+    app = make_app(ScriptedLogFeed(), job=job)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("q", "escape")
+        assert not isinstance(app.screen, QuitScreen) and app.is_running
+    assert not job.stopped
+
+
+async def test_metric_findings_join_the_list():
+    findings, _ = crash_findings()
+    app = MonitorApp(ScriptedLogFeed(), FixedMetricsFeed(host_sample(), [findings[2]]), clock=lambda: 0.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(50):
+            await pilot.pause(0.02)
+            if app.query_one(FindingsPanel).findings:
+                break
+        assert [f.rule for f in app.query_one(FindingsPanel).findings] == ["sigterm_sent"]
