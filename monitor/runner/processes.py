@@ -43,14 +43,16 @@ def _alive(process: psutil.Process) -> bool:
 
 
 def signal_job(group: int, pids: list[int], signum: int) -> None:
-    """Send ``signum`` to the job's process group and to each pid; vanished targets are fine."""
+    """Send ``signum`` once to every process: the job's process group, then each pid that has
+    left it. (Twice would hurt: a second SIGINT interrupts the job's own clean-up handler.)"""
     try:
         os.killpg(group, signum)
     except (ProcessLookupError, PermissionError):
         pass
     for pid in pids:
         try:
-            os.kill(pid, signum)
+            if os.getpgid(pid) != group:
+                os.kill(pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
 

@@ -1,0 +1,132 @@
+"""Signals and survival: the job outlives a killed monitor; a stopped monitor leaves nothing behind."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.runner_helpers import (
+    alive, job_state, monitor_cmd, only_log, python_job, read_json, wait_for,
+)
+
+# Prints numbered lines for a while; the test checks that none is missing.
+COUNTING_JOB = """
+import sys, time
+for i in range(60):
+    print(f"line {i}", flush=True)
+    time.sleep(0.03)
+print("done", flush=True)
+"""
+
+# A job with children and grandchildren: one grandchild left the process group (setsid), one
+# double-forked so it was re-parented away from its parent, and one child ignores SIGTERM.
+TREE_JOB = r"""
+import os, signal, subprocess, sys, time
+SLEEPER = "import time; time.sleep(600)"
+IGNORER = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+DOUBLE = ("import os, subprocess, sys; "
+          "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True); "
+          "print('pid', p.pid, flush=True); os._exit(0)")
+CHILD = f'''
+import subprocess, sys, time
+a = subprocess.Popen([sys.executable, "-c", {SLEEPER!r}], start_new_session=True)
+b = subprocess.Popen([sys.executable, "-c", {DOUBLE!r}])
+b.wait()
+print("pid", a.pid, flush=True)
+time.sleep(600)
+'''
+c1 = subprocess.Popen([sys.executable, "-c", CHILD])
+c2 = subprocess.Popen([sys.executable, "-c", IGNORER])
+print("pid", c1.pid, flush=True)
+print("pid", c2.pid, flush=True)
+print("pid", os.getpid(), flush=True)
+time.sleep(600)
+"""
+
+
+def logged_pids(log: Path) -> list[int]:
+    return [int(line.split()[1]) for line in log.read_text().splitlines() if line.startswith("pid ")]
+
+
+def test_job_survives_monitor_sigkill_and_log_is_complete(tmp_path: Path):
+    monitor = subprocess.Popen(monitor_cmd(tmp_path, *python_job(COUNTING_JOB)),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: list(tmp_path.glob("run-*.log")) and b"line 5\n" in only_log(tmp_path).read_bytes())
+    monitor.kill()
+    monitor.wait()
+    job_pid = job_state(tmp_path)["job_pid"]
+    state = wait_for(lambda: "exit_code" in job_state(tmp_path) and job_state(tmp_path), timeout=30)
+    assert state["exit_code"] == 0
+    expected = "".join(f"line {i}\n" for i in range(60)) + "done\n"
+    assert only_log(tmp_path).read_text() == expected
+    assert not alive(job_pid)
+
+
+def test_sigterm_to_monitor_stops_the_whole_tree_and_escalates(tmp_path: Path):
+    monitor = subprocess.Popen(monitor_cmd(tmp_path, *python_job(TREE_JOB), extra=("--grace", "1")),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for(lambda: list(tmp_path.glob("run-*.log")) and len(logged_pids(only_log(tmp_path))) == 5)
+    pids = logged_pids(only_log(tmp_path))
+    assert all(alive(pid) for pid in pids)
+    monitor.send_signal(signal.SIGTERM)
+    _, err = monitor.communicate(timeout=30)
+    assert monitor.returncode == 128 + signal.SIGTERM, err.decode()[-2000:]
+    wait_for(lambda: not any(alive(pid) for pid in pids), timeout=10)
+    state = job_state(tmp_path)
+    assert state["stop_signal"] == "SIGTERM"
+    assert state["killed"] is True  # the SIGTERM-ignoring child needed SIGKILL
+    diagnosis = read_json(only_log(tmp_path).with_suffix(".diagnosis.json"))
+    # Stopped on request: said so, but not a failure of the job.
+    assert diagnosis["root_cause"] is None
+    assert [f["rule"] for f in diagnosis["findings"]] == ["job-stopped"]
+
+
+def test_ctrl_c_reaches_the_job_as_sigint(tmp_path: Path):
+    job = ("import time\ntry:\n    print('ready', flush=True); time.sleep(60)\n"
+           "except KeyboardInterrupt:\n    print('got SIGINT', flush=True); raise SystemExit(5)\n")
+    monitor = subprocess.Popen(monitor_cmd(tmp_path, *python_job(job)),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: list(tmp_path.glob("run-*.log")) and b"ready" in only_log(tmp_path).read_bytes())
+    monitor.send_signal(signal.SIGINT)
+    out, _ = monitor.communicate(timeout=30)
+    assert monitor.returncode == 5
+    assert out == b"ready\ngot SIGINT\n"
+
+
+def test_a_terminal_that_is_not_read_never_stalls_the_job(tmp_path: Path):
+    # Nobody reads the monitor's stdout: the pipe fills after 64 KiB. The job must still finish
+    # at full speed and the log must still hold every byte.
+    job = "import sys\nfor i in range(200_000):\n    sys.stdout.write(f'{i:09d} padding padding\\n')\n"
+    read_end, write_end = __import__("os").pipe()
+    monitor = subprocess.Popen(monitor_cmd(tmp_path, *python_job(job)), stdout=write_end,
+                               stderr=subprocess.DEVNULL)
+    try:
+        state = wait_for(lambda: "exit_code" in job_state(tmp_path) and job_state(tmp_path), timeout=60)
+        assert state["exit_code"] == 0
+        monitor.wait(timeout=30)
+        assert monitor.returncode == 0
+        assert only_log(tmp_path).stat().st_size == 200_000 * 26
+        assert state["tee_dropped_bytes"] > 0
+    finally:
+        __import__("os").close(write_end)
+        __import__("os").close(read_end)
+        if monitor.poll() is None:
+            monitor.kill()
+
+
+def test_leftover_processes_are_cleared_after_the_launcher_exits(tmp_path: Path):
+    # The launcher exits but a child it started keeps the output open: after the linger period
+    # the recorder stops it, so nothing is left running and the recorder finishes.
+    job = ("import subprocess, sys\n"
+           "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+           "print('pid', p.pid, flush=True)\n")
+    from monitor.runner.job import Job, RecordOptions, new_log_path
+    log = new_log_path(tmp_path)
+    job_handle = Job.start([sys.executable, "-c", job], log,
+                           RecordOptions(use_pty=False, linger_s=0.5, grace_s=1))
+    assert job_handle.wait(timeout=30) == 0
+    pids = logged_pids(log)
+    assert pids and not any(alive(pid) for pid in pids)
+    assert job_handle.state()["leftovers"] == pids
