@@ -7,8 +7,72 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("rules", help="List or test the rule catalogue.", description="List or test the rule catalogue.")
-    parser.set_defaults(func=run)
+    actions = parser.add_subparsers(dest="rules_command", metavar="ACTION")
+    listing = actions.add_parser("list", help="Show every rule: id, category, severity, role, title.")
+    listing.add_argument("--json", action="store_true", help="print the rules as JSON")
+    testing = actions.add_parser("test", help="Run every rule's examples; exit 1 if any fails.")
+    testing.add_argument("dir", nargs="?", help="test only the rules of this directory (loaded over the shipped ones)")
+    for action in (listing, testing):
+        action.add_argument("--rules", action="append", default=[], metavar="DIR", help="add a directory of rule files (repeatable)")
+        action.add_argument("--no-user-rules", action="store_true", help="ignore ~/.config/monitor/rules")
+    parser.set_defaults(func=run, rules_parser=parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedError("monitor rules is not built yet")
+    from monitor.cli import UsageError
+    from monitor.diagnosis.catalogue import RuleError, load_catalogue
+
+    if not args.rules_command:
+        args.rules_parser.print_help()
+        return 2
+    extra = list(args.rules) + ([args.dir] if getattr(args, "dir", None) else [])
+    try:
+        catalogue = load_catalogue(extra, include_user=not args.no_user_rules)
+    except RuleError as exc:
+        raise UsageError(str(exc)) from None
+    if args.rules_command == "list":
+        return _list(catalogue, args.json)
+    return _test(catalogue, args.dir)
+
+
+def _list(catalogue, as_json: bool) -> int:
+    import json
+
+    if as_json:
+        rows = [
+            {"id": r.id, "category": r.category, "severity": r.severity, "role": r.role, "title": r.title,
+             "source": r.source, "line": r.line, "prefilter": list(r.prefilter)}
+            for r in catalogue.rules
+        ]
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table("id", "category", "severity", "role", "title", box=None, header_style="bold")
+    for rule in catalogue.rules:
+        table.add_row(*(Text(value) for value in (rule.id, rule.category, rule.severity, rule.role, rule.title)))
+    import sys
+
+    # Piped output (grep, CI logs) gets whole rows rather than rows wrapped at 80 columns.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 1000)
+    console.print(table)
+    console.print(f"{len(catalogue)} rules from {', '.join(catalogue.sources) or 'no rule directory'}", markup=False)
+    return 0
+
+
+def _test(catalogue, only_dir: str | None) -> int:
+    from pathlib import Path
+
+    from monitor.diagnosis.ruletest import check_rules
+
+    rules = catalogue.rules
+    if only_dir:
+        base = Path(only_dir).resolve()
+        rules = [r for r in rules if Path(r.source).resolve().parent == base]
+    examples, failures = check_rules(catalogue, rules)
+    for line in failures:
+        print(line)
+    print(f"{len(rules)} rules, {examples} examples, {len(failures)} failed")
+    return 1 if failures else 0

@@ -1,0 +1,353 @@
+"""Loading and validating rule files (docs/rules-format.md) into a ``Catalogue``.
+
+Sources, later ones replacing rules of the same id: the shipped catalogue (``rules/`` in a
+checkout, ``monitor/rules/`` in the wheel), the user's ``$XDG_CONFIG_HOME/monitor/rules``, then
+each ``--rules DIR`` in order. Any problem in a rule file raises ``RuleError`` with a one-line
+``file:line: rule <id>: message``: rules that silently never match are worse than no rules.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import regex
+
+from monitor.diagnosis.conditions import Condition, ConditionError
+from monitor.diagnosis.literals import required_literals
+from monitor.diagnosis.templates import field_names
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+SEVERITIES = ("error", "warning", "info")
+ROLES = ("root", "cascade", "confirm")
+RULE_KEYS = {
+    "id", "category", "severity", "role", "title", "patterns", "prefilter", "remedy", "advice",
+    "examples",
+}
+REQUIRED_KEYS = ("id", "category", "severity", "role", "title", "patterns")
+ADVICE_KEYS = {"text", "when", "unless_log"}
+EXAMPLE_KEYS = {"match", "no_match"}
+# Fields every template may use without a pattern capturing them.
+BUILTIN_FIELDS = {"rank", "file", "line", "count", "ranks"}
+_ID = regex.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_CATEGORY = regex.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class RuleError(Exception):
+    """A rule file that cannot be used; ``str()`` is one line: ``file:line: rule <id>: message``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    text: str
+    when: Condition | None = None
+    unless_log: regex.Pattern | None = None
+
+
+@dataclass(slots=True)
+class Rule:
+    id: str
+    category: str
+    severity: str
+    role: str
+    title: str
+    patterns: tuple[regex.Pattern, ...]
+    # Literal strings, at least one of which is in any line a pattern can match.
+    prefilter: tuple[str, ...]
+    # Whether the prefilter literals are compared ignoring case (the patterns use (?i)).
+    prefilter_ignore_case: bool
+    remedy: str = ""
+    advice: tuple[Advice, ...] = ()
+    examples_match: tuple[str, ...] = ()
+    examples_no_match: tuple[str, ...] = ()
+    source: str = ""
+    line: int = 0
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line}"
+
+
+@dataclass
+class Catalogue:
+    rules: list[Rule]
+    # Directories read, in order.
+    sources: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.by_id = {rule.id: rule for rule in self.rules}
+        self._prefilter = None
+
+    @property
+    def prefilter(self):
+        """The Aho-Corasick automaton over this catalogue's literals, built on first use."""
+        if self._prefilter is None:
+            from monitor.diagnosis.prefilter import Prefilter  # imports this module
+
+            self._prefilter = Prefilter(self)
+        return self._prefilter
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+
+def shipped_rules_dir() -> Path | None:
+    """``monitor/rules`` inside an installed wheel, else the checkout's top-level ``rules/``."""
+    package = Path(__file__).resolve().parent.parent
+    for candidate in (package / "rules", package.parent / "rules"):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def user_rules_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "monitor" / "rules"
+
+
+def load_catalogue(extra_dirs=(), include_user: bool = True, include_shipped: bool = True) -> Catalogue:
+    """All rules from the shipped catalogue, the user's directory and ``extra_dirs``."""
+    dirs: list[Path] = []
+    if include_shipped and (shipped := shipped_rules_dir()) is not None:
+        dirs.append(shipped)
+    if include_user and user_rules_dir().is_dir():
+        dirs.append(user_rules_dir())
+    for extra in extra_dirs:
+        path = Path(extra)
+        if not path.is_dir():
+            raise RuleError(f"{path}: not a directory of rule files")
+        dirs.append(path)
+    merged: dict[str, Rule] = {}
+    for directory in dirs:
+        for rule in load_dir(directory):
+            merged.pop(rule.id, None)  # a replacement takes the later place in the order
+            merged[rule.id] = rule
+    return Catalogue(list(merged.values()), [str(d) for d in dirs])
+
+
+def load_dir(directory: Path) -> list[Rule]:
+    """Rules of every ``*.toml`` in ``directory`` (sorted by name); ids must be unique in it."""
+    rules: list[Rule] = []
+    seen: dict[str, Rule] = {}
+    for path in sorted(Path(directory).glob("*.toml")):
+        for rule in load_file(path):
+            if rule.id in seen:
+                raise RuleError(
+                    f"{rule.where}: rule {rule.id}: duplicate id (first defined at {seen[rule.id].where})"
+                )
+            seen[rule.id] = rule
+            rules.append(rule)
+    return rules
+
+
+def load_file(path: Path) -> list[Rule]:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RuleError(f"{path}:1: cannot read rule file: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None) or _line_from_message(str(exc))
+        message = getattr(exc, "msg", None) or str(exc).split(" (at line")[0]
+        raise RuleError(f"{path}:{line}: invalid TOML: {message}") from None
+    locator = _Locator(path, text)
+    unknown = set(data) - {"rule"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise RuleError(f"{path}:{locator.key_line(key, 1, len(locator.lines))}: unknown top-level key {key!r} (expected [[rule]] tables)")
+    tables = data.get("rule", [])
+    if not isinstance(tables, list):
+        raise RuleError(f"{path}:1: 'rule' must be an array of tables: write [[rule]]")
+    return [_build_rule(table, index, locator) for index, table in enumerate(tables)]
+
+
+def _line_from_message(message: str) -> int:
+    match = regex.search(r"line (\d+)", message)
+    return int(match.group(1)) if match else 1
+
+
+class _Locator:
+    """Finds the line of the n-th ``[[rule]]`` table, and of keys and strings inside it."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+        self.starts = [i + 1 for i, line in enumerate(self.lines) if regex.match(r"\s*\[\[\s*rule\s*\]\]", line)]
+
+    def span(self, index: int) -> tuple[int, int]:
+        start = self.starts[index] if index < len(self.starts) else 1
+        end = self.starts[index + 1] - 1 if index + 1 < len(self.starts) else len(self.lines)
+        return start, end
+
+    def key_line(self, key: str, start: int, end: int) -> int:
+        pattern = regex.compile(rf"^\s*(?:\[+\s*(?:rule\.)?)?{regex.escape(key)}\s*(?:=|\]|\.)")
+        for number in range(start, end + 1):
+            if pattern.search(self.lines[number - 1]):
+                return number
+        return start
+
+    def text_line(self, needle: str, start: int, end: int, fallback: int) -> int:
+        first = needle.strip().splitlines()[0] if needle.strip() else ""
+        for number in range(start, end + 1):
+            if first and first in self.lines[number - 1]:
+                return number
+        return fallback
+
+
+def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
+    start, end = loc.span(index)
+    rule_id = table.get("id") if isinstance(table.get("id"), str) else f"#{index + 1}"
+
+    def fail(message: str, line: int | None = None) -> RuleError:
+        return RuleError(f"{loc.path}:{line or start}: rule {rule_id}: {message}")
+
+    if not isinstance(table, dict):
+        raise fail("each [[rule]] must be a table")
+    for key in sorted(set(table) - RULE_KEYS):
+        raise fail(f"unknown key {key!r} (allowed: {', '.join(sorted(RULE_KEYS))})", loc.key_line(key, start, end))
+    for key in REQUIRED_KEYS:
+        if key not in table:
+            raise fail(f"missing required key {key!r}")
+    for key in ("id", "category", "severity", "role", "title", "remedy"):
+        if key in table and not isinstance(table[key], str):
+            raise fail(f"{key!r} must be a string", loc.key_line(key, start, end))
+    if not _ID.match(table["id"]):
+        raise fail("id must be lower-case words joined by dashes", loc.key_line("id", start, end))
+    if not _CATEGORY.match(table["category"]):
+        raise fail("category must be lower_snake_case", loc.key_line("category", start, end))
+    if table["severity"] not in SEVERITIES:
+        raise fail(f"severity must be one of {', '.join(SEVERITIES)}", loc.key_line("severity", start, end))
+    if table["role"] not in ROLES:
+        raise fail(f"role must be one of {', '.join(ROLES)}", loc.key_line("role", start, end))
+
+    raw_patterns = table["patterns"]
+    if isinstance(raw_patterns, str):
+        raw_patterns = [raw_patterns]
+    if not isinstance(raw_patterns, list) or not raw_patterns or not all(isinstance(p, str) for p in raw_patterns):
+        raise fail("patterns must be a non-empty list of strings", loc.key_line("patterns", start, end))
+    patterns = []
+    for raw in raw_patterns:
+        try:
+            patterns.append(regex.compile(raw))
+        except regex.error as exc:
+            raise fail(f"bad pattern {raw!r}: {exc}", loc.text_line(raw, start, end, loc.key_line("patterns", start, end))) from None
+    ignore_case = any(p.flags & regex.IGNORECASE for p in patterns)
+
+    prefilter = table.get("prefilter")
+    if prefilter is not None:
+        if isinstance(prefilter, str):
+            prefilter = [prefilter]
+        if not isinstance(prefilter, list) or not prefilter or not all(isinstance(s, str) and s for s in prefilter):
+            raise fail("prefilter must be a non-empty list of non-empty strings", loc.key_line("prefilter", start, end))
+        if any("\n" in s for s in prefilter):
+            raise fail("prefilter strings are matched within one line: no newlines", loc.key_line("prefilter", start, end))
+        literals = tuple(dict.fromkeys(prefilter))
+    else:
+        derived: list[str] = []
+        for raw in raw_patterns:
+            found = required_literals(raw)
+            if not found:
+                raise fail(
+                    f"cannot derive a literal prefilter from pattern {raw!r}: add prefilter = [...] "
+                    "with text that every matching line contains",
+                    loc.text_line(raw, start, end, loc.key_line("patterns", start, end)),
+                )
+            derived.extend(found)
+        literals = tuple(dict.fromkeys(derived))
+
+    groups: set[str] = set()
+    for pattern in patterns:
+        groups |= set(pattern.groupindex)
+    known = groups | BUILTIN_FIELDS
+    for key in ("title", "remedy"):
+        unknown = field_names(table.get(key, "")) - known
+        if unknown:
+            raise fail(f"{key} names {{{sorted(unknown)[0]}}} but no pattern captures it", loc.key_line(key, start, end))
+
+    advice = tuple(_build_advice(item, n, known, fail, loc, start, end) for n, item in enumerate(_table_list(table.get("advice", []), "advice", fail)))
+    match, no_match = _build_examples(table.get("examples", {}), fail, loc, start, end)
+    return Rule(
+        id=table["id"], category=table["category"], severity=table["severity"], role=table["role"],
+        title=table["title"], patterns=tuple(patterns), prefilter=literals, prefilter_ignore_case=ignore_case,
+        remedy=table.get("remedy", "").strip(), advice=advice, examples_match=match,
+        examples_no_match=no_match, source=str(loc.path), line=start,
+    )
+
+
+def _table_list(value, key: str, fail) -> list:
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise fail(f"{key} must be written as [[rule.{key}]] tables")
+    return value
+
+
+def _build_advice(item: dict, n: int, known: set[str], fail, loc: _Locator, start: int, end: int) -> Advice:
+    line = _nth_line(loc, "[[rule.advice]]", n, start, end)
+    for key in sorted(set(item) - ADVICE_KEYS):
+        raise fail(f"advice: unknown key {key!r} (allowed: {', '.join(sorted(ADVICE_KEYS))})", loc.key_line(key, line, end))
+    text = item.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise fail("advice needs a text", line)
+    unknown = field_names(text) - known
+    if unknown:
+        raise fail(f"advice text names {{{sorted(unknown)[0]}}} but no pattern captures it", loc.key_line("text", line, end))
+    when = None
+    if "when" in item:
+        if not isinstance(item["when"], str):
+            raise fail("advice when must be a string", loc.key_line("when", line, end))
+        try:
+            when = Condition(item["when"])
+        except ConditionError as exc:
+            raise fail(str(exc), loc.key_line("when", line, end)) from None
+        unknown = when.names - known
+        if unknown:
+            raise fail(f"advice when uses {sorted(unknown)[0]!r} but no pattern captures it", loc.key_line("when", line, end))
+    unless = None
+    if "unless_log" in item:
+        raw = item["unless_log"]
+        if not isinstance(raw, str):
+            raise fail("advice unless_log must be a string", loc.key_line("unless_log", line, end))
+        try:
+            unless = regex.compile(raw)
+        except regex.error as exc:
+            raise fail(f"bad unless_log pattern {raw!r}: {exc}", loc.key_line("unless_log", line, end)) from None
+        if not required_literals(raw):
+            raise fail(f"unless_log pattern {raw!r} needs literal text (at least 3 characters)", loc.key_line("unless_log", line, end))
+    return Advice(text=text.strip(), when=when, unless_log=unless)
+
+
+def _nth_line(loc: _Locator, header: str, n: int, start: int, end: int) -> int:
+    seen = -1
+    compact = header.replace(" ", "")
+    for number in range(start, end + 1):
+        if loc.lines[number - 1].replace(" ", "").startswith(compact):
+            seen += 1
+            if seen == n:
+                return number
+    return start
+
+
+def _build_examples(value, fail, loc: _Locator, start: int, end: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    if not isinstance(value, dict):
+        raise fail("examples must be a [rule.examples] table")
+    line = loc.key_line("examples", start, end)
+    for key in sorted(set(value) - EXAMPLE_KEYS):
+        raise fail(f"examples: unknown key {key!r} (allowed: match, no_match)", loc.key_line(key, line, end))
+    out = []
+    for key in ("match", "no_match"):
+        items = value.get(key, [])
+        if isinstance(items, str):
+            items = [items]
+        if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+            raise fail(f"examples.{key} must be a list of strings", loc.key_line(key, line, end))
+        out.append(tuple(items))
+    return out[0], out[1]

@@ -1,0 +1,347 @@
+"""The incremental diagnosis engine: lines in, findings out, root cause on demand.
+
+``Engine.feed(line)`` is the reference path: every line of every file, in order, live or
+post-mortem. ``scan.py`` feeds only candidate lines of big files; it gives the same findings
+because a line is a no-op here unless (a) one of the prefilter's literals occurs in it, (b) its
+file has a record in progress, or (c) it is among the first ``EARLY_LINES`` of its file (where
+the engine learns which ranks exist, for finding the rank that hung).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import regex
+
+from monitor.diagnosis import pyexc, records
+from monitor.diagnosis.catalogue import Catalogue, Rule
+from monitor.diagnosis.model import Diagnosis, Finding, LogLine
+from monitor.diagnosis.ranks import parse_prefix, rank_in_text
+from monitor.diagnosis.records import Record
+from monitor.diagnosis.secrets import mask
+from monitor.diagnosis.templates import render
+from monitor.diagnosis.timestamps import parse_timestamp
+
+EARLY_LINES = 2000
+# A pattern that takes longer than this on one line is backtracking catastrophically.
+REGEX_TIMEOUT_S = 0.5
+MAX_EVIDENCE = 8
+TIMEOUT_CATEGORIES = ("nccl_timeout", "gloo_timeout")
+# Fields (named groups) that hold a rank's last completed collective, as rules name them.
+LAST_COMPLETED_FIELDS = ("last_completed", "completed", "done", "last_done")
+
+
+class Engine:
+    def __init__(self, catalogue: Catalogue, regex_timeout: float = REGEX_TIMEOUT_S) -> None:
+        self.catalogue = catalogue
+        self.prefilter = catalogue.prefilter
+        self.regex_timeout = regex_timeout
+        self.findings: list[Finding] = []
+        self.problems: list[str] = []
+        self.version = 0
+        self._by_key: dict[tuple, Finding] = {}
+        self._occurrences: dict[int, list[tuple[int | None, dict[str, str]]]] = {}
+        self._finding_rule: dict[int, Rule | None] = {}
+        self._pending: dict[tuple, Record] = {}
+        self._pending_per_file: dict[str, int] = {}
+        self._disabled: set[int] = set()
+        self._unless_seen: set[int] = set()
+        self._unless_disabled: set[int] = set()
+        self._confirmed: dict[str, str] = {}  # category -> confirming rule id
+        self.known_ranks: set[int] = set()
+
+    # ---- feeding -------------------------------------------------------------------------
+
+    def feed(self, line: LogLine) -> list[Finding]:
+        """The findings this line made new (most lines: none)."""
+        new: list[Finding] = []
+        file_pending = self._pending_per_file.get(line.file, 0)
+        if file_pending:
+            self._expire(line, new)
+            file_pending = self._pending_per_file.get(line.file, 0)
+        rule_hits, unless_hits, starter = self.prefilter.line_hits(line.text)
+        if unless_hits:
+            self._note_unless(line, unless_hits)
+        if not (rule_hits or starter or file_pending or line.line <= EARLY_LINES):
+            return new
+        prefix = parse_prefix(line.text)
+        rank = prefix.rank if prefix.rank is not None else line.rank
+        if rank is not None and line.line <= EARLY_LINES:
+            self.known_ranks.add(rank)
+        key = (line.file, rank if rank is not None else prefix.stream)
+        body = prefix.body
+        record = self._pending.get(key)
+        if record is not None:
+            if records.continues(record, body):
+                record.lines.append(line)
+                record.bodies.append(body)
+                record.rule_hits.append(rule_hits)
+                if record.state == "done" or (record.kind == "last_error" and len(record.lines) == 2):
+                    self._complete(key, new)
+                return new
+            self._complete(key, new)
+        kind = records.starter_kind(body) if starter else None
+        if kind is not None:
+            record = records.start(kind, line, body, rank)
+            record.rule_hits.append(rule_hits)
+            self._pending[key] = record
+            self._pending_per_file[line.file] = self._pending_per_file.get(line.file, 0) + 1
+        elif rule_hits:
+            self._classify(Record("line", [line], [body], rank, rule_hits=[rule_hits]), new)
+        return new
+
+    def flush(self, file: str | None = None) -> list[Finding]:
+        """Completes the records in progress (of ``file``, or all): end of file, or idle."""
+        new: list[Finding] = []
+        for key in [k for k in self._pending if file is None or k[0] == file]:
+            self._complete(key, new)
+        return new
+
+    def has_pending(self, file: str) -> bool:
+        return bool(self._pending_per_file.get(file))
+
+    def _expire(self, line: LogLine, new: list[Finding]) -> None:
+        for key, record in list(self._pending.items()):
+            if key[0] == line.file and line.line - record.last_line > records.SILENCE_LINES:
+                self._complete(key, new)
+
+    def _complete(self, key: tuple, new: list[Finding]) -> None:
+        record = self._pending.pop(key)
+        self._pending_per_file[key[0]] -= 1
+        self._classify(records.trim(record), new)
+
+    # ---- classifying ---------------------------------------------------------------------
+
+    def _classify(self, record: Record, new: list[Finding]) -> None:
+        candidates = sorted(set().union(*record.rule_hits) - self._disabled)
+        named = False
+        for index in candidates:
+            rule = self.catalogue.rules[index]
+            fields: dict[str, str] = {}
+            matched: list[int] = []
+            for pattern in rule.patterns:
+                hit = self._match_pattern(rule, index, pattern, record)
+                if hit is None:
+                    continue
+                position, match = hit
+                if position not in matched:
+                    matched.append(position)
+                for name, value in match.groupdict().items():
+                    if value is not None and name not in fields:
+                        fields[name] = value
+            if index in self._disabled or not matched:
+                continue
+            named = True
+            matched.sort()
+            rank = record.rank
+            if "rank" in fields and fields["rank"].isdigit():
+                rank = int(fields.pop("rank"))
+            elif rank is None:
+                rank = rank_in_text(record.bodies[matched[0]])
+            self._add(rule, (rule.id,), record, matched, rank, fields, new)
+        if not named and record.kind == "traceback":
+            self._classify_exception(record, new)
+
+    def _match_pattern(self, rule: Rule, index: int, pattern: regex.Pattern, record: Record):
+        for position, body in enumerate(record.bodies):
+            if index not in record.rule_hits[position]:
+                continue
+            try:
+                match = pattern.search(body, timeout=self.regex_timeout)
+            except TimeoutError:
+                self._disabled.add(index)
+                line = record.lines[position]
+                self.problems.append(
+                    f"{rule.where}: rule {rule.id}: pattern {pattern.pattern!r} took over "
+                    f"{self.regex_timeout:g}s on {line.file}:{line.line} (catastrophic backtracking); rule disabled"
+                )
+                return None
+            if match:
+                return position, match
+        return None
+
+    def _classify_exception(self, record: Record, new: list[Finding]) -> None:
+        exception = pyexc.parse_traceback(record.bodies)
+        if exception is None:
+            return
+        positions = [exception.index]
+        key = (pyexc.RULE_ID, exception.exc_type, exception.frame_file, exception.frame_line)
+        self._add(None, key, record, positions, record.rank, exception.fields(), new, exception)
+
+    def _add(self, rule: Rule | None, key: tuple, record: Record, positions: list[int], rank: int | None,
+             fields: dict[str, str], new: list[Finding], exception: pyexc.PythonException | None = None) -> None:
+        fields = {name: mask(value) for name, value in fields.items()}
+        finding = self._by_key.get(key)
+        if finding is not None:
+            finding.count += 1
+            if rank is not None and rank not in finding.ranks:
+                finding.ranks.append(rank)
+                finding.ranks.sort()
+            self._occurrences[id(finding)].append((rank, fields))
+            self.version += 1
+            return
+        first = record.lines[positions[0]]
+        evidence = [mask(record.lines[p].text) for p in positions[:MAX_EVIDENCE]]
+        if rule is not None:
+            category, severity, role, title = rule.category, rule.severity, rule.role, rule.title
+        else:
+            category = pyexc.CATEGORY
+            cascade = exception.is_cascade
+            role = "cascade" if cascade else "root"
+            severity = "warning" if exception.short_type in pyexc.WARNING_TYPES else "error"
+            title = "{exc_type} on rank {rank}" if not cascade else "{exc_type} on rank {rank} (a consequence)"
+            frame_line = next((i for i, b in enumerate(record.bodies)
+                               if exception.frame_file and f'"{exception.frame_file}", line {exception.frame_line}' in b), None)
+            if frame_line is not None and frame_line not in positions:
+                evidence.insert(0, mask(record.lines[frame_line].text))
+        finding = Finding(
+            rule=rule.id if rule else pyexc.RULE_ID, category=category, severity=severity, role=role,
+            title=title, rank=rank, ranks=[rank] if rank is not None else [], file=first.file,
+            line=first.line, count=1, evidence=evidence, fields=fields, remedy="",
+            seq=len(self.findings), first_seen=parse_timestamp(record.bodies[0]) or parse_timestamp(record.bodies[positions[0]]),
+        )
+        self._by_key[key] = finding
+        self._occurrences[id(finding)] = [(rank, fields)]
+        self._finding_rule[id(finding)] = rule
+        self._render(finding)
+        self.findings.append(finding)
+        self._apply_confirmation(finding)
+        self.version += 1
+        new.append(finding)
+
+    # ---- remedies, advice, confirmation ----------------------------------------------------
+
+    def _values(self, finding: Finding) -> dict[str, str]:
+        values = dict(finding.fields)
+        values.update(
+            rank=str(finding.rank) if finding.rank is not None else "?", file=finding.file,
+            line=str(finding.line), count=str(finding.count), ranks=",".join(map(str, finding.ranks)),
+        )
+        return values
+
+    def _render(self, finding: Finding) -> None:
+        rule = self._finding_rule.get(id(finding))
+        values = self._values(finding)
+        if rule is None:
+            template = pyexc.CASCADE_REMEDY if finding.role == "cascade" else pyexc.REMEDY
+            finding.title = render(finding.title, values) if "{" in finding.title else finding.title
+            finding.remedy = render(template, values)
+            return
+        finding.title = render(rule.title, values) or rule.title
+        lines = [render(rule.remedy, values)]
+        for advice in rule.advice:
+            if advice.when is not None and not advice.when.holds(finding.fields):
+                continue
+            if advice.unless_log is not None and self.prefilter.unless_index[advice.unless_log.pattern] in self._unless_seen:
+                continue
+            lines.append(render(advice.text, values))
+        finding.remedy = "\n".join(line for line in lines if line)
+
+    def _note_unless(self, line: LogLine, hits: set[int]) -> None:
+        changed = False
+        for index in hits - self._unless_seen - self._unless_disabled:
+            pattern = self.prefilter.unless_patterns[index]
+            try:
+                found = pattern.search(line.text, timeout=self.regex_timeout)
+            except TimeoutError:
+                self._unless_disabled.add(index)
+                self.problems.append(
+                    f"unless_log pattern {pattern.pattern!r} took over {self.regex_timeout:g}s on "
+                    f"{line.file}:{line.line} (catastrophic backtracking); pattern disabled"
+                )
+                continue
+            if found:
+                self._unless_seen.add(index)
+                changed = True
+        if changed:
+            for finding in self.findings:
+                rule = self._finding_rule.get(id(finding))
+                if rule is not None and any(a.unless_log is not None for a in rule.advice):
+                    self._render(finding)
+            self.version += 1
+
+    def _apply_confirmation(self, finding: Finding) -> None:
+        """A confirm finding promotes the cascades of its category to roots (e.g. a kernel
+        OOM-kill line turns a bare SIGKILL into a host-OOM root cause)."""
+        if finding.role == "confirm":
+            self._confirmed.setdefault(finding.category, finding.rule)
+            targets = [f for f in self.findings if f.category == finding.category and f.role == "cascade"]
+        elif finding.role == "cascade" and finding.category in self._confirmed:
+            targets = [finding]
+        else:
+            return
+        for target in targets:
+            target.role = "root"
+            target.fields["confirmed_by"] = self._confirmed[finding.category]
+
+    # ---- results -------------------------------------------------------------------------
+
+    def root_cause(self) -> Finding | None:
+        """Roots beat cascades; the earliest root wins. With only timeouts, the suspect is the
+        rank that never reached (or never finished) the collective the others waited in."""
+        roots = [f for f in self.findings if f.role == "root" and f.severity == "error"]
+        if roots:
+            best = roots[0]
+            for finding in roots[1:]:
+                if _earlier(finding, best):
+                    best = finding
+            return best
+        timeouts = [f for f in self.findings if f.category in TIMEOUT_CATEGORIES and f.severity == "error"]
+        if timeouts:
+            return self._hang_suspect(timeouts)
+        errors = [f for f in self.findings if f.severity == "error" and f.role != "confirm"]
+        return errors[0] if errors else None
+
+    def _hang_suspect(self, timeouts: list[Finding]) -> Finding:
+        first = timeouts[0]
+        reporting: set[int] = set()
+        completed: dict[int, float] = {}
+        for finding in timeouts:
+            for rank, fields in self._occurrences[id(finding)]:
+                if rank is None:
+                    continue
+                reporting.add(rank)
+                for name in LAST_COMPLETED_FIELDS:
+                    value = fields.get(name, "").lstrip("-")
+                    if value.isdigit():
+                        number = float(fields[name])
+                        completed[rank] = min(number, completed.get(rank, number))
+        suspect, reason = None, ""
+        if len(completed) >= 2:
+            low = min(completed.values())
+            laggards = [r for r, v in completed.items() if v == low]
+            if len(laggards) == 1 and any(v > low for v in completed.values()):
+                suspect = laggards[0]
+                reason = f"rank {suspect} completed the fewest collectives (last completed work {low:g})"
+        if suspect is None and reporting:
+            missing = sorted(self.known_ranks - reporting)
+            if missing:
+                suspect = missing[0]
+                others = ", ".join(map(str, missing))
+                reason = f"rank{'s' if len(missing) > 1 else ''} {others} never reported the timeout the others hit: it never reached the collective"
+        if suspect is None:
+            return first
+        fields = dict(first.fields, suspect_rank=str(suspect), suspect_reason=reason)
+        remedy = (
+            f"Hang: {reason}. Look at what rank {suspect} was doing last (its final lines, a slow "
+            f"checkpoint or eval, a data-loader stall, a code path the other ranks did not take).\n" + first.remedy
+        )
+        return replace(first, rank=suspect, fields=fields, remedy=remedy, ranks=list(first.ranks), evidence=list(first.evidence))
+
+    def diagnosis(self, files) -> Diagnosis:
+        """The diagnosis so far (call ``flush()`` first to include records still in progress)."""
+        return Diagnosis(
+            root_cause=self.root_cause(), findings=sorted(self.findings, key=lambda f: f.seq),
+            files=list(files), problems=list(self.problems),
+        )
+
+
+def _earlier(a: Finding, b: Finding) -> bool:
+    """Whether ``a`` happened before ``b``: by line within a file (a traceback completes after
+    the lines that follow it), by the logs' timestamps across files, else by arrival."""
+    if a.file == b.file:
+        return (a.line, a.seq) < (b.line, b.seq)
+    if a.first_seen is not None and b.first_seen is not None and a.first_seen != b.first_seen:
+        return a.first_seen < b.first_seen
+    return a.seq < b.seq
+

@@ -1,0 +1,93 @@
+"""The built-in classifier for uncaught Python exceptions that no rule names.
+
+From a traceback record it reads the final exception (the last of a chain), its message and
+the user's frame: the last frame that is not inside site-packages, torch or the standard
+library, which is where a fix usually goes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import regex
+
+RULE_ID = "python-exception"
+CATEGORY = "python_exception"
+
+_FRAME = regex.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
+_EXCEPTION = regex.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?$")
+_LIBRARY = regex.compile(
+    r"(?:^|[\\/])(?:site-packages|dist-packages|torch|lib[\\/]python\d(?:\.\d+)?)[\\/]|^<frozen |^<string>$"
+)
+# Exceptions that report another failure rather than being one: a peer died or timed out
+# (DistBackendError from the watchdog), torchrun's summary of a child's failure, the SIGTERM
+# torchrun sends the surviving ranks.
+CASCADE_TYPES = {
+    "DistBackendError", "ChildFailedError", "KeyboardInterrupt", "SignalException", "SystemExit",
+    "BrokenPipeError",
+}
+# Shown as warnings: stopping by signal is not in itself a failure of the program.
+WARNING_TYPES = {"KeyboardInterrupt", "SignalException", "SystemExit"}
+
+REMEDY = (
+    "Uncaught {exc_type} on rank {rank}: {message}\n"
+    "Raised from {frame_file}:{frame_line} in {frame_func}: start there.\n"
+    "Other ranks' errors after this one are usually its consequences (peers time out or get SIGTERM)."
+)
+CASCADE_REMEDY = (
+    "{exc_type} on rank {rank} reports another failure (a peer that died or timed out, or the "
+    "launcher stopping the job): look for the earliest root cause on any rank."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PythonException:
+    exc_type: str
+    message: str
+    frame_file: str
+    frame_line: str
+    frame_func: str
+    # Index (in the record) of the exception line, for evidence.
+    index: int
+
+    @property
+    def short_type(self) -> str:
+        return self.exc_type.rsplit(".", 1)[-1]
+
+    @property
+    def is_cascade(self) -> bool:
+        return self.short_type in CASCADE_TYPES
+
+    def fields(self) -> dict[str, str]:
+        return {
+            "exc_type": self.exc_type, "message": self.message, "frame_file": self.frame_file,
+            "frame_line": self.frame_line, "frame_func": self.frame_func,
+        }
+
+
+def parse_traceback(bodies: list[str]) -> PythonException | None:
+    """The final exception of a traceback record (its lines without rank prefixes)."""
+    frames: list[tuple[str, str, str]] = []
+    exception: tuple[str, str, int] | None = None
+    in_frames = False
+    for index, body in enumerate(bodies):
+        stripped = body.strip()
+        if stripped.startswith("Traceback (most recent call last)"):
+            in_frames, frames, exception = True, [], None
+            continue
+        if in_frames:
+            frame = _FRAME.match(body)
+            if frame:
+                frames.append((frame["file"], frame["line"], (frame["func"] or "").strip()))
+                continue
+            if body[:1] in (" ", "\t") or not stripped:
+                continue
+            match = _EXCEPTION.match(stripped)
+            in_frames = False
+            if match:
+                exception = (match["type"], (match["message"] or "").strip(), index)
+    if exception is None:
+        return None
+    user = next((f for f in reversed(frames) if not _LIBRARY.search(f[0])), ("", "", ""))
+    exc_type, message, index = exception
+    return PythonException(exc_type, message, user[0], user[1], user[2], index)

@@ -1,0 +1,88 @@
+"""Which rank (or process) a log line came from: line prefixes, NCCL's own tags, file names.
+
+Prefixes recognised at the start of a line (removed before rules are matched):
+
+- ``[rank3]:`` (PyTorch's excepthook and C++ logs after init_process_group),
+- ``[default3]:`` (torchrun ``--tee``/``--redirects`` with a role name: ``[<role><rank>]:``),
+- ``3: `` (``srun --label``),
+- ``[1,3]<stderr>:`` (Open MPI ``mpirun --tag-output``: job 1, rank 3),
+- ``(pid=123)`` / ``(RayTrainWorker pid=123, ip=...)`` (Ray: no rank, the pid keeps streams apart).
+
+Inside the text, NCCL/ProcessGroupNCCL tag their lines with ``[Rank 3]``, ``[PG 3 Rank 4]`` or
+``[PG ID 0 PG GUID 0(default_pg) Rank 3]``: ``rank_in_text`` reads those. NCCL's own
+``host:pid:tid [3] NCCL WARN`` carries the *CUDA device* in brackets, which is the local rank
+only under the usual one-GPU-per-process mapping and never the global rank on multi-node jobs:
+we do not read it as a rank, and use ``host:pid`` to keep such lines in their own stream.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import regex
+
+_PREFIX = regex.compile(
+    r"^(?:"
+    r"\[(?:rank|[A-Za-z_][\w-]*?)(?P<rank>\d+)\]:\s?"        # [rank3]: / [default3]: / [trainer3]:
+    r"|\[\d+,(?P<mpi>\d+)\]<(?:stdout|stderr)>:\s?"          # [1,3]<stderr>:
+    r"|\s{0,4}(?P<label>\d{1,5}): "                           # srun --label
+    r"|\((?:[\w.-]+ )?pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s?"   # Ray
+    r")"
+)
+_NCCL_TAG = regex.compile(r"\[(?:PG ID \d+ PG GUID \S+ |PG \d+ )?Rank (\d+)\]")
+_NCCL_HOST = regex.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL ")
+
+_PATH_RANK = regex.compile(r"(?i)(?:^|[^a-z0-9])rank[-_]?(\d+)(?:[^0-9]|$)")
+_TORCHRUN_STREAMS = {"stdout.log", "stderr.log", "error.json"}
+
+
+@dataclass(frozen=True, slots=True)
+class Prefix:
+    rank: int | None
+    # What keeps this line's stream apart from others when there is no rank (Ray pid, NCCL host:pid).
+    stream: str | None
+    body: str
+
+
+def parse_prefix(text: str) -> Prefix:
+    """The rank or stream tag at the start of ``text``, and the text without the prefix."""
+    match = _PREFIX.match(text)
+    if match is None:
+        host = _NCCL_HOST.match(text)
+        return Prefix(None, f"{host['host']}:{host['pid']}" if host else None, text)
+    body = text[match.end():]
+    # Prefixes can stack: srun --label around torchrun --tee around the excepthook's [rankN]:.
+    inner = _PREFIX.match(body)
+    rank_text = match["rank"] or match["mpi"] or match["label"]
+    if inner is not None and (inner["rank"] or inner["mpi"] or inner["label"]):
+        rank_text = inner["rank"] or inner["mpi"] or inner["label"]
+        body = body[inner.end():]
+    if match["pid"]:
+        return Prefix(None, f"pid={match['pid']}", body)
+    return Prefix(int(rank_text), None, body)
+
+
+def split_prefix(text: str) -> tuple[int | None, str]:
+    """``(rank or None, text without its rank/stream prefix)``."""
+    prefix = parse_prefix(text)
+    return prefix.rank, prefix.body
+
+
+def rank_in_text(text: str) -> int | None:
+    """The rank of an NCCL ``[Rank N]``/``[PG ... Rank N]`` tag inside a line, if any."""
+    match = _NCCL_TAG.search(text)
+    return int(match.group(1)) if match else None
+
+
+def rank_from_path(path: str) -> int | None:
+    """The rank a per-rank log file belongs to, from its name or torchrun's --log-dir layout.
+
+    ``.../attempt_0/3/stderr.log`` -> 3, ``rank3.log`` / ``rank_3.txt`` / ``job-rank-3.out`` -> 3.
+    """
+    name = os.path.basename(path)
+    parent = os.path.basename(os.path.dirname(path))
+    if name.removesuffix(".gz") in _TORCHRUN_STREAMS and parent.isdigit():
+        return int(parent)
+    match = _PATH_RANK.search(name)
+    return int(match.group(1)) if match else None

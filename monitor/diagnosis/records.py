@@ -1,0 +1,179 @@
+"""Grouping one stream's lines into records: a whole traceback, C++ exception block or summary.
+
+Ranks interleave their lines, so records are built per stream (file + rank, or file + pid).
+A record starts on a *starter* line and takes the following lines of its stream while they
+continue it; the first line that does not continue it completes it (that line is then looked
+at on its own). Lines that are not part of a multi-line record are records of one line.
+
+Continuation, by kind:
+
+- ``traceback``: Python's ``Traceback (most recent call last):``, indented frame and code
+  lines, the exception line, then the exception message's further lines (a CUDA error's
+  hints, NCCL's ``Last error:``, a C++ ``Exception raised from``/``frame #N`` block), blank
+  lines followed by ``During handling of the above exception...`` / ``The above exception was
+  the direct cause...`` and the next traceback of the chain.
+- ``cpp``: ``terminate called after throwing an instance of ...`` or ``Exception raised from
+  ... (most recent call first):`` followed by ``what():``, ``frame #N:`` and
+  ``<omitting python frames>`` lines.
+- ``summary``: torchelastic's ``ChildFailedError`` block, up to its closing ``====`` line after
+  the ``Root Cause`` section.
+- ``last_error``: NCCL's ``Last error:`` and the line after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import regex
+
+from monitor.diagnosis.model import LogLine
+
+# Literal text of every starter line, for the prefilter: a line without any cannot start a record.
+STARTER_LITERALS = (
+    "Traceback (most recent call last)",
+    "terminate called after throwing",
+    "Exception raised from",
+    "ChildFailedError",
+    "Last error:",
+)
+# A record is also complete when its stream has been silent this many lines of the file
+# (the last traceback of a rank that then died), or when it grows this long.
+SILENCE_LINES = 200
+MAX_RECORD_LINES = 400
+# Lines of an exception message after the exception line (CUDA error hints, NCCL details).
+MAX_MESSAGE_LINES = 40
+
+_TRACEBACK = "Traceback (most recent call last):"
+_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+_CPP_START = regex.compile(r"^(?:terminate called after throwing an instance of|Exception raised from .* \(most recent call first\):)")
+_CPP_CONT = regex.compile(r"^(?:\s*what\(\):|\s*frame #\d+:|\s*<omitting python frames>|Exception raised from )")
+_RULER = regex.compile(r"^\s*={10,}\s*$")
+# Lines that are a new log message, not part of an exception's text: glog (``W1121 10:00:00``),
+# timestamps, logging level prefixes, NCCL's ``host:pid:tid [dev] NCCL``.
+_NEW_LOG_LINE = regex.compile(
+    r"^\[?[IWEF]\d{4} \d\d:\d\d:\d\d"
+    r"|^\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d"
+    r"|^(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b[:\] ]"
+    r"|^[\w.-]+:\d+:\d+ \[\d+\] NCCL "
+)
+_EXCEPTION_LINE = regex.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning|Failure|Timeout)\b|^[A-Za-z_][\w.]*: ")
+
+
+@dataclass(slots=True)
+class Record:
+    kind: str  # traceback | cpp | summary | last_error | line
+    lines: list[LogLine]
+    bodies: list[str]  # each line's text without its rank prefix
+    rank: int | None
+    # traceback state: frames (inside the frame list), message (after the exception line),
+    # blank (after a blank line: only a chain marker continues), chain (after a chain marker).
+    state: str = "frames"
+    message_lines: int = 0
+    seen_root_cause: bool = False
+    # Per line: indexes of the rules whose prefilter literals occur in it.
+    rule_hits: list[set[int]] = field(default_factory=list)
+
+    @property
+    def last_line(self) -> int:
+        return self.lines[-1].line
+
+
+def starter_kind(body: str) -> str | None:
+    """The kind of multi-line record ``body`` starts, or None."""
+    stripped = body.lstrip()
+    if stripped.startswith(_TRACEBACK):
+        return "traceback"
+    if _CPP_START.match(stripped):
+        return "cpp"
+    if "ChildFailedError" in body and body.rstrip().endswith(("ChildFailedError:", "ChildFailedError")):
+        return "summary"
+    if stripped.rstrip() == "Last error:":
+        return "last_error"
+    return None
+
+
+def start(kind: str, line: LogLine, body: str, rank: int | None) -> Record:
+    record = Record(kind, [line], [body], rank)
+    if kind == "summary":
+        record.state = "summary"
+    return record
+
+
+def continues(record: Record, body: str) -> bool:
+    """Whether ``body`` (the next line of the record's stream) belongs to ``record``; if it
+    does, the caller appends it. Updates the record's parsing state."""
+    if len(record.lines) >= MAX_RECORD_LINES:
+        return False
+    kind = record.kind
+    if kind == "last_error":
+        return len(record.lines) == 1
+    if kind == "cpp":
+        return bool(_CPP_CONT.match(body))
+    if kind == "summary":
+        return _continues_summary(record, body)
+    return _continues_traceback(record, body)
+
+
+def _continues_summary(record: Record, body: str) -> bool:
+    if record.state == "done":
+        return False
+    if "Root Cause" in body:
+        record.seen_root_cause = True
+    elif record.seen_root_cause and _RULER.match(body):
+        record.state = "done"  # this closing ruler is the block's last line
+    return True
+
+
+def _continues_traceback(record: Record, body: str) -> bool:
+    state = record.state
+    stripped = body.strip()
+    if state == "frames":
+        if body[:1] in (" ", "\t") or stripped.startswith(_TRACEBACK):
+            return True
+        if not stripped or _NEW_LOG_LINE.match(body):
+            return False
+        record.state = "message"  # the exception line
+        record.message_lines = 0
+        if "ChildFailedError" in body:
+            record.state = "summary"
+        return True
+    if state == "summary":
+        return _continues_summary(record, body)
+    if state == "message":
+        if not stripped:
+            record.state = "blank"
+            return True
+        if (
+            starter_kind(body) in ("traceback", "summary")
+            or record.message_lines >= MAX_MESSAGE_LINES
+            or _NEW_LOG_LINE.match(body)
+        ):
+            return False
+        record.message_lines += 1
+        return True
+    if state == "blank":
+        if stripped.startswith(_CHAIN):
+            record.state = "chain"
+            return True
+        return False
+    if state == "chain":
+        if not stripped:
+            return True
+        if stripped.startswith(_TRACEBACK):
+            record.state = "frames"
+            return True
+        return False
+    return False
+
+
+def trim(record: Record) -> Record:
+    """Drops trailing blank lines (a blank line only continues a record if a chain follows)."""
+    while len(record.lines) > 1 and not record.bodies[-1].strip():
+        record.lines.pop()
+        record.bodies.pop()
+        record.rule_hits.pop()
+    return record
+
+
+def looks_like_exception_line(body: str) -> bool:
+    return bool(_EXCEPTION_LINE.match(body.strip()))

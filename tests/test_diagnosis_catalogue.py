@@ -1,0 +1,134 @@
+"""Loading rule files: schema, one-line file:line errors, overrides, `monitor rules list/test`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from diagnosis_helpers import RULES, catalogue_from, write_rules
+
+from monitor.cli import main
+from monitor.diagnosis.catalogue import RuleError, load_catalogue
+from monitor.diagnosis.conditions import Condition, ConditionError, parse_number
+from monitor.diagnosis.literals import required_literals
+
+MINIMAL = '''
+[[rule]]
+id = "disk-full"
+category = "disk_full"
+severity = "error"
+role = "root"
+title = "Disk full"
+patterns = ['No space left on device']
+remedy = "Free space."
+'''
+
+
+def test_loads_rules_with_derived_prefilters(tmp_path):
+    catalogue = catalogue_from(tmp_path)
+    oom = catalogue.by_id["cuda-oom"]
+    assert oom.category == "cuda_oom" and oom.role == "root"
+    assert "CUDA out of memory. Tried to allocate " in oom.prefilter
+    assert oom.advice[0].when is not None and oom.advice[0].unless_log is not None
+    assert oom.line == 2  # the [[rule]] header
+
+
+@pytest.mark.parametrize(
+    "mutation, line, message",
+    [
+        (("patterns = ['No space", "patern = ['No space"), 8, "unknown key 'patern'"),
+        (("'No space left on device'", "'No space (left'"), 8, "bad pattern"),
+        (('severity = "error"', 'severity = "fatal"'), 5, "severity must be one of"),
+        (('remedy = "Free space."', 'remedy = "Free {spaec}."'), 9, "names {spaec}"),
+        (('title = "Disk full"', 'title = "Disk full'), 7, "invalid TOML"),
+        (("patterns = ['No space left on device']", "patterns = ['\\d+']"), 8, "cannot derive a literal prefilter"),
+    ],
+)
+def test_rule_file_errors_name_file_line_and_rule(tmp_path, mutation, line, message):
+    path = write_rules(tmp_path / "pack", MINIMAL.replace(*mutation))
+    with pytest.raises(RuleError) as caught:
+        load_catalogue([path.parent], include_user=False, include_shipped=False)
+    text = str(caught.value)
+    assert text.startswith(f"{path}:{line}: ")
+    assert message in text
+    assert "\n" not in text
+    if "TOML" not in message:
+        assert "rule disk-full:" in text
+
+
+def test_advice_when_must_be_arithmetic(tmp_path):
+    bad = MINIMAL + '[[rule.advice]]\ntext = "x"\nwhen = "__import__(\'os\')"\n'
+    path = write_rules(tmp_path / "pack", bad)
+    with pytest.raises(RuleError, match=r":12: rule disk-full: when expression"):
+        load_catalogue([path.parent], include_user=False, include_shipped=False)
+
+
+def test_user_rule_overrides_shipped_one_by_id(tmp_path):
+    base = write_rules(tmp_path / "base", MINIMAL).parent
+    override = write_rules(tmp_path / "mine", MINIMAL.replace('title = "Disk full"', 'title = "My disk rule"')).parent
+    catalogue = load_catalogue([base, override], include_user=False, include_shipped=False)
+    assert [r.title for r in catalogue.rules] == ["My disk rule"]
+
+
+def test_xdg_config_rules_are_loaded(tmp_path, monkeypatch):
+    write_rules(tmp_path / "cfg" / "monitor" / "rules", MINIMAL)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    assert "disk-full" in load_catalogue(include_shipped=False).by_id
+    assert "disk-full" not in load_catalogue(include_shipped=False, include_user=False).by_id
+
+
+def test_duplicate_ids_in_one_directory_are_an_error(tmp_path):
+    write_rules(tmp_path / "pack", MINIMAL, "a.toml")
+    write_rules(tmp_path / "pack", MINIMAL, "b.toml")
+    with pytest.raises(RuleError, match="duplicate id"):
+        load_catalogue([tmp_path / "pack"], include_user=False, include_shipped=False)
+
+
+def test_required_literals():
+    assert required_literals(r"CUDA out of memory\. Tried (?P<x>\d+)") == {"CUDA out of memory. Tried "}
+    assert required_literals(r"(?:foo bar|baz qux) x") == {"foo bar", "baz qux"}
+    assert required_literals(r"colou?r scheme") == {"r scheme"}
+    assert required_literals(r"\x41BCDEF") == {"BCDEF"}
+    assert required_literals(r"a(?:hello|world)?b") is None
+    assert required_literals(r"\d+") is None
+
+
+def test_conditions_compare_sizes_as_bytes():
+    assert parse_number("2.00 GiB") == 2 * 1024**3
+    assert parse_number("600000") == 600000
+    assert parse_number("abc") is None
+    condition = Condition("unallocated >= 0.25 * tried and not tried > 1e12")
+    assert condition.holds({"unallocated": "3.00 GiB", "tried": "2.00 GiB"})
+    assert not condition.holds({"unallocated": "100 MiB", "tried": "2.00 GiB"})
+    assert not condition.holds({"tried": "2.00 GiB"})  # missing field: no advice
+    with pytest.raises(ConditionError):
+        Condition("tried.__class__")
+
+
+def test_cli_rules_list_and_json(tmp_path, capsys):
+    pack = write_rules(tmp_path / "pack", RULES).parent
+    assert main(["rules", "list", "--no-user-rules", "--rules", str(pack)]) == 0
+    out = capsys.readouterr().out
+    assert "cuda-oom" in out and "CUDA out of memory on rank {rank}" in out
+    assert main(["rules", "list", "--json", "--no-user-rules", "--rules", str(pack)]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {"id": "sigkill", "role": "cascade"}.items() <= next(r for r in rows if r["id"] == "sigkill").items()
+
+
+def test_cli_rules_test_passes_and_fails(tmp_path, capsys):
+    good = write_rules(tmp_path / "good", RULES).parent
+    assert main(["rules", "test", str(good), "--no-user-rules"]) == 0
+    assert "0 failed" in capsys.readouterr().out
+    broken = RULES.replace('no_match = ["If out-of-memory', 'no_match = ["CUDA out of memory. Tried to allocate 1 GiB", "If out-of-memory')
+    bad = write_rules(tmp_path / "bad", broken).parent
+    assert main(["rules", "test", str(bad), "--no-user-rules"]) == 1
+    out = capsys.readouterr().out
+    assert "rule cuda-oom: no_match example 1 matched" in out
+
+
+def test_cli_rule_error_exits_2_with_one_line(tmp_path, capsys):
+    pack = write_rules(tmp_path / "pack", MINIMAL.replace("patterns", "patern"))
+    assert main(["rules", "list", "--no-user-rules", "--rules", str(pack.parent)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"monitor: {pack}:8: rule disk-full: unknown key 'patern'")
+    assert len(err.splitlines()) == 1
