@@ -1,0 +1,441 @@
+"""Metric signals that become findings, in the same model as the log rules.
+
+``SignalDetector.update(sample, history)`` is called after ``history.add(sample)`` and
+returns the findings that this sample raised: a level must hold for a while before it fires
+(``sustain_s``), and once fired it stays quiet until the level has been clear for
+``clear_s``; when it fires again the same finding's ``count`` goes up and it is returned
+again. Hardware events (Xid, ECC, remapped rows, a lost GPU) fire on their first occurrence;
+repeats only raise ``count``. ``findings`` is the full list, ``version`` changes with it.
+
+Metric findings carry no log position: ``file`` is "" and ``line`` 0. Numbers in titles and
+remedies are the measured ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from monitor.diagnosis.model import Finding, Role, Severity
+from monitor.metrics.gpu import THROTTLE_REASONS
+from monitor.metrics.history import History, gpu_series
+from monitor.metrics.model import GpuEvent, GpuSample, JobSample, Sample
+
+GIB = 1024**3
+# sw_power_cap is what a busy GPU at its power limit normally shows; the others mean heat or
+# a power-delivery problem is holding it back.
+HARD_THROTTLE = tuple(r for r in THROTTLE_REASONS if r != "sw_power_cap")
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    gpu_memory_fraction: float = 0.95
+    gpu_memory_clear_fraction: float = 0.90
+    host_memory_fraction: float = 0.95
+    host_memory_clear_fraction: float = 0.90
+    shm_fraction: float = 0.90
+    shm_clear_fraction: float = 0.75
+    sustain_s: float = 5.0
+    clear_s: float = 30.0
+    idle_percent: float = 1.0  # GPU utilization at or below this is idle
+    idle_s: float = 120.0
+    throttle_s: float = 10.0
+
+
+# Xid number -> (severity, role, what it means, what to do). From NVIDIA's Xid catalogue;
+# numbers not listed are reported as errors with a pointer to it.
+_HW_REMEDY = (
+    "Take this node out of the job (SLURM: scontrol update nodename=<node> state=drain reason=xid) "
+    "and have it checked: nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT; dmesg | grep -i xid. "
+    "A GPU reset (nvidia-smi -r -i {index}, with no process on it) or a reboot is needed before reuse."
+)
+_APP_REMEDY = (
+    "Usually the job itself (an out-of-bounds access in a kernel): rerun with CUDA_LAUNCH_BLOCKING=1 "
+    "to see the failing operation, or under compute-sanitizer. If it repeats on this GPU only, suspect the hardware."
+)
+XID = {
+    13: ("error", "root", "graphics engine exception", _APP_REMEDY),
+    31: ("error", "root", "GPU memory page fault", _APP_REMEDY),
+    43: ("error", "root", "GPU stopped processing (the application hit a fault)", _APP_REMEDY),
+    45: ("info", "cascade", "preemptive cleanup: the driver ended a process (usually after it was killed)",
+         "A consequence of a process being stopped; look for why it was stopped."),
+    48: ("error", "root", "double-bit ECC error", _HW_REMEDY),
+    61: ("error", "root", "internal micro-controller breakpoint/warning", _HW_REMEDY),
+    62: ("error", "root", "internal micro-controller halt", _HW_REMEDY),
+    63: ("warning", "root", "ECC page retirement or row remapping recorded", _HW_REMEDY),
+    64: ("error", "root", "ECC page retirement or row remapping failed", _HW_REMEDY),
+    74: ("error", "root", "NVLink error", _HW_REMEDY),
+    79: ("error", "root", "GPU has fallen off the bus", _HW_REMEDY),
+    92: ("warning", "root", "high single-bit ECC error rate", _HW_REMEDY),
+    94: ("error", "root", "contained ECC error (the affected process was ended)", _HW_REMEDY),
+    95: ("error", "root", "uncontained ECC error", _HW_REMEDY),
+    119: ("error", "root", "GSP RPC timeout", _HW_REMEDY),
+    120: ("error", "root", "GSP error", _HW_REMEDY),
+    140: ("error", "root", "unrecovered ECC error", _HW_REMEDY),
+}
+
+
+class _Latch:
+    """A level that must hold ``sustain_s`` to fire and be clear ``clear_s`` to re-arm."""
+
+    def __init__(self, sustain_s: float, clear_s: float) -> None:
+        self.sustain_s, self.clear_s = sustain_s, clear_s
+        self.active = False
+        self._on_since: float | None = None
+        self._off_since: float | None = None
+
+    def update(self, now: float, on: bool, off: bool) -> bool:
+        """Feed one observation; True exactly when the signal fires."""
+        if self.active:
+            if not off:
+                self._off_since = None
+            elif self._off_since is None:
+                self._off_since = now
+            if self._off_since is not None and now - self._off_since >= self.clear_s:
+                self.active, self._off_since = False, None
+            return False
+        if not on:
+            self._on_since = None
+            return False
+        if self._on_since is None:
+            self._on_since = now
+        if now - self._on_since >= self.sustain_s:
+            self.active, self._on_since = True, None
+            return True
+        return False
+
+
+class SignalDetector:
+    def __init__(self, thresholds: Thresholds | None = None) -> None:
+        self.thresholds = thresholds or Thresholds()
+        self._latches: dict[tuple, _Latch] = {}
+        self._findings: dict[tuple, Finding] = {}
+        self._seq = 0
+        self.version = 0
+
+    @property
+    def findings(self) -> list[Finding]:
+        return sorted(self._findings.values(), key=lambda f: f.seq)
+
+    def update(self, sample: Sample, history: History) -> list[Finding]:
+        raised: list[Finding] = []
+        raised += self._gpu_memory(sample, history)
+        raised += self._host_memory(sample)
+        raised += self._shm(sample)
+        raised += self._idle(sample, history)
+        raised += self._throttle(sample, history)
+        raised += self._events(sample)
+        return raised
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _latch(self, key: tuple, sustain_s: float, clear_s: float | None = None) -> _Latch:
+        latch = self._latches.get(key)
+        if latch is None:
+            latch = self._latches[key] = _Latch(sustain_s, self.thresholds.clear_s if clear_s is None else clear_s)
+        return latch
+
+    def _raise(self, key: tuple, now: float, build: Callable[[], Finding], count: int = 1) -> Finding | None:
+        """The finding for ``key``, new or with its count raised; None for a repeat of an event."""
+        self.version += 1
+        finding = self._findings.get(key)
+        if finding is not None:
+            finding.count += count
+            return finding
+        finding = build()
+        finding.seq, finding.first_seen, finding.count = self._seq, now, count
+        self._seq += 1
+        self._findings[key] = finding
+        return finding
+
+    # -- levels ------------------------------------------------------------------------------
+
+    def _gpu_memory(self, sample: Sample, history: History) -> list[Finding]:
+        t, raised = self.thresholds, []
+        for gpu in _job_gpus(sample, require_cuda_index=True):
+            fraction = gpu.memory_used_fraction
+            if fraction is None:
+                continue
+            latch = self._latch(("gpu_memory", gpu.label), t.sustain_s)
+            if latch.update(sample.time, fraction >= t.gpu_memory_fraction, fraction < t.gpu_memory_clear_fraction):
+                raised.append(self._raise(
+                    ("gpu_memory", gpu.label), sample.time, lambda g=gpu: _gpu_memory_finding(g, sample, history)
+                ))
+        return raised
+
+    def _host_memory(self, sample: Sample) -> list[Finding]:
+        t, host = self.thresholds, sample.host
+        fraction = host.memory_used_fraction
+        latch = self._latch(("host_memory",), t.sustain_s)
+        if not latch.update(sample.time, fraction >= t.host_memory_fraction, fraction < t.host_memory_clear_fraction):
+            return []
+        used = host.memory_total_bytes - host.memory_available_bytes
+        evidence = [f"host memory: {_gib(used)} of {_gib(host.memory_total_bytes)} in use ({fraction:.0%})"]
+        if host.swap_total_bytes:
+            evidence.append(f"swap: {_gib(host.swap_used_bytes)} of {_gib(host.swap_total_bytes)} in use")
+        biggest = _largest_process(sample.job)
+        if biggest:
+            evidence.append(biggest)
+        remedy = (
+            f"{_gib(host.memory_available_bytes)} of {_gib(host.memory_total_bytes)} is left. When it runs out the "
+            "kernel's OOM killer ends a rank with SIGKILL (exit code -9 / 137) and the others then time out. "
+            "Use fewer DataLoader workers (num_workers) or a smaller prefetch_factor, load checkpoints with "
+            "torch.load(path, mmap=True), and avoid keeping a full copy of the dataset in every rank."
+        )
+
+        def build() -> Finding:
+            return _finding(
+                "metrics-host-memory-near-full", "host_oom", "warning", "root",
+                f"Host memory near full: {_of(used, host.memory_total_bytes)} ({fraction:.0%})",
+                sample.job, [], evidence, remedy,
+                {"used_bytes": str(used), "total_bytes": str(host.memory_total_bytes)},
+            )
+
+        return [self._raise(("host_memory",), sample.time, build)]
+
+    def _shm(self, sample: Sample) -> list[Finding]:
+        t, host = self.thresholds, sample.host
+        fraction = host.shm_used_fraction
+        if fraction is None:
+            return []
+        latch = self._latch(("shm",), t.sustain_s)
+        if not latch.update(sample.time, fraction >= t.shm_fraction, fraction < t.shm_clear_fraction):
+            return []
+        used, total = host.shm_used_bytes, host.shm_total_bytes
+        remedy = (
+            f"/dev/shm has {_gib(total - used)} free of {_gib(total)}. DataLoader workers hand batches over "
+            "through /dev/shm and NCCL uses it between GPUs of one node; when it fills they fail with "
+            "'No space left on device' or a bus error. In a container give it more room (docker run "
+            "--shm-size=16g, or --ipc=host); otherwise lower num_workers."
+        )
+
+        def build() -> Finding:
+            return _finding(
+                "metrics-shm-near-full", "shm_exhausted", "warning", "root",
+                f"/dev/shm near full: {_of(used, total)} ({fraction:.0%})",
+                sample.job, [], [f"/dev/shm: {_gib(used)} of {_gib(total)} used ({fraction:.0%})"], remedy,
+                {"used_bytes": str(used), "total_bytes": str(total)},
+            )
+
+        return [self._raise(("shm",), sample.time, build)]
+
+    def _idle(self, sample: Sample, history: History) -> list[Finding]:
+        t, job = self.thresholds, sample.job
+        if job is None:
+            return []
+        gpus = [g for g in _job_gpus(sample, require_cuda_index=False) if g.mig_index is None]
+        if not gpus or job.pid_mapping == "none":
+            return []
+        utils = [g.utilization_gpu_percent for g in gpus]
+        if any(u is None for u in utils):
+            return []
+        idle = job.alive and history.span_s() >= t.idle_s and all(
+            _was_busy_then_idle(history, g, t.idle_percent, t.idle_s) for g in gpus
+        )
+        latch = self._latch(("idle",), 0.0, 0.0)
+        if not latch.update(sample.time, idle, any(u > t.idle_percent for u in utils) or not job.alive):
+            return []
+        ranks = sorted({p.rank for p in job.processes if p.rank is not None})
+        pids = [p.pid for p in job.processes if p.rank is not None and p.gpu_indices] or job.root_pids
+        seconds = f"{t.idle_s:.0f} s"
+        evidence = [
+            f"{g.label}: utilization <= {t.idle_percent:.0f}% for {seconds}, {_gib(g.memory_used_bytes)} held"
+            for g in gpus
+        ]
+        remedy = (
+            f"The job's processes are alive but none of its GPUs has worked for {seconds}: the ranks are "
+            "probably blocked in a collective, waiting for a rank that died, diverged or is stuck in I/O. "
+            f"See where each rank waits: py-spy dump --pid <pid> (pids {', '.join(map(str, pids[:8]))}). "
+            "Blocked ranks are ended only by the process-group timeout, init_process_group(timeout=...), "
+            "10 minutes by default for NCCL in recent PyTorch."
+        )
+
+        def build() -> Finding:
+            return _finding(
+                "metrics-gpus-idle", "hang", "warning", "cascade",
+                f"All {len(gpus)} job GPUs idle for {seconds} while the job is alive",
+                job, ranks, evidence, remedy, {"idle_s": f"{t.idle_s:.0f}"},
+            )
+
+        return [self._raise(("idle",), sample.time, build)]
+
+    def _throttle(self, sample: Sample, history: History) -> list[Finding]:
+        t, raised = self.thresholds, []
+        for gpu in sample.gpus:
+            if gpu.clock_event_reasons is None or gpu.mig_index is not None:
+                continue
+            reasons = [r for r in gpu.clock_event_reasons if r in HARD_THROTTLE]
+            latch = self._latch(("throttle", gpu.index), t.throttle_s)
+            if latch.update(sample.time, bool(reasons), not reasons):
+                raised.append(self._raise(
+                    ("throttle", gpu.index), sample.time,
+                    lambda g=gpu, r=reasons: _throttle_finding(g, r, sample, history),
+                ))
+        return raised
+
+    # -- events ------------------------------------------------------------------------------
+
+    def _events(self, sample: Sample) -> list[Finding]:
+        raised = []
+        for event in sample.events:
+            if event.kind == "throttle":
+                continue  # judged as a level by _throttle
+            key = (event.kind, event.gpu_index, event.code)
+            first = key not in self._findings
+            finding = self._raise(key, sample.time, lambda e=event: _event_finding(e, sample), count=event.count)
+            if first:
+                raised.append(finding)
+        return raised
+
+
+# -- finding builders ------------------------------------------------------------------------
+
+
+def _finding(rule: str, category: str, severity: Severity, role: Role, title: str, job: JobSample | None,
+             ranks: list[int], evidence: list[str], remedy: str, fields: dict[str, str]) -> Finding:
+    return Finding(
+        rule=rule, category=category, severity=severity, role=role, title=title,
+        rank=ranks[0] if ranks else None, ranks=ranks, file="", line=0, count=1,
+        evidence=evidence, fields=fields, remedy=remedy,
+    )
+
+
+def _gpu_memory_finding(gpu: GpuSample, sample: Sample, history: History) -> Finding:
+    ranks = _ranks_on(gpu, sample.job)
+    fraction = gpu.memory_used_fraction or 0.0
+    used, total = gpu.memory_used_bytes or 0, gpu.memory_total_bytes or 0
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else gpu.label
+    evidence = [f"{gpu.label}: {_gib(used)} of {_gib(total)} in use ({fraction:.0%})"]
+    trend = history.window(gpu_series(gpu, "memory_used_bytes"), 60.0)
+    grew = trend[-1] - trend[0] if len(trend) >= 2 else 0.0
+    if grew > 0:
+        evidence.append(f"{gpu.label}: grew by {_gib(grew)} in the last {min(60.0, history.span_s()):.0f} s")
+    remedy = (
+        f"{_gib(total - used)} of {_gib(total)} is left on {gpu.label}. PyTorch's caching allocator keeps "
+        "freed blocks reserved, so a steady high level can be normal; a level that keeps rising ends in "
+        "'CUDA out of memory'. To leave headroom: a smaller per-GPU micro-batch with gradient accumulation, "
+        "activation checkpointing, or sharding (FSDP / DeepSpeed ZeRO); against fragmentation, "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
+    )
+    return _finding(
+        "metrics-gpu-memory-near-full", "cuda_oom", "warning", "root",
+        f"GPU memory near full on {who} ({gpu.label}: {_of(used, total)}, {fraction:.0%})",
+        sample.job, ranks, evidence, remedy,
+        {"gpu": str(gpu.index), "used_bytes": str(used), "total_bytes": str(total)},
+    )
+
+
+def _throttle_finding(gpu: GpuSample, reasons: list[str], sample: Sample, history: History) -> Finding:
+    ranks = _ranks_on(gpu, sample.job)
+    facts = []
+    if gpu.temperature_c is not None:
+        facts.append(f"{gpu.temperature_c:.0f} °C")
+    if gpu.sm_clock_mhz is not None:
+        facts.append(f"SM clock {gpu.sm_clock_mhz} MHz")
+    usual = history.stats(gpu_series(gpu, "sm_clock_mhz"), 300.0)
+    evidence = [f"{gpu.label}: clock-event reasons {', '.join(reasons)}" + (f" ({', '.join(facts)})" if facts else "")]
+    if usual is not None and gpu.sm_clock_mhz is not None:
+        evidence.append(f"{gpu.label}: SM clock {gpu.sm_clock_mhz} MHz now, {usual.max:.0f} MHz at best in the last 5 min")
+    if gpu.power_w is not None and gpu.power_limit_w is not None:
+        evidence.append(f"{gpu.label}: power {gpu.power_w:.0f} W of a {gpu.power_limit_w:.0f} W limit")
+    advice = []
+    if any("thermal" in r for r in reasons):
+        fan = f" (fan at {gpu.fan_percent:.0f}%)" if gpu.fan_percent is not None else ""
+        advice.append(f"It is too hot{fan}: check the node's cooling and airflow.")
+    if "hw_power_brake_slowdown" in reasons:
+        advice.append("The board's power-brake signal fired: a power supply or power-delivery problem on the node.")
+    if "hw_slowdown" in reasons and not advice:
+        advice.append("Hardware slowdown (heat or power brake): check cooling and the power supply.")
+    remedy = " ".join(advice) + (
+        " In a synchronous job every rank waits for the slowest GPU, so one throttled GPU slows them all. "
+        f"nvidia-smi -q -d PERFORMANCE -i {gpu.index} shows the active reasons."
+    )
+    return _finding(
+        "metrics-gpu-throttled", "gpu_throttle", "warning", "root",
+        f"{gpu.label} throttled ({', '.join(reasons)})" + (f" at {', '.join(facts)}" if facts else ""),
+        sample.job, ranks, evidence, remedy, {"gpu": str(gpu.index), "reasons": ",".join(reasons)},
+    )
+
+
+def _event_finding(event: GpuEvent, sample: Sample) -> Finding:
+    gpu = next((g for g in sample.gpus if g.index == event.gpu_index and g.mig_index is None), None)
+    label = gpu.label if gpu else f"GPU {event.gpu_index}" if event.gpu_index >= 0 else "a GPU"
+    ranks = _ranks_on(gpu, sample.job) if gpu else []
+    hw_remedy = _HW_REMEDY.format(index=event.gpu_index)
+    fields = {"gpu": str(event.gpu_index), "count": str(event.count)}
+    severity: Severity = "error"
+    role: Role = "root"
+    if event.kind == "xid":
+        severity, role, meaning, remedy = XID.get(
+            event.code, ("error", "root", "see NVIDIA's Xid catalogue", _HW_REMEDY)
+        )
+        title = f"Xid {event.code} on {label}: {meaning}"
+        remedy = remedy.format(index=event.gpu_index)
+        fields["xid"] = str(event.code)
+    elif event.kind == "lost":
+        title, remedy = f"{label} has fallen off the bus", hw_remedy
+    elif event.kind == "ecc_uncorrected":
+        title, remedy = f"{event.count} new uncorrected ECC error(s) on {label}", hw_remedy
+    elif event.kind == "ecc_corrected":
+        severity = "info"
+        title = f"{event.count} new corrected ECC error(s) on {label}"
+        remedy = "Corrected errors do not harm the job; many of them can precede uncorrected ones. " + hw_remedy
+    else:  # remapped_rows, retired_pages
+        severity = "warning"
+        title = f"{label}: {event.count} {event.detail}"
+        pending = gpu is not None and gpu.remapped_rows_pending
+        remedy = ("A remapping is pending: it takes effect after a GPU reset. " if pending else "") + hw_remedy
+    evidence = [f"{label}: {event.kind}" + (f" {event.code}" if event.code is not None else "")
+                + (f", {event.detail}" if event.detail else "") + (f" (x{event.count})" if event.count > 1 else "")]
+    return _finding(
+        f"metrics-gpu-{event.kind.replace('_', '-')}", "gpu_hardware", severity, role, title,
+        sample.job, ranks, evidence, remedy, fields,
+    )
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _job_gpus(sample: Sample, require_cuda_index: bool) -> list[GpuSample]:
+    """The GPUs the job uses: by its processes where NVML PIDs map, else those visible to it."""
+    gpus = [g for g in sample.gpus if g.status == "ok"]
+    job = sample.job
+    if job is not None and job.pid_mapping == "mapped":
+        used = set(job.gpu_indices)
+        return [g for g in gpus if g.index in used and (g.mig_index is None or g.processes)]
+    if job is not None and job.pid_mapping == "unmapped":
+        return [g for g in gpus if g.cuda_index is not None and g.processes]
+    return [g for g in gpus if g.cuda_index is not None] if require_cuda_index else []
+
+
+def _ranks_on(gpu: GpuSample | None, job: JobSample | None) -> list[int]:
+    if gpu is None or job is None:
+        return []
+    pids = {p.pid for p in gpu.processes}
+    return sorted({p.rank for p in job.processes if p.rank is not None and p.pid in pids})
+
+
+def _was_busy_then_idle(history: History, gpu: GpuSample, idle_percent: float, seconds: float) -> bool:
+    name = gpu_series(gpu, "utilization_gpu_percent")
+    recent = history.stats(name, seconds)
+    ever = history.stats(name)
+    return recent is not None and ever is not None and recent.max <= idle_percent < ever.max
+
+
+def _largest_process(job: JobSample | None) -> str:
+    if job is None:
+        return ""
+    sized = [p for p in job.processes if p.rss_bytes]
+    if not sized:
+        return ""
+    top = max(sized, key=lambda p: p.rss_bytes)
+    who = f"rank {top.rank} " if top.rank is not None else ""
+    return f"largest job process: {who}pid {top.pid} ({top.name}) with {_gib(top.rss_bytes)} resident"
+
+
+def _of(part: float, whole: float) -> str:
+    return f"{part / GIB:.1f} of {whole / GIB:.1f} GiB"
+
+
+def _gib(size: float | None) -> str:
+    return "?" if size is None else f"{size / GIB:.1f} GiB"
