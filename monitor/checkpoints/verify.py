@@ -1,0 +1,294 @@
+"""Verifying checkpoints without loading them: structure and checksums only, no torch needed.
+
+- torch zip format (``torch.save`` default): the central directory must be there (a truncated
+  file loses it first), every member is streamed through its CRC-32, ``data.pkl`` must parse,
+  and every tensor storage it references must be a member.
+- torch legacy format (``_use_new_zipfile_serialization=False``): magic number, the pickled
+  object, the storage key list, then each storage's 8-byte element count and its bytes must
+  fit in the file.
+- safetensors: 8-byte header length, JSON header, each tensor's ``data_offsets`` must match its
+  dtype and shape and lie inside the file, and the tensors must exactly tile the data area.
+
+Pickles are walked by an unpickler that never imports anything: every global becomes an inert
+placeholder, so a checkpoint cannot run code here.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import pickle
+import struct
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+CHUNK = 1 << 20
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+# A safetensors header larger than this is corruption, not metadata (safetensors caps it at 100 MB).
+MAX_SAFETENSORS_HEADER = 100_000_000
+SUFFIXES = {".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".tar", ".pkl"}
+
+SAFETENSORS_DTYPE_BYTES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2,
+    "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8,
+}
+# Element size of each legacy storage class (UntypedStorage counts bytes).
+STORAGE_BYTES = {
+    "FloatStorage": 4, "DoubleStorage": 8, "HalfStorage": 2, "BFloat16Storage": 2,
+    "LongStorage": 8, "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1, "ByteStorage": 1,
+    "BoolStorage": 1, "ComplexFloatStorage": 8, "ComplexDoubleStorage": 16,
+    "UntypedStorage": 1, "QInt8Storage": 1, "QUInt8Storage": 1, "QInt32Storage": 4,
+    "QUInt4x2Storage": 1, "QUInt2x4Storage": 1,
+}
+
+
+class CorruptCheckpoint(Exception):
+    """What is wrong with the file, in words."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    path: Path
+    status: str   # ok | bad | missing
+    kind: str     # torch-zip | torch-legacy | pickle | safetensors | unknown
+    detail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def line(self) -> str:
+        label = {"ok": "OK", "bad": "BAD", "missing": "MISSING"}[self.status]
+        return f"{label:<7} {self.path}: {self.detail}"
+
+    def to_json(self) -> dict:
+        return {"path": str(self.path), "status": self.status, "kind": self.kind, "detail": self.detail}
+
+
+def _size_text(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+# -- inert unpickling ----------------------------------------------------------------------------
+class _Inert:
+    """Stands in for any object a pickle builds; accepts whatever the pickle does to it."""
+
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(cls)
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def __setstate__(self, state) -> None:
+        pass
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+    def append(self, item) -> None:
+        pass
+
+    def extend(self, items) -> None:
+        pass
+
+
+class _InertUnpickler(pickle.Unpickler):
+    """Unpickles structure only: globals become ``_Inert`` subclasses, storages are recorded."""
+
+    def __init__(self, file) -> None:
+        super().__init__(file)
+        self.storages: list[tuple] = []
+        self._classes: dict[tuple[str, str], type] = {}
+
+    def find_class(self, module: str, name: str) -> type:
+        key = (module, name)
+        if key not in self._classes:
+            self._classes[key] = type(name, (_Inert,), {"__module__": module})
+        return self._classes[key]
+
+    def persistent_load(self, pid):
+        if isinstance(pid, tuple) and pid and pid[0] == "storage":
+            self.storages.append(pid)
+        return _Inert()
+
+
+def _unpickle(file) -> tuple[object, list[tuple]]:
+    unpickler = _InertUnpickler(file)
+    try:
+        obj = unpickler.load()
+    except EOFError:
+        raise CorruptCheckpoint("the pickle ends early (file truncated)") from None
+    except pickle.UnpicklingError as exc:
+        if "truncated" in str(exc):
+            raise CorruptCheckpoint("the pickle ends early (file truncated)") from None
+        raise CorruptCheckpoint(f"the pickle is corrupt ({exc})") from None
+    except ( ValueError, TypeError, AttributeError, IndexError,
+            KeyError, struct.error, UnicodeDecodeError, RecursionError) as exc:
+        raise CorruptCheckpoint(f"the pickle is corrupt ({type(exc).__name__}: {exc})") from None
+    return obj, unpickler.storages
+
+
+def _storage_class_name(storage_type) -> str:
+    return getattr(storage_type, "__name__", str(storage_type))
+
+
+# -- formats -------------------------------------------------------------------------------------
+def _check_zip(path: Path) -> str:
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile as exc:
+        raise CorruptCheckpoint(f"zip central directory not found: file truncated or still being "
+                                f"written ({exc})") from None
+    with archive:
+        members = archive.infolist()
+        names = {info.filename for info in members}
+        pickles = [name for name in names if name == "data.pkl" or name.endswith("/data.pkl")]
+        if not pickles:
+            raise CorruptCheckpoint("a zip file without data.pkl: not a torch checkpoint")
+        prefix = pickles[0][: -len("data.pkl")]
+        for info in members:
+            try:
+                with archive.open(info) as member:
+                    while member.read(CHUNK):
+                        pass
+            except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+                raise CorruptCheckpoint(f"member {info.filename} is corrupt ({exc})") from None
+        _, storages = _unpickle(io.BytesIO(archive.read(pickles[0])))
+        total = sum(info.file_size for info in members)
+    for storage in storages:
+        key = str(storage[2]) if len(storage) > 2 else "?"
+        if f"{prefix}data/{key}" not in names:
+            raise CorruptCheckpoint(f"data.pkl refers to storage {key} but data/{key} is missing")
+    return f"torch zip, {len(storages)} tensor storages, {len(members)} members CRC-checked, {_size_text(total)}"
+
+
+def _check_legacy(path: Path, size: int) -> str:
+    with path.open("rb") as file:
+        magic, _ = _unpickle(file)
+        if magic != LEGACY_MAGIC:
+            # A plain pickle (torch.save of the old days without the header, or pickle.dump).
+            if file.tell() != size:
+                raise CorruptCheckpoint(f"{size - file.tell()} bytes after the pickle: not a "
+                                        "plain pickle, not a torch legacy checkpoint")
+            return f"pickle, {_size_text(size)}"
+        _unpickle(file)  # protocol version
+        _unpickle(file)  # system info
+        _, storages = _unpickle(file)
+        keys, _ = _unpickle(file)
+        element_bytes = {str(s[2]): STORAGE_BYTES.get(_storage_class_name(s[1]), 1)
+                         for s in storages if len(s) > 2}
+        if not isinstance(keys, list):
+            raise CorruptCheckpoint("the storage key list is missing")
+        offset = file.tell()
+    for key in keys:
+        if offset + 8 > size:
+            raise CorruptCheckpoint(f"truncated at storage {key}: {size} bytes, its header needs {offset + 8}")
+        with path.open("rb") as file:
+            file.seek(offset)
+            (numel,) = struct.unpack("<q", file.read(8))
+        end = offset + 8 + numel * element_bytes.get(str(key), 1)
+        if numel < 0 or end > size:
+            raise CorruptCheckpoint(f"truncated: storage {key} needs bytes up to {end}, the file has {size}")
+        offset = end
+    return f"torch legacy, {len(keys)} tensor storages, {_size_text(size)}"
+
+
+def _check_safetensors(path: Path, size: int) -> str:
+    with path.open("rb") as file:
+        (header_len,) = struct.unpack("<Q", file.read(8))
+        if header_len > MAX_SAFETENSORS_HEADER or 8 + header_len > size:
+            raise CorruptCheckpoint(f"header length {header_len} does not fit in {size} bytes "
+                                    "(file truncated or not safetensors)")
+        raw = file.read(header_len)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CorruptCheckpoint(f"the JSON header is invalid ({exc})") from None
+    if not isinstance(header, dict):
+        raise CorruptCheckpoint("the JSON header is not an object")
+    data_len = size - 8 - header_len
+    spans = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape = entry["dtype"], entry["shape"]
+            begin, end = (int(x) for x in entry["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise CorruptCheckpoint(f"tensor {name}: malformed entry {entry!r}"[:300]) from None
+        if dtype in SAFETENSORS_DTYPE_BYTES:
+            want = math.prod(shape) * SAFETENSORS_DTYPE_BYTES[dtype]
+            if end - begin != want:
+                raise CorruptCheckpoint(f"tensor {name}: {dtype}{shape} needs {want} bytes, "
+                                        f"its offsets give {end - begin}")
+        if not 0 <= begin <= end:
+            raise CorruptCheckpoint(f"tensor {name}: bad offsets [{begin}, {end}]")
+        if end > data_len:
+            raise CorruptCheckpoint(f"truncated: tensor {name} ends at byte {end} of the data, "
+                                    f"which holds only {data_len} bytes")
+        spans.append((begin, end, name))
+    position = 0
+    for begin, end, name in sorted(spans):
+        if begin != position:
+            raise CorruptCheckpoint(f"tensor {name} starts at {begin}, expected {position} "
+                                    "(overlapping tensors or a hole in the data)")
+        position = end
+    if position != data_len:
+        raise CorruptCheckpoint(f"{data_len - position} bytes after the last tensor")
+    return f"safetensors, {len(spans)} tensors, {_size_text(size)}"
+
+
+def _kind(head: bytes, size: int) -> str:
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        return "torch-zip"
+    if head.startswith(b"\x80"):
+        return "torch-legacy"
+    if size >= 9 and len(head) >= 9 and head[8:9] == b"{":
+        return "safetensors"
+    return "unknown"
+
+
+def check_checkpoint(path: Path) -> CheckResult:
+    """Check one checkpoint file; never raises for a bad or unreadable file."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as file:
+            head = file.read(64)
+    except FileNotFoundError:
+        return CheckResult(path, "missing", "unknown", "no such file")
+    except OSError as exc:
+        return CheckResult(path, "bad", "unknown", f"cannot read: {exc.strerror}")
+    if size == 0:
+        return CheckResult(path, "bad", "unknown", "empty file (0 bytes): the save did not happen or was cut off")
+    if head.startswith(b"version https://git-lfs"):
+        return CheckResult(path, "bad", "unknown", "a git-lfs pointer, not the checkpoint: run `git lfs pull`")
+    kind = _kind(head, size)
+    try:
+        if kind == "torch-zip":
+            detail = _check_zip(path)
+        elif kind == "torch-legacy":
+            detail = _check_legacy(path, size)
+            kind = "pickle" if detail.startswith("pickle") else kind
+        elif kind == "safetensors":
+            detail = _check_safetensors(path, size)
+        elif size < 8 and head[:1] in (b"P", b"\x80"):
+            return CheckResult(path, "bad", kind, f"only {size} bytes: truncated")
+        else:
+            return CheckResult(path, "bad", kind, "not a torch or safetensors checkpoint (unknown format)")
+    except CorruptCheckpoint as exc:
+        return CheckResult(path, "bad", kind, str(exc))
+    except OSError as exc:
+        return CheckResult(path, "bad", kind, f"read error: {exc}")
+    return CheckResult(path, "ok", kind, detail)
+
+
+def checkpoint_files(directory: Path) -> list[Path]:
+    """Checkpoint-looking files under ``directory`` (by suffix), sorted."""
+    return sorted(p for p in directory.rglob("*") if p.suffix in SUFFIXES and p.is_file())
