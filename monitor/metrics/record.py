@@ -1,0 +1,107 @@
+"""Recording samples to a JSONL file beside the logs, and replaying a recording.
+
+The file is one JSON object per line: a header ``{"monitor_metrics": 1}`` and then one
+``Sample.to_json()`` per sample. Each line is flushed as it is written, so a post-mortem
+has the metrics up to the moment the monitor stopped; a last line cut short by a crash is
+skipped on reading, any other bad line is an error naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from monitor.metrics.model import Sample
+
+FORMAT_VERSION = 1
+RECORDING_NAME = "monitor-metrics.jsonl"
+
+
+class RecordingError(Exception):
+    """A recording that cannot be read: one line naming the file (and line)."""
+
+
+def recording_path(log_dir: str | os.PathLike) -> Path:
+    """Where the metrics of a job whose logs are in ``log_dir`` are recorded."""
+    return Path(log_dir) / RECORDING_NAME
+
+
+class Recorder:
+    """Appends samples to ``path``; a write failure (disk full) stops recording, never the caller."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        # Why recording stopped, in one line; "" while it works.
+        self.error = ""
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (kept open across writes)
+        if self._file.tell() == 0:
+            self._write_line(json.dumps({"monitor_metrics": FORMAT_VERSION}))
+
+    def write(self, sample: Sample) -> bool:
+        """Append one sample; False once recording has failed (see ``error``)."""
+        if self._file is None:
+            return False
+        return self._write_line(json.dumps(sample.to_json(), separators=(",", ":")))
+
+    def _write_line(self, line: str) -> bool:
+        try:
+            self._file.write(line + "\n")
+            self._file.flush()
+        except (OSError, ValueError) as exc:
+            self.error = f"{self.path}: recording stopped: {getattr(exc, 'strerror', None) or exc}"
+            self.close()
+            return False
+        return True
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None
+
+
+def read_recording(path: str | os.PathLike) -> Iterator[Sample]:
+    """The samples of a recording, in order. Raises ``RecordingError`` for an unreadable file."""
+    path = Path(path)
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 (a generator closes it below)
+    except OSError as exc:
+        raise RecordingError(f"{path}: {exc.strerror or exc}") from None
+    with handle:
+        pending: tuple[int, bytes] | None = None
+        for number, raw in enumerate(handle, start=1):
+            if pending is not None:
+                yield from _parse(path, *pending)
+            pending = (number, raw)
+        if pending is None:
+            return
+        number, raw = pending
+        if not raw.endswith(b"\n"):
+            try:
+                json.loads(raw)
+            except ValueError:
+                return  # the writer was stopped mid-line
+        yield from _parse(path, number, raw)
+
+
+def _parse(path: Path, number: int, raw: bytes) -> Iterator[Sample]:
+    """The sample on one line (none for the header line)."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RecordingError(f"{path}:{number}: not UTF-8 (is this a metrics recording?)") from None
+    except ValueError as exc:
+        raise RecordingError(f"{path}:{number}: not JSON ({exc.msg})") from None
+    if isinstance(data, dict) and "monitor_metrics" in data:
+        if data["monitor_metrics"] != FORMAT_VERSION:
+            raise RecordingError(f"{path}:{number}: recording format {data['monitor_metrics']!r} is not supported")
+        return
+    try:
+        sample = Sample.from_json(data)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise RecordingError(f"{path}:{number}: not a metrics sample ({exc})") from None
+    yield sample

@@ -1,0 +1,91 @@
+"""Recording samples beside the logs and replaying them exactly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from metrics_fake_nvml import GIB, FakeNvml, FakeProcess, make_gpus
+
+from monitor.metrics.record import Recorder, RecordingError, read_recording, recording_path
+from monitor.metrics.sampler import Sampler
+
+
+def real_samples(count=3):
+    gpus = make_gpus(2)
+    gpus[0].processes = [FakeProcess(4_000_000, 3 * GIB)]
+    gpus[1].unsupported = {"nvmlDeviceGetFanSpeed"}
+    fake = FakeNvml(gpus)
+    sampler = Sampler(job_pids=[1], nvml=fake, cuda_visible_devices="1,0", watch_dirs=["/"])
+    samples = []
+    for n in range(count):
+        if n == 1:
+            fake.emit_xid(0, 79)
+        samples.append(sampler.sample())
+    return samples
+
+
+def test_round_trip_of_real_samples(tmp_path):
+    path = recording_path(tmp_path)
+    samples = real_samples()
+    recorder = Recorder(path)
+    for sample in samples:
+        assert recorder.write(sample)
+    recorder.close()
+    assert list(read_recording(path)) == samples
+    replayed = list(read_recording(path))
+    assert replayed[1].events[0].code == 79 and replayed[0].gpus[1].fan_percent is None
+    assert replayed[0].gpus[0].cuda_index == 1
+
+
+def test_reopening_appends_without_a_second_header(tmp_path):
+    path = tmp_path / "m.jsonl"
+    first, second = real_samples(2)
+    for sample in (first, second):
+        recorder = Recorder(path)
+        recorder.write(sample)
+        recorder.close()
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0]) == {"monitor_metrics": 1} and len(lines) == 3
+    assert list(read_recording(path)) == [first, second]
+
+
+def test_a_last_line_cut_by_a_crash_is_skipped(tmp_path):
+    path = tmp_path / "m.jsonl"
+    (sample,) = real_samples(1)
+    recorder = Recorder(path)
+    recorder.write(sample)
+    recorder.close()
+    with open(path, "a") as handle:
+        handle.write('{"time": 17, "host": {"cpu_')
+    assert list(read_recording(path)) == [sample]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"monitor_metrics": 1}\nnot json\n{"time": 1}\n', ":2: not JSON"),
+        (b'{"monitor_metrics": 1}\n\xff\xfe\x00garbage\n', ":2: not UTF-8"),
+        (b'{"monitor_metrics": 1}\n{"time": 1}\n', ":2: not a metrics sample"),
+        (b'{"monitor_metrics": 9}\n', ":1: recording format 9 is not supported"),
+    ],
+)
+def test_bad_recordings_name_file_and_line(tmp_path, content, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(RecordingError) as error:
+        list(read_recording(path))
+    assert str(error.value).startswith(str(path)) and message in str(error.value)
+
+
+def test_missing_recording(tmp_path):
+    with pytest.raises(RecordingError, match="No such file"):
+        list(read_recording(tmp_path / "absent.jsonl"))
+
+
+def test_write_failure_stops_recording_not_the_caller(tmp_path):
+    (sample,) = real_samples(1)
+    recorder = Recorder("/dev/full")
+    assert recorder.write(sample) is False
+    assert "No space left on device" in recorder.error and str("/dev/full") in recorder.error
+    assert recorder.write(sample) is False
