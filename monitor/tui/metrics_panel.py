@@ -17,7 +17,8 @@ class MetricsPanel(Widget):
     """Draws the latest Sample; keeps a short history per GPU for the sparklines."""
 
     DEFAULT_CSS = """
-    MetricsPanel { height: auto; max-height: 14; padding: 0 1; }
+    /* One screen row per line: a long reason or host row is cut, not wrapped into the log's space. */
+    MetricsPanel { height: auto; max-height: 14; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, *, simulated_gpus: bool = False, **kwargs) -> None:
@@ -120,13 +121,15 @@ class MetricsPanel(Widget):
         if not ranked:
             state = "running" if job.alive else "ended"
             return [Text(f"job    {len(job.processes)} processes, {state}", style="dim")]
-        per_row = max(1, width // 36)
+        wide = width >= 110
+        per_row = max(1, width // (36 if wide else 15))
         rows, row = [], Text("ranks  ", style="bold")
         for count, proc in enumerate(sorted(ranked, key=lambda p: p.rank), start=1):
             cpu = f"{proc.cpu_percent:.0f}%" if proc.cpu_percent is not None else "?"
             gpu = f" g{fmt.size(proc.gpu_memory_bytes)}" if proc.gpu_memory_bytes else ""
             row.append(f"r{proc.rank}", style="bold")
-            row.append(f" pid {proc.pid} {cpu} {fmt.size(proc.rss_bytes)}{gpu}  ")
+            pid = f" pid {proc.pid}" if wide else ""
+            row.append(f"{pid} {cpu} {fmt.size(proc.rss_bytes)}{gpu}  ")
             if count % per_row == 0:
                 rows.append(row)
                 row = Text("       ")

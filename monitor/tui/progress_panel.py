@@ -13,7 +13,7 @@ from monitor.tui import text_format as fmt
 
 class ProgressPanel(Widget):
     DEFAULT_CSS = """
-    ProgressPanel { height: auto; padding: 0 1; }
+    ProgressPanel { height: auto; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, **kwargs) -> None:
