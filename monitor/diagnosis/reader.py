@@ -1,0 +1,100 @@
+"""Reading finished log files (plain or .gz) as ``LogLine`` streams, and finding them in folders.
+
+Files are streamed in chunks through ``logs.decode.LineAssembler`` (bounded memory whatever
+the line lengths) and ``clean``. A rank comes from the line's prefix, else the file's name.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from monitor.diagnosis.model import LogLine
+from monitor.diagnosis.ranks import rank_from_path, split_prefix
+from monitor.logs.decode import LineAssembler, clean
+
+CHUNK_BYTES = 1 << 20
+LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
+LOG_NAMES = {"stdout", "stderr", "log", "output"}
+_SNIFF_BYTES = 8192
+_BINARY_MAGIC = (b"\x7fELF", b"PK\x03\x04", b"\x89PNG", b"%PDF", b"\x80\x02", b"\x93NUMPY")
+
+
+class UnreadableLog(Exception):
+    """A file that is not a readable text log; ``str()`` is one line naming it."""
+
+
+def is_log_like(path: Path) -> bool:
+    name = path.name.lower()
+    if name.startswith("."):
+        return False
+    if name.endswith(".gz"):
+        name = name[:-3]
+    return Path(name).suffix in LOG_SUFFIXES or name in LOG_NAMES
+
+
+def find_logs(path: str | os.PathLike) -> list[Path]:
+    """The log-like files under a directory (recursive, sorted), or the file itself."""
+    root = Path(path)
+    if not root.is_dir():
+        return [root]
+    found = []
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        found.extend(Path(directory) / f for f in sorted(files) if is_log_like(Path(f)))
+    return found
+
+
+def open_log(path: str | os.PathLike):
+    """A binary file object for ``path`` (decompressing .gz); raises UnreadableLog."""
+    path = Path(path)
+    try:
+        handle = gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+        head = handle.peek(_SNIFF_BYTES)[:_SNIFF_BYTES] if hasattr(handle, "peek") else b""
+    except (OSError, EOFError) as exc:
+        raise UnreadableLog(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if _looks_binary(head):
+        handle.close()
+        raise UnreadableLog(f"{path}: binary file, skipped")
+    return handle
+
+
+def _looks_binary(head: bytes) -> bool:
+    if not head:
+        return False
+    if head.startswith(_BINARY_MAGIC):
+        return True
+    # Text logs may hold a few NULs (preallocated files) and colour codes, not a run of them.
+    controls = sum(1 for b in head if b < 9 or 13 < b < 32 and b != 27)
+    return head.count(b"\x00") > len(head) // 4 or controls > len(head) // 3
+
+
+def make_line(file: str, number: int, raw: bytes, file_rank: int | None) -> LogLine:
+    text = clean(raw)
+    rank, _ = split_prefix(text)
+    return LogLine(file, number, text, rank if rank is not None else file_rank)
+
+
+def read_log(path: str | os.PathLike) -> Iterator[LogLine]:
+    """Every line of a log file (or .gz) in order, streamed; raises UnreadableLog."""
+    name = str(path)
+    file_rank = rank_from_path(name)
+    assembler = LineAssembler()
+    number = 0
+    with open_log(path) as handle:
+        while True:
+            try:
+                chunk = handle.read(CHUNK_BYTES)
+            except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                raise UnreadableLog(f"{name}: read error after line {number}: {exc}") from None
+            if not chunk:
+                break
+            for raw in assembler.feed(chunk):
+                number += 1
+                yield make_line(name, number, raw, file_rank)
+        last = assembler.flush()
+        if last is not None:
+            number += 1
+            yield make_line(name, number, last, file_rank)

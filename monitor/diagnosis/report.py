@@ -1,0 +1,100 @@
+"""The text report of ``monitor diagnose``: root cause first, then the other findings grouped by
+category, a short timeline and any problems with the input.
+
+Every piece of log text goes into ``rich.text.Text`` objects, never through markup, so a log
+line holding ``[bold]`` or ``[/]`` prints as written.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+
+from rich.console import Console, Group, RenderableType
+from rich.text import Text
+
+from monitor.diagnosis.model import Diagnosis, Finding
+
+TIMELINE_ENTRIES = 12
+EVIDENCE_LINES = 6
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _ranks(finding: Finding) -> str:
+    if not finding.ranks:
+        return "rank ?" if finding.rank is None else f"rank {finding.rank}"
+    if len(finding.ranks) == 1:
+        return f"rank {finding.ranks[0]}"
+    return "ranks " + ",".join(map(str, finding.ranks))
+
+
+def _root_cause(finding: Finding) -> list[RenderableType]:
+    rank = "rank ?" if finding.rank is None else f"rank {finding.rank}"
+    header = Text.assemble(("Root cause: ", "bold red"), (finding.title, "bold"))
+    where = Text(f"  {finding.category} · {rank} · {finding.file}:{finding.line} · rule {finding.rule}", style="dim")
+    parts: list[RenderableType] = [header, where]
+    if finding.count > 1:
+        parts.append(Text(f"  seen {finding.count} times on {_ranks(finding)}", style="dim"))
+    parts.append(Text("  Evidence:", style="bold"))
+    parts.extend(Text(f"    {line}", style="italic") for line in finding.evidence[:EVIDENCE_LINES])
+    if finding.remedy:
+        parts.append(Text("  What to do:", style="bold"))
+        parts.extend(Text(f"    {line}") for line in finding.remedy.splitlines())
+    return parts
+
+
+def _others(findings: list[Finding], root: Finding | None) -> list[RenderableType]:
+    others = [f for f in findings if root is None or (f.rule, f.file, f.line) != (root.rule, root.file, root.line)]
+    if not others:
+        return []
+    groups: dict[str, list[Finding]] = defaultdict(list)
+    for finding in others:
+        groups[finding.category].append(finding)
+    parts: list[RenderableType] = [Text(""), Text("Other findings", style="bold")]
+    for category, members in groups.items():
+        parts.append(Text(f"  {category}", style="bold"))
+        for finding in members:
+            parts.append(Text.assemble(
+                ("    • ", ""), (finding.severity, _SEVERITY_STYLE.get(finding.severity, "")),
+                (f" [{finding.role}] ", "dim"), (finding.title, ""),
+                (f" — {_ranks(finding)}, ×{finding.count}, {finding.file}:{finding.line} ({finding.rule})", "dim"),
+            ))
+    return parts
+
+
+def _timeline(findings: list[Finding]) -> list[RenderableType]:
+    if len(findings) < 2:
+        return []
+    ordered = sorted(findings, key=lambda f: f.seq)[:TIMELINE_ENTRIES]
+    parts: list[RenderableType] = [Text(""), Text("Timeline (first seen)", style="bold")]
+    for finding in ordered:
+        rank = "?" if finding.rank is None else str(finding.rank)
+        parts.append(Text(f"  {finding.file}:{finding.line}  rank {rank}  {finding.rule}  {finding.title}"))
+    if len(findings) > TIMELINE_ENTRIES:
+        parts.append(Text(f"  … {len(findings) - TIMELINE_ENTRIES} more", style="dim"))
+    return parts
+
+
+def build(diagnosis: Diagnosis) -> Group:
+    parts: list[RenderableType] = []
+    if diagnosis.root_cause is not None:
+        parts.extend(_root_cause(diagnosis.root_cause))
+    elif diagnosis.failed:
+        parts.append(Text("Errors found, but none is a root cause on its own:", style="bold red"))
+    else:
+        parts.append(Text(f"No failure found in {len(diagnosis.files)} file(s).", style="bold green"))
+    parts.extend(_others(diagnosis.findings, diagnosis.root_cause))
+    parts.extend(_timeline(diagnosis.findings))
+    if diagnosis.problems:
+        parts.append(Text(""))
+        parts.append(Text("Problems reading the input", style="bold yellow"))
+        parts.extend(Text(f"  {problem}") for problem in diagnosis.problems)
+    return Group(*parts)
+
+
+def render_text(diagnosis: Diagnosis, width: int | None = None) -> str:
+    """The report as plain text (no colour codes), wrapped at ``width`` (default 100)."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width or 100, color_system=None, highlight=False, emoji=False)
+    console.print(build(diagnosis))
+    return buffer.getvalue()

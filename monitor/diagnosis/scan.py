@@ -1,0 +1,97 @@
+"""The fast path for finished files: search big byte chunks for the prefilter's literals and
+feed the engine only the lines that can matter.
+
+Equivalence with feeding every line (``reader.read_log`` + ``Engine.feed``) rests on three facts:
+
+- a line the engine would act on contains a prefilter literal in its clean text, and clean
+  text is a substring of the raw bytes, except where cleaning removed escape or control bytes,
+  which the chunk search also reports;
+- while a file has a record in progress, and for its first ``EARLY_LINES`` lines, every line
+  is fed, in order;
+- lines are split and cut exactly as ``LineAssembler`` does, and numbered the same.
+
+Skipped lines would have been no-ops, so the findings are the same, in the same order.
+"""
+
+from __future__ import annotations
+
+import os
+
+from monitor.diagnosis.engine import EARLY_LINES, Engine
+from monitor.diagnosis.ranks import rank_from_path
+from monitor.diagnosis.reader import UnreadableLog, make_line, open_log
+from monitor.logs.decode import MAX_LINE_BYTES, TRUNCATION_MARK
+
+CHUNK_BYTES = 4 << 20
+_MARK = TRUNCATION_MARK.encode()
+
+
+def _cut(raw: bytes) -> bytes:
+    return raw[:MAX_LINE_BYTES] + _MARK if len(raw) > MAX_LINE_BYTES else raw
+
+
+def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_BYTES) -> int:
+    """Feeds ``engine`` the lines of one file that can matter; returns the number of lines.
+    The caller flushes the file's records. Raises UnreadableLog (after feeding what it read)."""
+    name = str(path)
+    file_rank = rank_from_path(name)
+    prefilter = engine.prefilter
+    number = 0
+    carry = b""
+    # The head of a line longer than MAX_LINE_BYTES whose end is not read yet.
+    overflow = False
+
+    def feed(raw: bytes) -> None:
+        engine.feed(make_line(name, number, raw, file_rank))
+
+    with open_log(path) as handle:
+        while True:
+            try:
+                data = handle.read(chunk_bytes)
+            except (OSError, EOFError) as exc:
+                raise UnreadableLog(f"{name}: read error after line {number}: {exc}") from None
+            if not data:
+                break
+            if overflow:
+                end = data.find(b"\n")
+                if end < 0:
+                    continue  # still inside the overlong line: drop its middle
+                number += 1
+                feed(carry + _MARK)
+                carry, overflow, data = b"", False, data[end + 1:]
+            block = carry + data
+            cut = block.rfind(b"\n")
+            if cut < 0:
+                carry = block
+                if len(carry) > MAX_LINE_BYTES:
+                    carry, overflow = carry[:MAX_LINE_BYTES], True
+                continue
+            carry = block[cut + 1:]
+            if len(carry) > MAX_LINE_BYTES:
+                carry, overflow = carry[:MAX_LINE_BYTES], True
+            block = block[: cut + 1]
+            hits = prefilter.chunk_hits(block)
+            pos, hit, size = 0, 0, len(block)
+            while pos < size:
+                if number < EARLY_LINES or engine.has_pending(name):
+                    start = pos
+                else:
+                    while hit < len(hits) and hits[hit] < pos:
+                        hit += 1
+                    if hit == len(hits):
+                        number += block.count(b"\n", pos)
+                        break
+                    newline = block.rfind(b"\n", pos, hits[hit])
+                    start = pos if newline < 0 else newline + 1
+                    number += block.count(b"\n", pos, start)
+                end = block.index(b"\n", start)
+                number += 1
+                feed(_cut(block[start:end]))
+                pos = end + 1
+        if overflow:
+            number += 1
+            feed(carry + _MARK)
+        elif carry:
+            number += 1
+            feed(carry)
+    return number
