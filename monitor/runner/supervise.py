@@ -161,7 +161,8 @@ def _start_checkpoint_watch(dirs: list[Path], job: Job):
         return None
     from monitor.checkpoints.watch import CheckpointWatcher
 
-    watcher = CheckpointWatcher(dirs, on_finding=lambda f: say(_finding_line(f)), since=job.started)
+    watcher = CheckpointWatcher(dirs, on_finding=lambda f: say(_finding_line(f)), since=job.started,
+                                job_pids=job.pids)
     watcher.start()
     return watcher
 
