@@ -6,9 +6,94 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("metrics", help="Print GPU and host metrics samples.", description="Print GPU and host metrics samples.")
+    parser = sub.add_parser(
+        "metrics",
+        help="Print GPU and host metrics samples.",
+        description=(
+            "Print GPU (NVML) and host (psutil) metrics, and the process tree of a job given by --pid. "
+            "Without a GPU it prints the host metrics and why there are no GPU metrics. "
+            "Metric findings (GPU memory near full, idle GPUs, throttling, Xid...) are printed as they arise."
+        ),
+    )
+    parser.add_argument("--once", action="store_true", help="print one sample and exit")
+    parser.add_argument(
+        "--json", action="store_true",
+        help="one JSON object per sample (numbers only; units are in the field names, e.g. memory_used_bytes)",
+    )
+    parser.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between samples (default 1)")
+    parser.add_argument("--count", type=int, default=None, metavar="N", help="stop after N samples")
+    parser.add_argument("--pid", type=int, action="append", default=[], metavar="PID",
+                        help="root PID of the job to follow (repeatable)")
+    parser.add_argument("--dir", action="append", default=[], metavar="DIR",
+                        help="directory whose free space to report, e.g. logs or checkpoints (repeatable)")
+    parser.add_argument("--record", metavar="FILE", help="also append every sample to this JSONL file")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedError("monitor metrics is not built yet")
+    import json
+    import os
+    import sys
+    import time
+
+    import psutil
+
+    from monitor.cli import UsageError
+    from monitor.metrics.history import History
+    from monitor.metrics.record import Recorder
+    from monitor.metrics.render import render_finding, render_sample
+    from monitor.metrics.sampler import Sampler
+    from monitor.metrics.signals import SignalDetector
+
+    if args.interval < 0.1:
+        raise UsageError(f"--interval {args.interval}: must be at least 0.1 seconds")
+    if args.count is not None and args.count < 1:
+        raise UsageError(f"--count {args.count}: must be at least 1")
+    for pid in args.pid:
+        if not psutil.pid_exists(pid):
+            raise UsageError(f"--pid {pid}: no such process")
+    count = 1 if args.once else args.count
+    recorder = None
+    if args.record:
+        try:
+            recorder = Recorder(args.record)
+        except OSError as exc:
+            raise UsageError(f"{args.record}: {exc.strerror or exc}") from None
+
+    sampler = Sampler(job_pids=args.pid or None, watch_dirs=args.dir)
+    history, detector = History(), SignalDetector()
+    taken = 0
+    try:
+        # The first sample sets the baselines of CPU percentages and I/O rates.
+        sampler.sample()
+        time.sleep(min(args.interval, 0.5) if args.once else args.interval)
+        while True:
+            started = time.monotonic()
+            sample = sampler.sample()
+            history.add(sample)
+            findings = detector.update(sample, history)
+            if recorder is not None and not recorder.write(sample) and recorder.error:
+                print(f"monitor: {recorder.error}", file=sys.stderr)
+                recorder = None
+            if args.json:
+                data = sample.to_json()
+                data["findings"] = [f.to_json() for f in findings]
+                print(json.dumps(data, indent=2 if args.once else None), flush=True)
+            else:
+                print(render_sample(sample), flush=True)
+                for finding in findings:
+                    print(render_finding(finding), flush=True)
+            taken += 1
+            if count is not None and taken >= count:
+                return 0
+            # The next poll starts when this one has finished: polls never overlap.
+            time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        return 0
+    except BrokenPipeError:  # `monitor metrics | head`: stop quietly, also at interpreter exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    finally:
+        sampler.close()
+        if recorder is not None:
+            recorder.close()
