@@ -83,6 +83,8 @@ def diagnose_run(paths: list[Path], catalogue, extra: list[Finding]) -> Diagnosi
             diagnosis.problems.append(f"diagnosis failed ({type(exc).__name__}: {exc})")
     for finding in extra:
         finding.seq = len(diagnosis.findings)
+        if diagnosis.root_cause is not None and finding.rule == "job-exit":
+            finding.role = "confirm"  # the exit only confirms the failure the engine explained
         diagnosis.findings.append(finding)
     if diagnosis.root_cause is None:
         diagnosis.root_cause = next(
