@@ -106,3 +106,53 @@ def run_lines(engine: Engine, text: str, file: str = "job.log") -> Engine:
         engine.feed(LogLine(file, number, line))
     engine.flush()
     return engine
+
+
+def tricky_log(seed: int = 7, lines: int = 3000) -> bytes:
+    """A log that exercises every corner of line reading: interleaved ranks, NCCL INFO noise,
+    tqdm carriage returns, colour codes inside a matched phrase, CRLF, invalid UTF-8, lines
+    far over the length cap (with matches before and after the cut), a rank that goes silent
+    in the middle of its traceback, and no newline at the end."""
+    import random
+
+    rng = random.Random(seed)
+    out: list[bytes] = []
+    # Ranks 11, 13 and 15 print only tracebacks (a process writes its traceback in one go).
+    tracebacks = [OOM_TRACEBACK.replace("rank3", f"rank{r}") for r in (13, 15)] + [VALUE_ERROR_TRACEBACK.replace("rank1", "rank11")]
+    for n in range(lines):
+        r = rng.randrange(8)
+        kind = rng.random()
+        if kind < 0.4:
+            out.append(f"node1:{1000 + r}:{1000 + r} [{r}] NCCL INFO Channel {n % 32:02d}/32 : {r}[{r}] -> {(r + 1) % 8}".encode())
+        elif kind < 0.55:
+            out.append(f"[rank{r}]: step {n} loss {rng.random():.4f}\r[rank{r}]: step {n} loss {rng.random():.4f}".encode())
+        elif kind < 0.6:
+            out.append(b"[rank%d]: \x1b[31mCUDA out of \x1b[0mmemory. Tried to allocate 1.00 GiB. \xff\xfe bad utf8\r" % r)
+        elif kind < 0.62:
+            out.append(WATCHDOG_LINE.format(r=r).encode() + b"\r")
+        elif kind < 0.63:
+            out.append(b"x" * 70000 + b" CUDA out of memory. Tried to allocate 9.00 GiB")
+        elif kind < 0.64:
+            out.append(b"CUDA out of memory. Tried to allocate 8.00 GiB " + b"y" * 70000)
+        elif kind < 0.645:
+            # A whole traceback, with other ranks' lines slipping in between its lines.
+            for line in tracebacks[rng.randrange(len(tracebacks))].splitlines():
+                out.append(line.encode())
+                if rng.random() < 0.3:
+                    out.append(f"[rank{r}]: step {n} interleaved".encode())
+        else:
+            out.append(f"[rank{r}]: {{'loss': {rng.random():.3f}, 'grad_norm': 1.0}} [bold]markup[/bold]".encode())
+    # Rank 6 starts a traceback, then 300 lines of other ranks, then its stream moves on.
+    out.append(b"[rank6]: Traceback (most recent call last):")
+    out.append(b'[rank6]:   File "/home/u/train.py", line 3, in <module>')
+    out.extend(f"[rank1]: step {i}".encode() for i in range(300))
+    out.append(b"[rank6]: KeyError: 'labels'")
+    out.append(b"z" * 80000 + b" CUDA out of memory. Tried to allocate 7.00 GiB")
+    return b"\n".join(out)
+
+
+WATCHDOG_LINE = (
+    "[rank{r}]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank {r}] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+    "ran for 600010 milliseconds before timing out."
+)

@@ -102,7 +102,7 @@ class Engine:
 
     def _expire(self, line: LogLine, new: list[Finding]) -> None:
         for key, record in list(self._pending.items()):
-            if key[0] == line.file and line.line - record.last_line > records.SILENCE_LINES:
+            if key[0] == line.file and line.line - record.last_line > record.silence_limit:
                 self._complete(key, new)
 
     def _complete(self, key: tuple, new: list[Finding]) -> None:

@@ -39,6 +39,8 @@ STARTER_LITERALS = (
 # A record is also complete when its stream has been silent this many lines of the file
 # (the last traceback of a rank that then died), or when it grows this long.
 SILENCE_LINES = 200
+# After the exception line, the rest of a message follows at once: a shorter wait.
+MESSAGE_SILENCE_LINES = 50
 MAX_RECORD_LINES = 400
 # Lines of an exception message after the exception line (CUDA error hints, NCCL details).
 MAX_MESSAGE_LINES = 40
@@ -76,6 +78,10 @@ class Record:
     @property
     def last_line(self) -> int:
         return self.lines[-1].line
+
+    @property
+    def silence_limit(self) -> int:
+        return MESSAGE_SILENCE_LINES if self.state in ("message", "blank", "done") else SILENCE_LINES
 
 
 def starter_kind(body: str) -> str | None:

@@ -1,0 +1,222 @@
+"""The engine on real log texts: records, ranks, the python-exception classifier, root cause."""
+
+from __future__ import annotations
+
+from diagnosis_helpers import OOM_TRACEBACK, RULES, VALUE_ERROR_TRACEBACK, catalogue_from, run_lines
+
+from monitor.diagnosis.engine import Engine
+from monitor.diagnosis.model import LogLine
+from monitor.diagnosis.ranks import rank_from_path, split_prefix
+
+WATCHDOG = (
+    "[rank{r}]:[E1218 20:27:2{r}.426415540 ProcessGroupNCCL.cpp:629] [Rank {r}] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+    "ran for 600010 milliseconds before timing out."
+)
+DIST_BACKEND = """\
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/home/u/train.py", line 50, in <module>
+[rank0]:     dist.all_reduce(t)
+[rank0]:   File "/opt/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 81, in wrapper
+[rank0]:     return func(*args, **kwargs)
+[rank0]: torch.distributed.DistBackendError: [Rank 0] Process group watchdog thread terminated with exception"""
+
+
+def test_oom_traceback_is_one_record_classified_by_its_rule(tmp_path):
+    engine = run_lines(Engine(catalogue_from(tmp_path)), OOM_TRACEBACK)
+    assert [f.rule for f in engine.findings] == ["cuda-oom"]  # not also python-exception
+    oom = engine.findings[0]
+    assert (oom.rank, oom.line, oom.title) == (3, 6, "CUDA out of memory on rank 3")
+    assert oom.fields["tried"] == "2.00 GiB" and oom.fields["unallocated"] == "3.00 GiB"
+    assert "Tried to allocate 2.00 GiB" in oom.remedy
+    # 3 GiB unallocated >= 0.25 * 2 GiB: the advice applies; the OOM's own hint is not the job's setting.
+    assert "expandable_segments:True: 3.00 GiB is reserved" in oom.remedy
+    assert engine.root_cause() is oom
+
+
+def test_advice_skipped_when_the_job_already_does_it(tmp_path):
+    text = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True torchrun train.py\n" + OOM_TRACEBACK
+    oom = run_lines(Engine(catalogue_from(tmp_path)), text).findings[0]
+    assert "expandable_segments" not in oom.remedy
+    # Seen after the finding: the remedy is rendered again.
+    engine = run_lines(Engine(catalogue_from(tmp_path)), OOM_TRACEBACK + "\nPYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    assert "expandable_segments" not in engine.findings[0].remedy
+
+
+def test_python_exception_names_the_user_frame_and_keeps_text_literal(tmp_path):
+    engine = run_lines(Engine(catalogue_from(tmp_path)), VALUE_ERROR_TRACEBACK)
+    (finding,) = engine.findings
+    assert (finding.rule, finding.category, finding.role, finding.severity) == (
+        "python-exception", "python_exception", "root", "error")
+    assert finding.fields == {
+        "exc_type": "ValueError", "message": "shapes [bold]do not[/bold] match",
+        "frame_file": "/home/u/train.py", "frame_line": "7", "frame_func": "main",
+    }
+    assert finding.rank == 1 and finding.line == 8
+    assert "Raised from /home/u/train.py:7 in main" in finding.remedy
+
+
+def test_chained_exceptions_are_one_record_and_the_last_one_counts(tmp_path):
+    text = """\
+Traceback (most recent call last):
+  File "/home/u/data.py", line 3, in load
+    return json.load(f)
+json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "/home/u/train.py", line 9, in <module>
+    cfg = load(path)
+  File "/home/u/data.py", line 5, in load
+    raise RuntimeError(f"bad config {path}")
+RuntimeError: bad config cfg.json
+step 1 done"""
+    engine = run_lines(Engine(catalogue_from(tmp_path)), text)
+    (finding,) = engine.findings
+    assert finding.fields["exc_type"] == "RuntimeError" and finding.line == 13
+    assert finding.fields["frame_file"] == "/home/u/data.py" and finding.fields["frame_line"] == "5"
+
+
+def test_interleaved_ranks_build_separate_records(tmp_path):
+    a = VALUE_ERROR_TRACEBACK.splitlines()
+    b = OOM_TRACEBACK.splitlines()
+    mixed = [x for pair in zip(a, b) for x in pair] + a[len(b):]
+    engine = run_lines(Engine(catalogue_from(tmp_path)), "\n".join(mixed))
+    assert sorted((f.rule, f.rank) for f in engine.findings) == [("cuda-oom", 3), ("python-exception", 1)]
+
+
+def test_roots_beat_cascades_even_when_later(tmp_path):
+    text = DIST_BACKEND + "\n" + WATCHDOG.format(r=2) + "\n" + VALUE_ERROR_TRACEBACK
+    engine = run_lines(Engine(catalogue_from(tmp_path)), text)
+    backend = next(f for f in engine.findings if f.fields.get("exc_type", "").endswith("DistBackendError"))
+    assert backend.role == "cascade"
+    root = engine.root_cause()
+    assert (root.rule, root.rank, root.fields["exc_type"]) == ("python-exception", 1, "ValueError")
+
+
+def test_confirmation_upgrades_a_sigkill_to_host_oom(tmp_path):
+    sigkill = "  traceback : Signal 9 (SIGKILL) received by PID 4242"
+    engine = run_lines(Engine(catalogue_from(tmp_path)), sigkill)
+    assert engine.findings[0].role == "cascade"
+    engine = run_lines(Engine(catalogue_from(tmp_path)), sigkill + "\n[12345.6] Out of memory: Killed process 4242 (python)")
+    root = engine.root_cause()
+    assert (root.rule, root.role, root.fields["confirmed_by"]) == ("sigkill", "root", "kernel-oom-kill")
+
+
+def test_pure_hang_suspects_the_rank_missing_from_the_timeouts(tmp_path):
+    start = "\n".join(f"[rank{r}]: world_size=4 step 0" for r in range(4))
+    timeouts = "\n".join(WATCHDOG.format(r=r) for r in (0, 2, 3))
+    engine = run_lines(Engine(catalogue_from(tmp_path)), start + "\n" + timeouts)
+    root = engine.root_cause()
+    assert root.rule == "nccl-watchdog-timeout" and root.rank == 1
+    assert root.fields["suspect_rank"] == "1" and "never reported" in root.fields["suspect_reason"]
+    assert engine.findings[0].ranks == [0, 2, 3] and engine.findings[0].count == 3
+
+
+def test_pure_hang_suspects_the_rank_that_completed_least(tmp_path):
+    status = "[PG ID 0 PG GUID 0(default_pg) Rank {r}]  failure detected by watchdog at work sequence id: 42 PG status: last enqueued work: 42, last completed work: {c}"
+    text = "\n".join(status.format(r=r, c=c) for r, c in ((0, 41), (1, 39), (2, 41)))
+    root = run_lines(Engine(catalogue_from(tmp_path)), text).root_cause()
+    assert root.rank == 1 and "fewest collectives" in root.fields["suspect_reason"]
+
+
+def test_cpp_exception_block_and_elastic_summary_are_single_records(tmp_path):
+    text = """\
+terminate called after throwing an instance of 'c10::DistBackendError'
+  what():  [PG ID 0 PG GUID 0(default_pg) Rank 2] Process group watchdog thread terminated with exception: NCCL communicator was aborted on rank 2.
+Exception raised from checkTimeout at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:688 (most recent call first):
+frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f in libc10.so)
+frame #1: <unknown function> + 0x1 (0x7f in libtorch_cuda.so)
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2024-12-26_02:11:16
+  host      : node1
+  rank      : 2 (local_rank: 2)
+  exitcode  : -6 (pid: 937052)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 937052
+============================================================
+NCCL communicator was aborted on rank 5."""
+    engine = run_lines(Engine(catalogue_from(tmp_path)), text)
+    aborted = engine.findings[0]
+    assert (aborted.rule, aborted.line, aborted.rank, aborted.count) == ("distbackend-cascade", 2, 2, 2)
+    assert aborted.ranks == [2, 5]  # the last line is its own record
+
+
+def test_harmless_lines_give_no_error(tmp_path):
+    text = """\
+/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py:1: FutureWarning: `torch.cuda.amp.autocast(args...)` is deprecated.
+node1:1234:1234 [0] NCCL INFO Channel 00/02 : 0 1 2 3
+If out-of-memory error occurs, reduce the batch size
+nan iterations: 0
+WARNING: Traceback-like text in a message is not a traceback
+{'loss': 0.25, 'grad_norm': 1.5, 'epoch': 1.0}"""
+    engine = run_lines(Engine(catalogue_from(tmp_path)), text)
+    assert [f for f in engine.findings if f.severity == "error"] == []
+    assert engine.root_cause() is None
+
+
+def test_secrets_are_masked_in_evidence_and_fields(tmp_path):
+    text = VALUE_ERROR_TRACEBACK.replace(
+        "shapes [bold]do not[/bold] match",
+        "login failed WANDB_API_KEY=0123456789abcdef0123456789abcdef01234567 token hf_abcdefghijklmnopqrstuvwxyz")
+    (finding,) = run_lines(Engine(catalogue_from(tmp_path)), text).findings
+    blob = " ".join(finding.evidence) + finding.fields["message"] + finding.remedy
+    assert "0123456789abcdef" not in blob and "hf_abcdefghij" not in blob
+    assert "WANDB_API_KEY=****" in finding.fields["message"]
+
+
+def test_backtracking_rule_is_cut_off_reported_once_and_scan_goes_on(tmp_path):
+    slow = RULES + '''
+[[rule]]
+id = "slow-rule"
+category = "launcher"
+severity = "error"
+role = "root"
+title = "slow"
+patterns = ['(?:a|aa)+(?:a|aa)+(?:a|aa)+(?:a|aa)+$']
+prefilter = ["aaaa"]
+'''
+    engine = Engine(catalogue_from(tmp_path, slow), regex_timeout=0.05)
+    text = "\n".join(["a" * 40 + "!"] * 3) + "\n" + VALUE_ERROR_TRACEBACK
+    run_lines(engine, text)
+    assert len(engine.problems) == 1
+    assert "rule slow-rule" in engine.problems[0] and "rules.toml" in engine.problems[0]
+    assert [f.rule for f in engine.findings] == ["python-exception"]
+
+
+def test_feed_returns_new_findings_and_version_tracks_changes(tmp_path):
+    engine = Engine(catalogue_from(tmp_path))
+    version = engine.version
+    new = engine.feed(LogLine("a.log", 1, WATCHDOG.format(r=0)))
+    assert [f.rule for f in new] == ["nccl-watchdog-timeout"] and engine.version > version
+    version = engine.version
+    assert engine.feed(LogLine("a.log", 2, WATCHDOG.format(r=1))) == []  # same finding, counted
+    assert engine.findings[0].count == 2 and engine.version > version
+    # A traceback is complete only when its stream moves on (or at flush).
+    lines = VALUE_ERROR_TRACEBACK.splitlines()
+    for number, text in enumerate(lines, start=3):
+        assert engine.feed(LogLine("a.log", number, text)) == []
+    assert [f.rule for f in engine.flush("a.log")] == ["python-exception"]
+
+
+def test_rank_prefixes_and_paths():
+    assert split_prefix("[rank3]: boom") == (3, "boom")
+    assert split_prefix("[default5]:[rank13]: boom") == (13, "boom")
+    assert split_prefix("3: boom") == (3, "boom")
+    assert split_prefix("[1,7]<stderr>: boom") == (7, "boom")
+    assert split_prefix("(RayTrainWorker pid=4242, ip=10.0.0.1) boom") == (None, "boom")
+    assert split_prefix("node1:1234:1240 [3] NCCL WARN x") == (None, "node1:1234:1240 [3] NCCL WARN x")
+    assert split_prefix("plain text") == (None, "plain text")
+    assert rank_from_path("/logs/none_abc/attempt_0/3/stderr.log") == 3
+    assert rank_from_path("out/rank12.log") == 12
+    assert rank_from_path("out/job-rank-4-of-8.out") == 4
+    assert rank_from_path("out/train.log") is None

@@ -1,0 +1,157 @@
+"""Reading real files: the fast chunk scan equals the line-by-line engine; bad input; the CLI."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from diagnosis_helpers import OOM_TRACEBACK, VALUE_ERROR_TRACEBACK, catalogue_from, tricky_log, write_rules, RULES
+
+from monitor.cli import main
+from monitor.diagnosis.catalogue import load_catalogue
+from monitor.diagnosis.diagnose import MissingPath, diagnose_paths
+from monitor.diagnosis.engine import Engine
+from monitor.diagnosis.reader import UnreadableLog, find_logs, read_log
+from monitor.diagnosis.report import render_text
+from monitor.diagnosis.scan import scan_file
+from monitor.logs.decode import LineAssembler, clean
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
+
+
+def _full_catalogue(tmp_path):
+    """The shipped catalogue plus the test rules (so equivalence covers both)."""
+    return load_catalogue([write_rules(tmp_path / "extra", RULES).parent], include_user=False)
+
+
+def _reference(path: Path, catalogue) -> Engine:
+    engine = Engine(catalogue)
+    for line in read_log(path):
+        engine.feed(line)
+    engine.flush()
+    return engine
+
+
+def _fast(path: Path, catalogue, chunk_bytes: int) -> Engine:
+    """Scans ``path`` with the chunk prefilter."""
+    engine = Engine(catalogue)
+    scan_file(path, engine, chunk_bytes=chunk_bytes)
+    engine.flush()
+    return engine
+
+
+def _as_json(engine: Engine) -> dict:
+    return engine.diagnosis(["x"]).to_json()
+
+
+def test_read_log_matches_line_assembler_and_clean(tmp_path):
+    data = tricky_log()
+    path = tmp_path / "job.log"
+    path.write_bytes(data)
+    assembler = LineAssembler()
+    expected = [clean(raw) for raw in assembler.feed(data)] + [clean(assembler.flush())]
+    lines = list(read_log(path))
+    assert [line.text for line in lines] == expected
+    assert [line.line for line in lines] == list(range(1, len(expected) + 1))
+
+
+@pytest.mark.parametrize("chunk_bytes", [64, 1000, 65536, 4 << 20])
+def test_fast_scan_equals_line_by_line_on_a_tricky_log(tmp_path, chunk_bytes):
+    catalogue = _full_catalogue(tmp_path)
+    path = tmp_path / "job.log"
+    path.write_bytes(tricky_log(lines=16000))
+    reference = _reference(path, catalogue)
+    assert {f.rule for f in reference.findings} >= {"cuda-oom", "nccl-watchdog-timeout", "python-exception"}
+    fast = Engine(catalogue)
+    fed = []
+    feed = fast.feed
+    fast.feed = lambda line: fed.append(line.line) or feed(line)
+    total = scan_file(path, fast, chunk_bytes=chunk_bytes)
+    fast.flush()
+    assert _as_json(fast) == _as_json(reference)
+    assert total == sum(1 for _ in read_log(path))
+    assert len(fed) < total * 0.6  # the fast path really skipped lines
+
+
+def test_fast_scan_equals_line_by_line_on_every_sample_log(tmp_path):
+    catalogue = _full_catalogue(tmp_path)
+    files = [f for f in find_logs(SAMPLES) if f.is_file()]
+    assert files, "sample_logs/ holds no logs"
+    for path in files:
+        reference = _as_json(_reference(path, catalogue))
+        for chunk_bytes in (257, 4 << 20):
+            assert _as_json(_fast(path, catalogue, chunk_bytes)) == reference, path
+    # Whole folders (several files, one engine) too.
+    for folder in sorted({f.parent for f in files}):
+        assert diagnose_paths([folder], catalogue).to_json() == diagnose_paths([folder], catalogue, fast=False).to_json()
+
+
+def test_gzip_and_torchrun_log_dir_layout(tmp_path):
+    attempt = tmp_path / "logs" / "none_x" / "attempt_0"
+    for rank in (0, 1):
+        (attempt / str(rank)).mkdir(parents=True)
+        (attempt / str(rank) / "stdout.log").write_text("step 1\n")
+    body = VALUE_ERROR_TRACEBACK.replace("[rank1]: ", "")
+    with gzip.open(attempt / "1" / "stderr.log.gz", "wt") as handle:
+        handle.write(body + "\n")
+    (tmp_path / "logs" / "model.bin").write_bytes(b"\x00" * 100)
+    diagnosis = diagnose_paths([tmp_path / "logs"], catalogue_from(tmp_path))
+    assert len(diagnosis.files) == 3
+    root = diagnosis.root_cause
+    assert (root.rule, root.rank) == ("python-exception", 1)  # rank from the folder name
+    assert root.file.endswith("stderr.log.gz")
+
+
+def test_binary_and_unreadable_files_are_reported_and_skipped(tmp_path):
+    (tmp_path / "core.log").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 10)
+    (tmp_path / "job.log").write_text(OOM_TRACEBACK + "\n")
+    diagnosis = diagnose_paths([tmp_path], catalogue_from(tmp_path))
+    assert diagnosis.problems == [f"{tmp_path / 'core.log'}: binary file, skipped"]
+    assert diagnosis.root_cause.rule == "cuda-oom"
+    with pytest.raises(UnreadableLog, match="binary file"):
+        list(read_log(tmp_path / "core.log"))
+    with pytest.raises(MissingPath, match="nope.log: no such file"):
+        diagnose_paths([tmp_path / "job.log", tmp_path / "nope.log"], catalogue_from(tmp_path))
+
+
+def test_report_prints_log_markup_literally(tmp_path):
+    (tmp_path / "job.log").write_text(VALUE_ERROR_TRACEBACK + "\n[rank0]: NCCL communicator was aborted on rank 0.\n")
+    text = render_text(diagnose_paths([tmp_path / "job.log"], catalogue_from(tmp_path)), width=200)
+    assert text.startswith("Root cause: ValueError on rank 1")
+    assert "ValueError: shapes [bold]do not[/bold] match" in text
+    assert "What to do:" in text and "Other findings" in text and "Timeline" in text
+    assert "\x1b" not in text
+
+
+def test_cli_diagnose_exit_codes_and_json(tmp_path, capsys):
+    rules = write_rules(tmp_path / "rules", RULES).parent
+    failed = tmp_path / "failed.log"
+    failed.write_text(OOM_TRACEBACK + "\n")
+    ok = tmp_path / "ok.log"
+    ok.write_text("step 1 loss 0.5\nIf out-of-memory error occurs, reduce the batch size\n")
+    base = ["diagnose", "--no-user-rules", "--rules", str(rules)]
+    assert main(base + [str(ok)]) == 0
+    assert "No failure found" in capsys.readouterr().out
+    assert main(base + ["--json", str(failed)]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["root_cause"]["rule"] == "cuda-oom" and data["root_cause"]["rank"] == 3
+    assert set(data) == {"root_cause", "findings", "files", "problems"}
+    assert main(base + [str(tmp_path / "missing.log")]) == 2
+    assert "missing.log: no such file" in capsys.readouterr().err
+
+
+def test_diagnose_does_not_import_textual_or_torch(tmp_path):
+    import subprocess
+    import sys
+
+    log = tmp_path / "job.log"
+    log.write_text(VALUE_ERROR_TRACEBACK + "\n")
+    code = (
+        "import sys\nfrom monitor.cli import main\n"
+        f"rc = main(['diagnose', '--no-user-rules', {str(log)!r}])\n"
+        "assert rc == 1, rc\n"
+        "assert 'textual' not in sys.modules and 'torch' not in sys.modules, 'heavy import'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
