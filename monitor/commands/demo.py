@@ -6,9 +6,73 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("demo", help="Replay a bundled real multi-rank failure through the live monitor.", description="Replay a bundled real multi-rank failure through the live monitor.")
+    parser = sub.add_parser(
+        "demo",
+        help="Replay a bundled real multi-rank failure through the live monitor.",
+        description=(
+            "Replay a bundled recording of a real 4-rank torchrun job that crashed (rank 2 raised, the "
+            "others lost their peer) through the same follower, engine and screen as `monitor watch`. "
+            "No GPU and no torch needed. Exit code as `monitor diagnose`: 1 when a failure was found."
+        ),
+    )
+    parser.add_argument("--speed", type=float, default=2.0, help="replay speed: 1 = as recorded, 10 = ten times faster (default 2)")
+    parser.add_argument("--headless", action="store_true", help="print the findings as they appear and the diagnosis, no screen")
+    parser.add_argument("--recording", metavar="DIR", help="replay this recording instead of the bundled one")
+    parser.add_argument("--keep", metavar="DIR", help="write the replayed logs into DIR (kept) instead of a temporary folder")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedError("monitor demo is not built yet")
+    import tempfile
+    from pathlib import Path
+
+    from monitor.cli import UsageError
+    from monitor.demo.replay import BUNDLED, RecordingFormatError, Replayer, load_recording
+    from monitor.diagnosis.catalogue import RuleError, load_catalogue
+
+    if not args.speed > 0:
+        raise UsageError(f"--speed must be positive, not {args.speed}")
+    try:
+        recording = load_recording(args.recording or BUNDLED)
+        catalogue = load_catalogue()
+    except (RecordingFormatError, RuleError) as exc:
+        raise UsageError(str(exc)) from None
+    with tempfile.TemporaryDirectory(prefix="monitor-demo-") as scratch:
+        target = Path(args.keep) if args.keep else Path(scratch)
+        if args.keep and target.exists() and any(target.iterdir()):
+            raise UsageError(f"{target}: --keep needs an empty or new folder")
+        target.mkdir(parents=True, exist_ok=True)
+        replayer = Replayer(recording, target, speed=args.speed)
+        replayer.start()
+        try:
+            if args.headless:
+                return _headless(replayer, catalogue)
+            from monitor.tui import launch_demo
+
+            return launch_demo(replayer, catalogue=catalogue)
+        finally:
+            replayer.stop()
+
+
+def _headless(replayer, catalogue) -> int:
+    from monitor.diagnosis.report import render_text
+    from monitor.live.session import LiveSession
+
+    meta = replayer.recording.meta
+    print(f"monitor demo: replaying {meta.get('what', 'a recorded job')} (×{replayer.speed:g})", flush=True)
+    session = LiveSession([replayer.target], catalogue)
+    try:
+        while True:
+            finished = replayer.done.is_set()
+            update = session.step(timeout=0.2)
+            for finding in update.new_findings:
+                rank = "?" if finding.rank is None else finding.rank
+                print(f"[{replayer.elapsed():6.1f}s] {finding.severity:<7} rank {rank}: {finding.title}", flush=True)
+            if finished and not update.lines:
+                break
+        diagnosis = session.diagnosis()
+    finally:
+        session.close()
+    print()
+    print(render_text(diagnosis), end="")
+    return 1 if diagnosis.failed else 0

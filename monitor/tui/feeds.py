@@ -6,6 +6,7 @@ The app's thread workers call these and nothing else; they wrap the core objects
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -46,3 +47,56 @@ class MetricsFeed(Protocol):
 
     def sample(self) -> tuple[Sample, list[Finding]]:
         """Take one sample and the metric findings it raised. Called from one worker thread."""
+
+
+class SessionFeed:
+    """A LiveSession as a LogFeed. ``ended`` says (in words) when the source has stopped for good
+    (the job exited, the replay ended); after that, the first poll that brings no line finishes."""
+
+    def __init__(self, session, *, ended: Callable[[], str | None] | None = None) -> None:
+        self.session = session
+        self._ended = ended
+        self._version = -1
+
+    def poll(self, timeout: float) -> LogBatch:
+        note = self._ended() if self._ended is not None else None
+        update = self.session.step(timeout=timeout)
+        batch = LogBatch(lines=list(update.lines), files=[str(f) for f in update.files])
+        if note is not None and not update.lines:
+            # Everything the source wrote has been read: complete the records still open.
+            self.session.diagnosis()
+            batch.finished, batch.note = True, note
+        engine = self.session.engine
+        if engine.version != self._version or update.new_findings or update.cleared:
+            self._version = engine.version
+            batch.findings = list(engine.findings)
+            batch.root_cause = engine.root_cause()
+        return batch
+
+    def diagnosis(self) -> Diagnosis:
+        return self.session.diagnosis()
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class SamplerFeed:
+    """The metrics Sampler, its History and the SignalDetector as a MetricsFeed."""
+
+    simulated_gpus = False
+
+    def __init__(self, sampler, history=None, detector=None) -> None:
+        from monitor.metrics.history import History
+        from monitor.metrics.signals import SignalDetector
+
+        self.sampler = sampler
+        self.history = history if history is not None else History()
+        self.detector = detector if detector is not None else SignalDetector()
+
+    def sample(self) -> tuple[Sample, list[Finding]]:
+        sample = self.sampler.sample()
+        self.history.add(sample)
+        return sample, self.detector.update(sample, self.history)
+
+    def close(self) -> None:
+        self.sampler.close()
