@@ -16,6 +16,11 @@ from monitor.metrics.model import JobProcess, JobSample
 
 JobPids = Iterable[int] | Callable[[], Iterable[int]]
 
+# Finding new descendants scans every process of the machine (/proc/*/stat), the dominant
+# cost on a busy node; it runs on every DISCOVER_EVERY-th read and whenever the roots change.
+# Known processes are re-read on every read.
+DISCOVER_EVERY = 5
+
 
 class JobReader:
     def __init__(self, job_pids: JobPids) -> None:
@@ -23,6 +28,8 @@ class JobReader:
         # pid -> (process, rank, local_rank). psutil.Process compares create
         # times, so a recycled PID is a new entry.
         self._known: dict[int, tuple[psutil.Process, int | None, int | None]] = {}
+        self._reads = 0
+        self._last_roots: list[int] = []
 
     def root_pids(self) -> list[int]:
         pids = self._job_pids() if callable(self._job_pids) else self._job_pids
@@ -30,12 +37,17 @@ class JobReader:
 
     def read(self) -> JobSample:
         roots = self.root_pids()
+        discover = self._reads % DISCOVER_EVERY == 0 or roots != self._last_roots
+        self._reads += 1
+        self._last_roots = roots
         tree: dict[int, psutil.Process] = {}
         for pid in roots:
             root = self._process(pid)
             if root is None:
                 continue
             tree[pid] = root
+            if not discover:
+                continue
             try:
                 for child in root.children(recursive=True):
                     tree.setdefault(child.pid, self._known[child.pid][0] if child.pid in self._known else child)
