@@ -1,0 +1,264 @@
+"""Following log files live: every file a PATH names, now and later, through rotation.
+
+``Follower(paths, poll=False)`` reads every followed file from its start (so a live follow sees
+the same lines as ``diagnose`` on the finished file), then whatever is appended. ``read(timeout)``
+returns the new lines of all files in the order they were read, each once:
+
+- a line is emitted when its newline arrives; a partial last line is held (``pending()`` shows
+  it for display) and emitted only when its generation ends: rotation, truncation, deletion,
+  or ``close()``. So bytes are never emitted twice, and line numbers match the finished file;
+- line numbers count from 1 in each generation of a file (see ``followed.py``);
+- ``rank`` is left None here: the live session attributes ranks like ``diagnose`` does.
+
+Change detection: inotify events (watchdog) wake the reader at once; a safety poll stats every
+file every ``SAFETY_POLL_S`` seconds anyway and rescans directories and globs. With ``poll=True``
+(NFS, Lustre) or where inotify cannot be set up, only polling is used, every ``POLL_S``.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from dataclasses import dataclass, field
+
+from monitor.diagnosis.model import LogLine
+from monitor.logs.followed import DescriptorCache, FollowedFile, Identity, ReadOutput, is_rotated_name
+from monitor.logs.fs_events import RESCAN, FileEvents
+from monitor.logs.sources import Source, parse_source
+
+POLL_S = 0.5
+SAFETY_POLL_S = 2.0
+RESCAN_S = 2.0
+# One read() returns after about this many lines even if more are waiting (a big file read
+# from its start arrives over several calls, so the caller stays responsive).
+MAX_LINES_PER_READ = 20_000
+
+
+@dataclass(slots=True)
+class FollowUpdate:
+    """What one ``Follower.read`` call found."""
+
+    lines: list[LogLine] = field(default_factory=list)
+    # Files whose generation ended since the last call (their pending records are complete).
+    ended: list[str] = field(default_factory=list)
+    # New problems with the input, one line each (unreadable, binary, no inotify).
+    problems: list[str] = field(default_factory=list)
+    # Files followed for the first time since the last call.
+    new_files: list[str] = field(default_factory=list)
+
+
+class Follower:
+    """Follows files, directories and globs; ``read`` is called from one thread only."""
+
+    def __init__(
+        self, paths: list[str], poll: bool = False, *, poll_interval: float = POLL_S, max_open: int | None = None
+    ) -> None:
+        """Raises ``monitor.logs.sources.SourceError`` for a PATH that can never name a file.
+        ``poll_interval``: seconds between polls where events are not used."""
+        self.sources: list[Source] = [parse_source(p) for p in paths]
+        self.polling = poll
+        self.poll_interval = poll_interval
+        self._files: dict[str, FollowedFile] = {}
+        self._consumed: dict[Identity, tuple[int, int]] = {}
+        self._dirty: set[str] = set()
+        self._fds = DescriptorCache(max_open or _default_max_open())
+        self._problems: list[str] = []
+        self._new_files: list[str] = []
+        self._events: FileEvents | None = None
+        if not poll:
+            try:
+                self._events = FileEvents(self._watches())
+            except OSError as exc:
+                self.polling = True
+                self._problems.append(f"file events unavailable ({exc.strerror or exc}); polling every {poll_interval} s")
+        self._discover()
+        now = time.monotonic()
+        self._next_stat_all = now
+        self._next_rescan = now + self._rescan_every
+
+    # -- public ----------------------------------------------------------------------------
+    @property
+    def files(self) -> list[str]:
+        """Every file followed so far (also those that have since disappeared)."""
+        return list(self._files)
+
+    def pending(self) -> dict[str, str]:
+        """Each file's partial last line (no newline yet), cleaned, for display only."""
+        return {path: text for path, f in self._files.items() if (text := f.pending_text())}
+
+    def read(self, timeout: float = 0.2) -> FollowUpdate:
+        """New lines (and ends, problems) of all files; blocks at most ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        update = FollowUpdate()
+        while True:
+            self._take_events()
+            now = time.monotonic()
+            if now >= self._next_rescan:
+                self._discover()
+                self._next_rescan = time.monotonic() + self._rescan_every
+            if now >= self._next_stat_all:
+                self._dirty.update(self._files)
+                self._next_stat_all = time.monotonic() + self._stat_every
+            self._visit_dirty(update)
+            now = time.monotonic()
+            if update.lines or update.ended or update.problems or update.new_files or now >= deadline:
+                return update
+            wake = min(deadline, self._next_stat_all, self._next_rescan)
+            self._wait(wake - now)
+
+    def close(self) -> FollowUpdate:
+        """Stop following; returns the partial last lines, now complete, and the last reads."""
+        update = FollowUpdate()
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+        self._dirty.update(self._files)
+        while self._dirty:
+            self._visit_dirty(update)
+        out = ReadOutput(consumed=self._consumed)
+        for followed in self._files.values():
+            followed.finish(self._fds, out)
+        self._collect(out, update)
+        self._fds.close_all()
+        return update
+
+    # -- discovery -------------------------------------------------------------------------
+    @property
+    def _stat_every(self) -> float:
+        return self.poll_interval if self.polling else SAFETY_POLL_S
+
+    @property
+    def _rescan_every(self) -> float:
+        return self.poll_interval if self.polling else RESCAN_S
+
+    def _watches(self) -> list[tuple[str, bool]]:
+        watches = {}
+        for source in self.sources:
+            recursive = source.kind != "file"
+            watches[source.root] = watches.get(source.root, False) or recursive
+        return sorted(watches.items())
+
+    def _discover(self) -> None:
+        for source in self.sources:
+            try:
+                paths = source.expand()
+            except OSError:
+                continue
+            for path in paths:
+                if path not in self._files:
+                    self._adopt(path)
+
+    def _adopt(self, path: str) -> None:
+        self._files[path] = FollowedFile(path)
+        self._dirty.add(path)
+        self._new_files.append(path)
+
+    def _start_for(self, path: str, identity: Identity) -> tuple[int, int] | None:
+        """Where to read a new inode at ``path`` from (see ``FollowedFile.visit``)."""
+        if identity in self._consumed:
+            return self._consumed.pop(identity)  # renamed or copied: read up to there already
+        if any(f.identity == identity for f in self._files.values()):
+            return None  # renamed while followed: the old path's next visit drains it first
+        copy_of = self._copy_start(path)
+        if copy_of is False:
+            return None  # logrotate's copy of a file not yet truncated: its lines are read there
+        return copy_of or (0, 0)
+
+    def _copy_start(self, path: str) -> tuple[int, int] | bool | None:
+        """For a rotated copy (copytruncate) of a followed file: False while the original still
+        holds the same bytes (or the copy is too short to tell), or where the copy's unread part
+        starts; None if not a copy."""
+        folder, name = os.path.split(path)
+        originals = [
+            f for f in self._files.values()
+            if os.path.dirname(f.path) == folder and is_rotated_name(os.path.basename(f.path), name)
+        ]
+        if not originals:
+            return None
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(256)
+        except OSError:
+            return None
+        for original in originals:
+            # A copy still being written (shorter than the head) cannot be told apart yet.
+            if original.head and (head.startswith(original.head) or original.head.startswith(head)):
+                return False
+            for ended in original.ended:
+                if ended.head and head.startswith(ended.head):
+                    return (ended.offset, ended.lines)
+                if ended.head.startswith(head):
+                    return False
+        return None
+
+    def _adopt_rotated(self, identity: Identity, origin: str) -> None:
+        """Keep following a rotated-away file under its new name (``app.log.1``): its writer may
+        go on writing there until it reopens the log."""
+        folder, base = os.path.split(origin)
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return
+        for name in names:
+            path = os.path.join(folder, name)
+            if path in self._files or not is_rotated_name(base, name):
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == identity:
+                self._adopt(path)
+                return
+
+    # -- reading ---------------------------------------------------------------------------
+    def _take_events(self) -> None:
+        if self._events is None:
+            return
+        for path in self._events.drain():
+            self._note_event(path)
+
+    def _note_event(self, path: str) -> None:
+        if path == RESCAN:
+            self._next_rescan = 0.0
+        elif path in self._files:
+            self._dirty.add(path)
+        elif any(source.matches(path) for source in self.sources):
+            self._adopt(path)
+
+    def _wait(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        if self._events is None:
+            time.sleep(seconds)
+            return
+        path = self._events.get(seconds)
+        if path is not None:
+            self._note_event(path)
+
+    def _visit_dirty(self, update: FollowUpdate) -> None:
+        out = ReadOutput(consumed=self._consumed)
+        for path in sorted(self._dirty):
+            if len(out.lines) >= MAX_LINES_PER_READ:
+                break
+            self._dirty.discard(path)
+            if self._files[path].visit(self._fds, out, self._start_for):
+                self._dirty.add(path)
+        self._collect(out, update)
+
+    def _collect(self, out: ReadOutput, update: FollowUpdate) -> None:
+        for identity, origin in out.rotated_from.items():
+            self._adopt_rotated(identity, origin)
+        update.lines.extend(out.lines)
+        update.ended.extend(out.ended)
+        update.problems.extend(self._problems)
+        update.problems.extend(out.problems)
+        update.new_files.extend(self._new_files)
+        self._problems.clear()
+        self._new_files.clear()
+
+
+def _default_max_open() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(16, min(512, soft // 4))

@@ -1,0 +1,309 @@
+"""One followed file: where we are in it, which inode that is, and how to go on after rotation.
+
+A followed file is known by its path. What sits at that path is an inode, ``(st_dev, st_ino)``;
+each inode read from the start (or from zero after a truncation) is one *generation*, with line
+numbers from 1. On every visit the path is stat'ed:
+
+- another inode at the path (logrotate ``create``: rename, then a new file; or delete and
+  recreate): the old inode is read to its end through the descriptor still held (or found again
+  beside the path under its new name), its partial last line is emitted, and the new inode is
+  read from its start;
+- the same inode but smaller than what was read, or with other first bytes (``copytruncate``,
+  truncation to zero, rewritten in place): the lines written between our last read and the
+  truncation are read from the copy logrotate left beside the file (recognised by the bytes
+  around our offset), then the file is read again from its start;
+- bigger: the new bytes are read, split into lines (a partial last line is held until its
+  newline arrives or the generation ends), and emitted once.
+
+NUL bytes are dropped on reading: they come from preallocated files and from a writer without
+``O_APPEND`` that goes on writing at its old offset after a truncation.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from monitor.diagnosis.model import LogLine
+from monitor.logs.decode import LineAssembler, clean
+from monitor.logs.sources import is_log_name
+
+Identity = tuple[int, int]
+StartFor = Callable[[str, Identity], "tuple[int, int] | None"]
+
+READ_CHUNK = 1024 * 1024
+# Bytes kept from the start of a generation and from the end of what was read: enough to tell
+# a file rewritten in place, and to recognise logrotate's copy of a file it then truncated.
+HEAD_BYTES = 256
+TAIL_BYTES = 256
+SNIFF_BYTES = 4096
+
+
+@dataclass(slots=True)
+class ReadOutput:
+    """What a round of reading produced, in the order it was read."""
+
+    lines: list[LogLine] = field(default_factory=list)
+    # Files whose generation ended (rotated, truncated, deleted): their open records are complete.
+    ended: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    # Inodes read under another name up to (offset, lines): a later discovery of them resumes
+    # there. The follower passes its own map, so that a visit later in the same round sees it.
+    consumed: dict[Identity, tuple[int, int]] = field(default_factory=dict)
+    # Inodes that left a followed path (renamed by rotation, or copied before a truncation),
+    # with that path: the follower looks for them beside it.
+    rotated_from: dict[Identity, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EndedGeneration:
+    head: bytes
+    offset: int
+    lines: int
+
+
+class DescriptorCache:
+    """Open descriptors of the most recently read files, at most ``limit``: thousands of rank
+    files are followed without holding a descriptor for each idle one."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._open: OrderedDict[int, int] = OrderedDict()  # id(FollowedFile) -> fd
+
+    def held(self, followed: FollowedFile) -> int | None:
+        return self._open.get(id(followed))
+
+    def open(self, followed: FollowedFile) -> int | None:
+        """A descriptor on the followed file's current inode (None if the path now names another)."""
+        key = id(followed)
+        fd = self._open.get(key)
+        if fd is not None:
+            self._open.move_to_end(key)
+            return fd
+        fd = os.open(followed.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != followed.identity:
+            os.close(fd)
+            return None
+        self._open[key] = fd
+        while len(self._open) > self.limit:
+            _, old = self._open.popitem(last=False)
+            os.close(old)
+        return fd
+
+    def close(self, followed: FollowedFile) -> None:
+        fd = self._open.pop(id(followed), None)
+        if fd is not None:
+            os.close(fd)
+
+    def close_all(self) -> None:
+        while self._open:
+            os.close(self._open.popitem()[1])
+
+
+class FollowedFile:
+    """The state of one followed path across the generations of what it names."""
+
+    def __init__(self, path: str, max_line_bytes: int | None = None) -> None:
+        self.path = path
+        self.identity: Identity | None = None
+        self.offset = self.lines = 0
+        self.assembler = LineAssembler(max_line_bytes) if max_line_bytes else LineAssembler()
+        self.head = b""
+        self.tail = b""
+        self.ended: deque[EndedGeneration] = deque(maxlen=3)
+        self.binary = False
+        self.problem: str | None = None
+
+    # -- one visit -------------------------------------------------------------------------
+    def visit(self, fds: DescriptorCache, out: ReadOutput, start_for: StartFor, budget: int = READ_CHUNK) -> bool:
+        """Read what is new; returns True if more is waiting (the budget was used up).
+        ``start_for(path, identity)`` says where a new inode at the path is to be read from:
+        (offset, lines) already read of it under another name, or None to leave it for now."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            self._report(out, f"{self.path}: cannot read: {exc.strerror or exc}")
+            return False
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            self._report(out, f"{self.path}: not a regular file, not followed")
+            return False
+        identity = (st.st_dev, st.st_ino) if st is not None else None
+        if self.identity is not None and identity != self.identity:
+            self._drain_replaced(fds, out)
+            self._end_generation(fds, out, keep_identity=False)
+        if st is None:
+            return False
+        if self.identity is None:
+            start = start_for(self.path, identity)
+            if start is None:
+                return False
+            self._start_generation(identity, start)
+        try:
+            fd = fds.open(self)
+        except OSError as exc:
+            self._report(out, f"{self.path}: cannot read: {exc.strerror or exc}")
+            return False
+        if fd is None:
+            return True  # replaced between stat and open: the next visit sees the new inode
+        if self.problem is not None:
+            self.problem = None
+        if st.st_size < self.offset or not self._same_head(fd):
+            self._recover_from_copy(out)
+            self._end_generation(fds, out, keep_identity=True)
+            self._start_generation(identity, (0, 0))
+            fd = fds.open(self)
+            if fd is None:
+                return True
+        return self._read(fd, st.st_size, out, budget)
+
+    def pending_text(self) -> str:
+        """The partial last line (no newline yet), cleaned: for display, never fed to rules."""
+        return clean(self.assembler.pending)
+
+    def finish(self, fds: DescriptorCache, out: ReadOutput) -> None:
+        """The follower stops: the partial last line becomes a line."""
+        self._end_generation(fds, out, keep_identity=True)
+
+    # -- generations -----------------------------------------------------------------------
+    def _start_generation(self, identity: Identity | None, start: tuple[int, int]) -> None:
+        self.identity = identity
+        self.offset, self.lines = start
+        self.assembler.reset()
+        self.head = self.tail = b""
+        self.binary = False
+
+    def _end_generation(self, fds: DescriptorCache, out: ReadOutput, *, keep_identity: bool) -> None:
+        last = self.assembler.flush()
+        if last is not None and not self.binary:
+            self._emit([last], out)
+        if self.identity is not None and (self.offset or self.lines):
+            out.ended.append(self.path)
+            self.ended.append(EndedGeneration(self.head, self.offset, self.lines))
+            if not keep_identity:
+                out.consumed[self.identity] = (self.offset, self.lines)
+                out.rotated_from[self.identity] = self.path
+        fds.close(self)
+        if not keep_identity:
+            self.identity = None
+
+    def _drain_replaced(self, fds: DescriptorCache, out: ReadOutput) -> None:
+        """Our inode left the path: read what its writer added since our last visit."""
+        fd = fds.held(self)
+        opened = None
+        if fd is None:
+            opened = fd = self._find_beside(lambda st: (st.st_dev, st.st_ino) == self.identity)
+        if fd is None:
+            return
+        try:
+            while self._read(fd, os.fstat(fd).st_size, out, READ_CHUNK):
+                pass
+        finally:
+            if opened is not None:
+                os.close(opened)
+
+    def _recover_from_copy(self, out: ReadOutput) -> None:
+        """A truncation: logrotate's copytruncate left a copy whose bytes up to our offset are
+        those we read; the lines after our offset exist only there."""
+        if not self.tail or not self.head:
+            return
+        offset = self.offset
+
+        def is_copy(st: os.stat_result, fd: int) -> bool:
+            return (
+                st.st_size >= offset
+                and os.pread(fd, len(self.head), 0) == self.head
+                and os.pread(fd, len(self.tail), offset - len(self.tail)) == self.tail
+            )
+
+        fd = self._find_beside(lambda st: st.st_size >= offset, confirm=is_copy)
+        if fd is None:
+            return
+        try:
+            st = os.fstat(fd)
+            while self._read(fd, st.st_size, out, READ_CHUNK):
+                pass
+            out.consumed[(st.st_dev, st.st_ino)] = (self.offset, self.lines)
+            out.rotated_from[(st.st_dev, st.st_ino)] = self.path
+        finally:
+            os.close(fd)
+
+    def _find_beside(self, wanted, confirm=None) -> int | None:
+        """An open descriptor on a rotated sibling (``app.log.1``, ``app.log-20250101``...)."""
+        folder, base = os.path.split(self.path)
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return None
+        for name in sorted(names):
+            if not is_rotated_name(base, name):
+                continue
+            path = os.path.join(folder, name)
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                continue
+            try:
+                st = os.fstat(fd)
+                if stat.S_ISREG(st.st_mode) and wanted(st) and (confirm is None or confirm(st, fd)):
+                    return fd
+            except OSError:
+                pass
+            os.close(fd)
+        return None
+
+    # -- reading ---------------------------------------------------------------------------
+    def _same_head(self, fd: int) -> bool:
+        return not self.head or os.pread(fd, len(self.head), 0) == self.head
+
+    def _read(self, fd: int, size: int, out: ReadOutput, budget: int) -> bool:
+        if size <= self.offset:
+            return False
+        at_start = self.offset == 0
+        data = os.pread(fd, min(size - self.offset, budget), self.offset)
+        if not data:
+            return False
+        if self.offset < HEAD_BYTES:
+            self.head = (self.head + data)[:HEAD_BYTES]
+        self.offset += len(data)
+        self.tail = data[-TAIL_BYTES:] if len(data) >= TAIL_BYTES else (self.tail + data)[-TAIL_BYTES:]
+        if b"\0" in data:
+            data = data.replace(b"\0", b"")
+        if at_start and looks_binary(data[:SNIFF_BYTES]):
+            self.binary = True
+            self._report(out, f"{self.path}: binary file, not read as a log")
+        if not self.binary:
+            self._emit(self.assembler.feed(data), out)
+        return self.offset < size
+
+    def _emit(self, raws: list[bytes], out: ReadOutput) -> None:
+        path = self.path
+        number = self.lines
+        append = out.lines.append
+        for raw in raws:
+            number += 1
+            append(LogLine(path, number, clean(raw)))
+        self.lines = number
+
+    def _report(self, out: ReadOutput, problem: str) -> None:
+        if problem != self.problem:
+            self.problem = problem
+            out.problems.append(problem)
+
+
+def is_rotated_name(base: str, name: str) -> bool:
+    """``app.log.1``, ``app.log-20250101``, ``app.log_old`` are rotations of ``app.log``."""
+    return len(name) > len(base) and name.startswith(base) and name[len(base)] in ".-_" and is_log_name(name)
+
+
+def looks_binary(sample: bytes) -> bool:
+    """More than a tenth control bytes (other than tab, line ends, form feed, escape)."""
+    if not sample:
+        return False
+    controls = sum(sample.count(bytes([b])) for b in range(0x20) if b not in (0x09, 0x0A, 0x0C, 0x0D, 0x1B))
+    return controls * 10 > len(sample)

@@ -1,0 +1,120 @@
+"""Following real files on disk through rotation and truncation: every line once, none lost."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from monitor.logs.follow import Follower
+
+from follow_helpers import SeqWriter, follow_until_done, seqs
+
+COUNT = 1500
+
+
+def copytruncate(writer: SeqWriter) -> None:
+    """As logrotate does it: shift older copies (.1 -> .2), copy to a new .1, truncate."""
+    if os.path.exists(writer.path + ".1"):
+        os.rename(writer.path + ".1", writer.path + ".2")
+    shutil.copyfile(writer.path, writer.path + ".1")
+    os.truncate(writer.path, 0)
+
+
+def delete_and_recreate(writer: SeqWriter) -> None:
+    os.unlink(writer.path)
+    writer.reopen()
+
+
+def truncate_to_zero(writer: SeqWriter) -> None:
+    os.truncate(writer.path, 0)
+
+
+def assert_each_once(lines, count=COUNT):
+    got = seqs(lines)
+    assert len(got) == len(set(got)), "a line was reported twice"
+    assert sorted(got) == list(range(count)), f"lost: {sorted(set(range(count)) - set(got))[:10]}"
+    by_file: dict[str, list[int]] = {}
+    for line in lines:
+        by_file.setdefault(line.file, []).append(line.line)
+    for numbers in by_file.values():
+        # Consecutive within a generation; a new generation (rotation, truncation) starts at 1.
+        steps = zip(numbers, numbers[1:])
+        assert all(b == a + 1 or b == 1 for a, b in steps), "line numbers skip within a file"
+
+
+@pytest.mark.parametrize("target", ["file", "dir"])
+def test_rename_rotation_while_old_file_still_written(tmp_path, target):
+    path = str(tmp_path / "train.log")
+    writer = SeqWriter(path, COUNT)
+
+    def rotate(w: SeqWriter) -> None:
+        os.rename(w.path, w.path + ".1")
+        w.actions[720] = lambda w2: w2.reopen()  # 20 more lines go to the renamed file
+
+    writer.actions[700] = rotate
+    follower = Follower([path if target == "file" else str(tmp_path)])
+    lines, ended = follow_until_done(follower, [writer])
+    assert_each_once(lines)
+    late = [n for line in lines if line.file.endswith(".1") for n in seqs([line])]
+    assert late == list(range(700, 720)) or set(late) <= set(range(700, 720))
+    assert path in ended
+
+
+@pytest.mark.parametrize("target", ["file", "dir"])
+def test_copytruncate_recovers_unread_lines_from_the_copy(tmp_path, target):
+    path = str(tmp_path / "train.log")
+    writer = SeqWriter(path, COUNT, actions={500: copytruncate, 1100: copytruncate})
+    follower = Follower([path if target == "file" else str(tmp_path)])
+    lines, _ = follow_until_done(follower, [writer])
+    assert_each_once(lines)
+    # After each truncation the numbering starts again at 1, as in the file on disk.
+    fresh = [line for line in lines if line.file == path and seqs([line]) in ([500], [1100])]
+    assert [line.line for line in fresh] == [1, 1]
+
+
+def test_copytruncate_with_writer_without_o_append(tmp_path):
+    """A writer that keeps its offset after the truncation leaves a hole of NUL bytes."""
+    path = str(tmp_path / "train.log")
+    writer = SeqWriter(path, COUNT, actions={800: copytruncate}, append=False)
+    lines, _ = follow_until_done(Follower([path]), [writer])
+    assert_each_once(lines)
+    assert not [line for line in lines if "\0" in line.text]
+
+
+def test_delete_and_recreate(tmp_path):
+    path = str(tmp_path / "rank0.log")
+    writer = SeqWriter(path, COUNT, actions={300: delete_and_recreate, 900: delete_and_recreate})
+    lines, ended = follow_until_done(Follower([path]), [writer])
+    assert_each_once(lines)
+    assert ended.count(path) >= 2
+
+
+def test_truncation_to_zero_after_reading_restarts_numbering(tmp_path):
+    path = str(tmp_path / "rank0.log")
+    first = SeqWriter(path, 200, pause=0)
+    follower = Follower([path])
+    first.start()
+    first.join()
+    got = []
+    while len(seqs(got)) < 200:
+        got += follower.read(0.5).lines
+    os.truncate(path, 0)
+    with open(path, "a") as handle:
+        handle.write("restarted\nseq 000200 again\n")
+    update = follower.read(1.0)
+    while not update.lines:
+        update = follower.read(1.0)
+    got += update.lines
+    got += follower.close().lines
+    assert [(line.line, line.text) for line in got[-2:]] == [(1, "restarted"), (2, "seq 000200 again")]
+    assert seqs(got) == list(range(201))
+
+
+def test_polling_mode_follows_rotation(tmp_path):
+    path = str(tmp_path / "train.log")
+    writer = SeqWriter(path, COUNT, actions={400: copytruncate, 1000: delete_and_recreate})
+    follower = Follower([str(tmp_path)], poll=True, poll_interval=0.02)
+    lines, _ = follow_until_done(follower, [writer])
+    assert_each_once(lines)
