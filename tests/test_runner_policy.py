@@ -1,0 +1,102 @@
+"""The restart policy, alone and through `monitor run --restart N` with real processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from monitor.diagnosis.model import Diagnosis, Finding
+from monitor.runner.restart import decide
+from tests.runner_helpers import python_job, read_json, run_monitor
+
+
+def finding(category: str, title: str = "t", **fields: str) -> Finding:
+    return Finding(rule=category, category=category, severity="error", role="root", title=title,
+                   rank=0, ranks=[0], file="x.log", line=1, count=1, evidence=[], fields=fields,
+                   remedy="")
+
+
+def diagnosis(root: Finding | None) -> Diagnosis:
+    return Diagnosis(root_cause=root, findings=[root] if root else [], files=["x.log"])
+
+
+@pytest.mark.parametrize("category", ["nccl_error", "nccl_timeout", "gloo_timeout",
+                                      "rendezvous_timeout", "slurm_event"])
+def test_transient_failures_are_retried(category: str):
+    decision = decide(diagnosis(finding(category)), exit_code=1, attempt=1, max_restarts=2)
+    assert decision.retry and category in decision.reason and "restart 1 of 2" in decision.reason
+
+
+@pytest.mark.parametrize("category", ["cuda_oom", "corrupt_checkpoint", "libuv", "wandb",
+                                      "cuda_assert", "python_exception", "gpu_hardware",
+                                      "host_oom", "nan_loss", "some_new_category"])
+def test_deterministic_failures_are_not(category: str):
+    decision = decide(diagnosis(finding(category)), exit_code=1, attempt=1, max_restarts=5)
+    assert not decision.retry and category in decision.reason
+
+
+def test_limits_success_user_stop_and_unexplained_failures():
+    root = finding("nccl_error")
+    assert not decide(diagnosis(root), 1, attempt=3, max_restarts=2).retry
+    assert decide(diagnosis(root), 0, 1, 2).reason == "the job succeeded"
+    assert not decide(diagnosis(root), 143, 1, 2, stopped_by_user=True).retry
+    unexplained = decide(diagnosis(None), 137, 1, 2)
+    assert not unexplained.retry and "137" in unexplained.reason
+
+
+def test_slurm_time_limit_is_not_retried_but_node_failure_is():
+    limit = finding("slurm_event", "Step cancelled", why="TIME LIMIT")
+    node = finding("slurm_event", "Step cancelled", why="NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS")
+    assert not decide(diagnosis(limit), 1, 1, 3).retry
+    assert decide(diagnosis(node), 1, 1, 3).retry
+
+
+NCCL_RULE = """
+[[rule]]
+id = "test-nccl-remote"
+category = "nccl_error"
+severity = "error"
+role = "root"
+title = "NCCL remote error"
+patterns = ['''ncclRemoteError: (?P<why>.+)''']
+remedy = "A peer went away or the link failed: {why}"
+"""
+
+# Fails like a flaky link the first time, succeeds the second (a marker file remembers).
+FLAKY_JOB = """
+import pathlib, sys
+marker = pathlib.Path(sys.argv[1])
+if not marker.exists():
+    marker.touch()
+    print("ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.", flush=True)
+    sys.exit(1)
+print("trained", flush=True)
+"""
+
+
+def test_monitor_run_retries_a_flaky_link_and_records_why(tmp_path: Path):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "nccl.toml").write_text(NCCL_RULE)
+    logs = tmp_path / "logs"
+    result = run_monitor(logs, *python_job(FLAKY_JOB), str(tmp_path / "marker"),
+                         extra=("--restart", "2", "--rules", str(rules)))
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    first, second = sorted(logs.glob("run-*.meta.json"), key=lambda p: read_json(p)["attempt"])
+    assert read_json(first)["restart"]["retry"] is True
+    assert "nccl_error" in read_json(first)["restart"]["reason"]
+    assert read_json(second)["restart"] == {"retry": False, "reason": "the job succeeded"}
+    assert b"restarting: nccl_error" in result.stderr
+
+
+def test_monitor_run_does_not_retry_a_python_exception(tmp_path: Path):
+    job = "raise ValueError('bad shape')"
+    result = run_monitor(tmp_path, *python_job(job), extra=("--restart", "3"))
+    assert result.returncode == 1
+    metas = list(tmp_path.glob("run-*.meta.json"))
+    assert len(metas) == 1
+    decision = read_json(metas[0])["restart"]
+    assert not decision["retry"] and "python_exception" in decision["reason"]
+    diagnosis = read_json(next(tmp_path.glob("run-*.diagnosis.json")))
+    assert diagnosis["run"]["restart"] == decision
