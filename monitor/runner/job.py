@@ -79,6 +79,8 @@ class Job:
         self.started: float = state["started"]
         self._recorder = recorder
         self._exit_code: int | None = None
+        # Set once stop() was called: the job is on its way out, wait for it.
+        self.stop_requested = False
         # True when the recorder died before it could write the job's exit status.
         self.recorder_lost = False
 
@@ -161,6 +163,7 @@ class Job:
 
         Calling it a second time kills at once. Returns immediately.
         """
+        self.stop_requested = True
         if self._recorder.poll() is None:
             os.kill(self._recorder.pid, signum)  # the recorder passes it on and escalates
         elif _exists(self.pid):

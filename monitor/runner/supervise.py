@@ -140,14 +140,15 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
 
 
 def _run_tui(launch_run, job: Job, catalogue) -> bool:
-    """Show the TUI; True when the job has ended by the time it closes."""
+    """Show the TUI; True when the monitor should wait for the job's end and explain it
+    (it ended, it is being stopped, or the UI crashed), False when the user left it running."""
     try:
         launch_run(job, catalogue=catalogue)
     except Exception as exc:  # the UI must never take the job down with it
         say(f"the terminal UI failed ({type(exc).__name__}: {exc}); the job keeps running and "
             f"recording to {job.log_path}")
         return True
-    return job.exit_code() is not None
+    return job.exit_code() is not None or job.stop_requested
 
 
 def _wait(job: Job) -> int:
