@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 from metrics_fake_nvml import GIB, FakeNvml, FakeProcess, make_gpus
 
@@ -21,7 +22,9 @@ import os, subprocess, sys, time
 workers = []
 for rank in range(int(sys.argv[1])):
     env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=sys.argv[1])
-    workers.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env))
+    # Each worker starts a helper of its own (like a DataLoader worker), inheriting RANK.
+    helper = "import subprocess, sys, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"
+    workers.append(subprocess.Popen([sys.executable, "-c", helper], env=env))
 print(" ".join(str(w.pid) for w in workers), flush=True)
 time.sleep(60)
 """
@@ -34,8 +37,13 @@ def job():
         [sys.executable, "-c", LAUNCHER, "2"], stdout=subprocess.PIPE, text=True, env=env
     )
     workers = [int(p) for p in launcher.stdout.readline().split()]
+    helpers: list[int] = []
+    deadline = time.monotonic() + 10
+    while len(helpers) < len(workers) and time.monotonic() < deadline:
+        time.sleep(0.02)
+        helpers = [c.pid for w in workers for c in psutil.Process(w).children()]
     yield launcher, workers
-    for pid in workers:
+    for pid in workers + helpers:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -59,7 +67,10 @@ def test_tree_with_ranks_from_environ(job):
     first = reader.read()
     rows = by_pid(first)
     assert first.alive and first.root_pids == [launcher.pid]
-    assert set(rows) == {launcher.pid, *workers}
+    helpers = set(rows) - {launcher.pid, *workers}
+    assert len(helpers) == 2 and all(rows[h].ppid in workers for h in helpers)
+    assert sorted(rows[h].rank for h in helpers) == [0, 1] and all(rows[h].worker for h in helpers)
+    assert not any(rows[w].worker for w in workers)
     assert rows[launcher.pid].rank is None
     assert [(rows[w].rank, rows[w].local_rank) for w in workers] == [(0, 0), (1, 1)]
     assert rows[workers[0]].ppid == launcher.pid
@@ -83,7 +94,10 @@ def test_dead_worker_leaves_and_orphans_stay(job):
         if workers[0] not in rows and launcher.pid not in rows:
             break
         time.sleep(0.05)
-    assert set(rows) == {workers[1]} and rows[workers[1]].rank == 1
+    # The surviving rank and the orphaned helpers (still running, still the job's) remain.
+    assert workers[0] not in rows and launcher.pid not in rows and rows[workers[1]].rank == 1
+    assert [rows[pid].worker for pid in rows if rows[pid].ppid == workers[1]] == [True]
+    assert {rows[pid].rank for pid in rows} == {0, 1}  # the dead rank's orphaned helper is kept
 
 
 def test_vanished_root_is_not_alive():

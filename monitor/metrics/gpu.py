@@ -95,7 +95,10 @@ class GpuReader:
     # -- setup -------------------------------------------------------------------------------
 
     def _enumerate(self) -> None:
-        count = self.nvml.call("nvmlDeviceGetCount") or 0
+        try:
+            count = self.nvml.call("nvmlDeviceGetCount") or 0
+        except GpuLost:  # a GPU so broken that counting fails: no GPU rows, host metrics go on
+            count = 0
         for index in range(count):
             device = self._open(index)
             self.devices.append(device)

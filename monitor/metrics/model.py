@@ -175,6 +175,9 @@ class JobProcess:
     # From /proc/PID/environ where readable (RANK, LOCAL_RANK); None otherwise.
     rank: int | None = None
     local_rank: int | None = None
+    # True for a helper of a rank (a DataLoader worker, a compile worker): its parent carries
+    # the same RANK. The rank's own process is the one with ``worker`` False.
+    worker: bool = False
     # NVML memory of this PID summed over GPUs, and the NVML indices of those GPUs.
     gpu_memory_bytes: int | None = None
     gpu_indices: list[int] = field(default_factory=list)
