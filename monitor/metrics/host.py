@@ -17,10 +17,11 @@ class HostReader:
 
     def __init__(self, watch_dirs: Iterable[str | os.PathLike] = ()) -> None:
         self.watch_dirs = [os.fspath(p) for p in watch_dirs]
-        # The first cpu_percent(None) call only sets the baseline; prime it so the first real
-        # read is measured since construction rather than reading 0.
-        psutil.cpu_percent(None)
-        psutil.cpu_percent(None, percpu=True)
+        # CPU percentages from our own cpu_times() baseline, not psutil.cpu_percent(None): that
+        # keeps its baseline per calling thread, and a UI that samples from a fresh worker
+        # thread each time would read 0% forever.
+        self._cpu = psutil.cpu_times()
+        self._cores = psutil.cpu_times(percpu=True)
         self._last: tuple[float, object, object] | None = None
 
     def read(self, now: float) -> HostSample:
@@ -30,9 +31,13 @@ class HostReader:
             load = psutil.getloadavg()
         except (AttributeError, OSError):
             load = (None, None, None)
+        cpu, cores = psutil.cpu_times(), psutil.cpu_times(percpu=True)
+        cpu_percent = busy_percent(self._cpu, cpu)
+        per_core = [busy_percent(before, after) for before, after in zip(self._cores, cores)]
+        self._cpu, self._cores = cpu, cores
         sample = HostSample(
-            cpu_percent=psutil.cpu_percent(None),
-            cpu_per_core_percent=psutil.cpu_percent(None, percpu=True),
+            cpu_percent=cpu_percent,
+            cpu_per_core_percent=per_core,
             memory_total_bytes=memory.total,
             memory_used_bytes=memory.total - memory.available,
             memory_available_bytes=memory.available,
@@ -63,6 +68,15 @@ class HostReader:
                     sample.net_sent_bytes_per_s = _rate(net.bytes_sent, last_net.bytes_sent, elapsed)
                     sample.net_recv_bytes_per_s = _rate(net.bytes_recv, last_net.bytes_recv, elapsed)
         self._last = (now, disk, net)
+
+
+def busy_percent(before, after) -> float:
+    """CPU busy time between two ``cpu_times()`` readings, in percent (psutil's formula)."""
+    delta = type(after)._make(max(0.0, a - b) for a, b in zip(after, before))
+    # On Linux guest time is already counted in user/nice; iowait is idle time.
+    total = sum(delta) - getattr(delta, "guest", 0.0) - getattr(delta, "guest_nice", 0.0)
+    idle = delta.idle + getattr(delta, "iowait", 0.0)
+    return round(100.0 * (total - idle) / total, 1) if total > 0 else 0.0
 
 
 def dir_usage(path: str) -> DirUsage:
