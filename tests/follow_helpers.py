@@ -57,7 +57,7 @@ def follow_until_done(follower: Follower, writers: list[threading.Thread], *, se
     while True:
         update = follower.read(0.05)
         lines += update.lines
-        ended += update.ended
+        ended += [path for _, path in update.ended]
         if any(w.is_alive() for w in writers) or update.lines:
             quiet_since = None
             continue
@@ -65,7 +65,7 @@ def follow_until_done(follower: Follower, writers: list[threading.Thread], *, se
         if time.monotonic() - quiet_since > settle:
             break
     final = follower.close()
-    return lines + final.lines, ended + final.ended
+    return lines + final.lines, ended + [path for _, path in final.ended]
 
 
 def seqs(lines) -> list[int]:

@@ -40,8 +40,9 @@ class FollowUpdate:
     """What one ``Follower.read`` call found."""
 
     lines: list[LogLine] = field(default_factory=list)
-    # Files whose generation ended since the last call (their pending records are complete).
-    ended: list[str] = field(default_factory=list)
+    # Files whose generation ended (rotation, truncation, deletion, close), each with the number
+    # of ``lines`` that came before the end: the file's pending records are complete there.
+    ended: list[tuple[int, str]] = field(default_factory=list)
     # New problems with the input, one line each (unreadable, binary, no inotify).
     problems: list[str] = field(default_factory=list)
     # Files followed for the first time since the last call.
@@ -60,6 +61,7 @@ class Follower:
         self.polling = poll
         self.poll_interval = poll_interval
         self._files: dict[str, FollowedFile] = {}
+        self._event_names: dict[str, str] = {}  # absolute path (as events name it) -> our name
         self._consumed: dict[Identity, tuple[int, int]] = {}
         self._dirty: set[str] = set()
         self._fds = DescriptorCache(max_open or _default_max_open())
@@ -133,10 +135,10 @@ class Follower:
         return self.poll_interval if self.polling else RESCAN_S
 
     def _watches(self) -> list[tuple[str, bool]]:
-        watches = {}
+        watches: dict[str, bool] = {}
         for source in self.sources:
-            recursive = source.kind != "file"
-            watches[source.root] = watches.get(source.root, False) or recursive
+            root = os.path.abspath(source.root)
+            watches[root] = watches.get(root, False) or source.kind != "file"
         return sorted(watches.items())
 
     def _discover(self) -> None:
@@ -151,6 +153,7 @@ class Follower:
 
     def _adopt(self, path: str) -> None:
         self._files[path] = FollowedFile(path)
+        self._event_names[os.path.abspath(path)] = path
         self._dirty.add(path)
         self._new_files.append(path)
 
@@ -222,10 +225,17 @@ class Follower:
     def _note_event(self, path: str) -> None:
         if path == RESCAN:
             self._next_rescan = 0.0
-        elif path in self._files:
-            self._dirty.add(path)
-        elif any(source.matches(path) for source in self.sources):
-            self._adopt(path)
+        elif path in self._event_names:
+            self._dirty.add(self._event_names[path])
+        else:
+            for source in self.sources:
+                name = source.name_of(path)
+                if name is not None:
+                    if name in self._files:
+                        self._dirty.add(name)
+                    else:
+                        self._adopt(name)
+                    break
 
     def _wait(self, seconds: float) -> None:
         if seconds <= 0:
@@ -250,8 +260,8 @@ class Follower:
     def _collect(self, out: ReadOutput, update: FollowUpdate) -> None:
         for identity, origin in out.rotated_from.items():
             self._adopt_rotated(identity, origin)
+        update.ended.extend((before + len(update.lines), path) for before, path in out.ended)
         update.lines.extend(out.lines)
-        update.ended.extend(out.ended)
         update.problems.extend(self._problems)
         update.problems.extend(out.problems)
         update.new_files.extend(self._new_files)

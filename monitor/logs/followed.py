@@ -29,7 +29,7 @@ from typing import Callable
 
 from monitor.diagnosis.model import LogLine
 from monitor.logs.decode import LineAssembler, clean
-from monitor.logs.sources import is_log_name
+from monitor.logs.sources import COMPRESSED_SUFFIXES
 
 Identity = tuple[int, int]
 StartFor = Callable[[str, Identity], "tuple[int, int] | None"]
@@ -47,8 +47,9 @@ class ReadOutput:
     """What a round of reading produced, in the order it was read."""
 
     lines: list[LogLine] = field(default_factory=list)
-    # Files whose generation ended (rotated, truncated, deleted): their open records are complete.
-    ended: list[str] = field(default_factory=list)
+    # Files whose generation ended (rotated, truncated, deleted), each with the number of lines
+    # read before that end: their open records are complete there.
+    ended: list[tuple[int, str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     # Inodes read under another name up to (offset, lines): a later discovery of them resumes
     # there. The follower passes its own map, so that a visit later in the same round sees it.
@@ -183,7 +184,7 @@ class FollowedFile:
         if last is not None and not self.binary:
             self._emit([last], out)
         if self.identity is not None and (self.offset or self.lines):
-            out.ended.append(self.path)
+            out.ended.append((len(out.lines), self.path))
             self.ended.append(EndedGeneration(self.head, self.offset, self.lines))
             if not keep_identity:
                 out.consumed[self.identity] = (self.offset, self.lines)
@@ -298,7 +299,10 @@ class FollowedFile:
 
 def is_rotated_name(base: str, name: str) -> bool:
     """``app.log.1``, ``app.log-20250101``, ``app.log_old`` are rotations of ``app.log``."""
-    return len(name) > len(base) and name.startswith(base) and name[len(base)] in ".-_" and is_log_name(name)
+    return (
+        len(name) > len(base) and name.startswith(base) and name[len(base)] in ".-_"
+        and not name.lower().endswith(COMPRESSED_SUFFIXES)
+    )
 
 
 def looks_binary(sample: bytes) -> bool:

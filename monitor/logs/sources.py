@@ -11,14 +11,12 @@ import fnmatch
 import glob
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
-# Files in a log directory that are not logs: archives, checkpoints, tensors, images. A rotated,
-# compressed log is skipped too (its text was read while it was the live file).
-NOT_LOG_SUFFIXES = (
-    ".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".tgz", ".7z", ".lz4",
-    ".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".npy", ".npz", ".pkl", ".pickle", ".h5",
-    ".png", ".jpg", ".jpeg", ".gif", ".pdf", ".so", ".o", ".pyc", ".sqlite", ".db", ".lock",
-)
+from monitor.diagnosis.reader import is_log_like
+
+# A compressed (rotated) log cannot be followed; its text was read while it was the live file.
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip")
 
 
 class SourceError(Exception):
@@ -33,13 +31,16 @@ class Source:
     kind: str
     root: str
 
-    def matches(self, path: str) -> bool:
-        """Whether a file at ``path`` (found by a directory event) belongs to this source."""
+    def name_of(self, event_path: str) -> str | None:
+        """The name this source gives the file at ``event_path`` (an absolute path from a
+        file-system event), or None if the file is not one of its files."""
+        path = event_path if os.path.isabs(self.root) else os.path.relpath(event_path)
         if self.kind == "file":
-            return path == self.spec
+            return path if path == self.spec else None
         if self.kind == "dir":
-            return path.startswith(self.root + os.sep) and is_log_name(path)
-        return glob_matches(self.spec, path) and is_log_name(path)
+            inside = self.root == os.curdir or path.startswith(self.root + os.sep)
+            return path if inside and not path.startswith(os.pardir) and is_log_name(path) else None
+        return path if glob_matches(self.spec, path) and is_log_name(path) else None
 
     def expand(self) -> list[str]:
         """The files this source names right now (a missing explicit file is still named)."""
@@ -51,8 +52,9 @@ class Source:
 
 
 def is_log_name(path: str) -> bool:
-    name = os.path.basename(path)
-    return not name.startswith(".") and not name.lower().endswith(NOT_LOG_SUFFIXES)
+    """The files of a directory that are logs: the same choice as ``diagnose`` makes (so a live
+    follow and a post-mortem read the same files), less compressed ones."""
+    return is_log_like(Path(path)) and not path.lower().endswith(COMPRESSED_SUFFIXES)
 
 
 def list_log_files(root: str) -> list[str]:
@@ -84,7 +86,8 @@ def _match_parts(pattern: list[str], parts: list[str]) -> bool:
 
 def parse_source(spec: str) -> Source:
     """Classify one PATH argument; raises SourceError if it can never name a file."""
-    path = os.path.normpath(os.path.abspath(os.path.expanduser(spec)))
+    # Kept relative when given relative: files are named as the user (and ``diagnose``) names them.
+    path = os.path.normpath(os.path.expanduser(spec))
     if glob.has_magic(spec):
         return Source(path, "glob", _glob_root(path))
     if os.path.isdir(path):
@@ -92,10 +95,10 @@ def parse_source(spec: str) -> Source:
     if os.path.exists(path):
         if not os.path.isfile(path):
             raise SourceError(f"{spec}: not a regular file (a pipe or device cannot be followed)")
-        return Source(path, "file", os.path.dirname(path))
-    if os.path.isdir(os.path.dirname(path)):
+        return Source(path, "file", os.path.dirname(path) or os.curdir)
+    if os.path.isdir(os.path.dirname(path) or os.curdir):
         # Not there yet: the job has not started writing it. Followed once it appears.
-        return Source(path, "file", os.path.dirname(path))
+        return Source(path, "file", os.path.dirname(path) or os.curdir)
     raise SourceError(f"{spec}: no such file or directory")
 
 
@@ -106,5 +109,6 @@ def _glob_root(pattern: str) -> str:
         if glob.has_magic(part):
             break
         fixed.append(part)
-    root = os.sep.join(fixed) or os.sep
-    return root
+    if not fixed:
+        return os.curdir
+    return os.sep.join(fixed) or os.sep

@@ -1,0 +1,127 @@
+"""Stall detection: the job printed nothing for much longer than it usually does.
+
+NCCL's watchdog reports a hung collective only when the process-group timeout runs out (10
+minutes by default for NCCL, 30 for gloo). Silence shows it much earlier: when no stream has
+printed for ``threshold`` seconds, a ``possible-hang`` warning names the last line of each rank
+and the ranks that went silent first. Output resuming clears it.
+
+The threshold is ``stall_after`` if given, else ``max(60 s, 10 x the typical gap)``, where the
+typical gap is the median pause between bursts of output (pauses under a second are the lines
+of one burst, not pauses).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from monitor.diagnosis.model import Finding, LogLine
+
+MIN_STALL_S = 60.0
+GAP_FACTOR = 10.0
+BURST_GAP_S = 1.0
+MAX_EVIDENCE_RANKS = 16
+RULE = "possible-hang"
+
+
+@dataclass(slots=True)
+class LastWords:
+    """The last line one rank (or, for lines without a rank, one file) printed, and when."""
+
+    at: float
+    line: LogLine
+
+
+class StallDetector:
+    def __init__(self, stall_after: float | None = None) -> None:
+        self.stall_after = stall_after
+        self.last: dict[int | str, LastWords] = {}
+        self._last_arrival: float | None = None
+        self._gaps: deque[float] = deque(maxlen=64)
+        self.active: Finding | None = None
+
+    def threshold(self) -> float:
+        if self.stall_after is not None:
+            return self.stall_after
+        typical = statistics.median(self._gaps) if self._gaps else BURST_GAP_S
+        return max(MIN_STALL_S, GAP_FACTOR * typical)
+
+    def observe(self, lines: list[LogLine], now: float) -> Finding | None:
+        """Note new output; returns the stall finding it cleared, if one was active."""
+        if not lines:
+            return None
+        if self._last_arrival is not None and now - self._last_arrival >= BURST_GAP_S:
+            self._gaps.append(now - self._last_arrival)
+        self._last_arrival = now
+        for line in lines:
+            self.last[line.rank if line.rank is not None else line.file] = LastWords(now, line)
+        cleared, self.active = self.active, None
+        return cleared
+
+    def check(self, now: float, wall_now: float | None = None) -> Finding | None:
+        """A new stall finding when the silence has just passed the threshold, else None."""
+        if self.active is not None or self._last_arrival is None:
+            return None
+        silent = now - self._last_arrival
+        threshold = self.threshold()
+        if silent < threshold:
+            return None
+        self.active = self._finding(now, silent, threshold, wall_now if wall_now is not None else time.time())
+        return self.active
+
+    def _finding(self, now: float, silent: float, threshold: float, wall_now: float) -> Finding:
+        by_age = sorted(self.last.items(), key=lambda item: item[1].at)
+        latest = by_age[-1][1].at
+        # Went silent first: stopped clearly before the last stream did (a burst apart).
+        first = [key for key, words in by_age if latest - words.at >= max(BURST_GAP_S, threshold / 10)]
+        first_ranks = [key for key in first if isinstance(key, int)]
+        ranks = sorted(key for key in self.last if isinstance(key, int))
+        evidence = [
+            f"{_who(key)}, silent {now - words.at:.0f} s: {words.line.text}"
+            for key, words in by_age[:MAX_EVIDENCE_RANKS]
+        ]
+        subject = self.last[first[0]] if first else by_age[-1][1]
+        title = f"No output for {silent:.0f} s: possible hang"
+        if first:
+            title += f"; {_who_list(first)} went silent first"
+        fields = {"silent_s": f"{silent:.0f}", "threshold_s": f"{threshold:.0f}"}
+        if first:
+            fields["first_silent"] = ",".join(str(key) for key in first)
+        return Finding(
+            rule=RULE, category="hang", severity="warning", role="root", title=title,
+            rank=first_ranks[0] if len(first_ranks) == 1 else None, ranks=ranks,
+            file=subject.line.file, line=subject.line.line, count=1, evidence=evidence,
+            fields=fields, remedy=_remedy(silent, threshold, first, subject), first_seen=wall_now - silent,
+        )
+
+
+def _who(key: int | str) -> str:
+    return f"rank {key}" if isinstance(key, int) else str(key)
+
+
+def _who_list(keys: list[int | str]) -> str:
+    ranks = [k for k in keys if isinstance(k, int)]
+    if len(ranks) == len(keys):
+        return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+    return ", ".join(_who(k) for k in keys)
+
+
+def _remedy(silent: float, threshold: float, first: list[int | str], subject: LastWords) -> str:
+    lines = [
+        f"Nothing was printed for {silent:.0f} s (more than {threshold:.0f} s). If a collective is stuck, "
+        "NCCL's watchdog reports it only when the process-group timeout runs out "
+        "(init_process_group(timeout=...); 10 min by default for NCCL, 30 min for gloo).",
+    ]
+    if first:
+        lines.append(
+            f"{_who_list(first)} stopped first; the last line was: {subject.line.text}. The others are "
+            "probably waiting for it in the next collective."
+        )
+    lines.append(
+        "See where each rank is now: py-spy dump --pid <PID> (the ranks that stopped first first), "
+        "and nvidia-smi for GPUs still busy. A long evaluation or checkpoint save also looks like "
+        "this: the warning clears when output resumes; raise --stall-after if it is expected."
+    )
+    return "\n".join(lines)
