@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import types
+
 import pynvml
 import pytest
 
 from monitor.metrics import gpu as gpu_module
-from monitor.metrics.nvml import Nvml
+from monitor.metrics.nvml import Nvml, outdated_binding
 from monitor.metrics.sampler import Sampler
 from metrics_fake_nvml import GIB, OLD_DRIVER_NOT_FOUND, FakeMig, FakeNvml, FakeProcess, make_gpus
 
@@ -143,6 +145,15 @@ def test_init_failure_gives_a_clear_status_and_host_metrics(error, status, words
 def test_missing_nvidia_ml_py_module():
     nvml = Nvml(None)
     assert nvml.status == "no_library" and "nvidia-ml-py" in nvml.message
+
+
+def test_outdated_binding_is_named():
+    old_binding = types.ModuleType("pynvml")  # nvidia-ml-py3 era: no _nvmlGetFunctionPointer
+    old_binding.NVMLError = pynvml.NVMLError
+    old_binding.nvmlInit = lambda: None
+    nvml = Nvml(old_binding, check_binding=True)
+    assert nvml.status == "error" and "pip uninstall pynvml nvidia-ml-py3" in nvml.message
+    assert not outdated_binding(pynvml)  # the installed nvidia-ml-py passes
 
 
 def test_real_pynvml_without_gpu_reports_why():

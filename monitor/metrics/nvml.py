@@ -26,6 +26,15 @@ def import_pynvml() -> Any | None:
     return pynvml
 
 
+def outdated_binding(lib: Any) -> bool:
+    """True for a pynvml module from before nvidia-ml-py (nvidia-ml-py3, old pynvml releases).
+
+    Those lack the function lookup that every versioned call goes through, and the newer
+    entry points; using them gives scrambled process lists on current drivers.
+    """
+    return not (hasattr(lib, "_nvmlGetFunctionPointer") and hasattr(lib, "nvmlInitWithFlags"))
+
+
 class Nvml:
     """An initialised NVML library, or the reason it could not be initialised.
 
@@ -33,7 +42,7 @@ class Nvml:
     worker thread at a time (polls never overlap).
     """
 
-    def __init__(self, lib: Any | None) -> None:
+    def __init__(self, lib: Any | None, *, check_binding: bool = False) -> None:
         self.lib = lib
         self.status: GpuStatus = "ok"
         self.message = ""
@@ -46,6 +55,13 @@ class Nvml:
         self._initialised = False
         if lib is None:
             self.status, self.message = "no_library", "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
+            return
+        if check_binding and outdated_binding(lib):
+            self.status, self.message = "error", (
+                "the importable pynvml module is an outdated NVML binding (the deprecated pynvml or "
+                "nvidia-ml-py3 package shadows nvidia-ml-py): pip uninstall pynvml nvidia-ml-py3 && "
+                "pip install --force-reinstall nvidia-ml-py"
+            )
             return
         try:
             lib.nvmlInit()
@@ -121,10 +137,6 @@ class Nvml:
             return _decode(result)
         self._chosen[family] = None
         return None
-
-    def chosen(self, family: str) -> str | None:
-        """The symbol picked for a versioned family (after its first call)."""
-        return self._chosen.get(family)
 
     def shutdown(self) -> None:
         with self._lock:

@@ -53,8 +53,10 @@ class Sampler:
         self._job = JobReader(job_pids) if job_pids is not None else None
 
     def _open_nvml(self) -> None:
-        lib = self._nvml_lib if self._nvml_lib is not None else import_pynvml()
-        self._nvml = Nvml(lib)
+        if self._nvml_lib is not None:
+            self._nvml = Nvml(self._nvml_lib)
+        else:
+            self._nvml = Nvml(import_pynvml(), check_binding=True)
         if self._nvml.ok:
             self._gpus = GpuReader(self._nvml, self._visible)
 
