@@ -34,7 +34,11 @@ from pathlib import Path
 
 from monitor.runner.processes import become_subreaper, descendants, exit_status_code, signal_job
 
-CHUNK = 1 << 16
+CHUNK = 1 << 20
+# A bigger pipe lets the job write more before it waits for us (Linux F_SETPIPE_SZ).
+PIPE_BYTES = 1 << 20
+# Reaping and deadline checks run at most this often, not once per chunk read.
+HOUSEKEEPING_S = 0.1
 # Terminal copy: at most this many chunks wait for a slow terminal; beyond that they are dropped.
 TEE_QUEUE_CHUNKS = 256
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -127,6 +131,10 @@ class Recorder:
                 fcntl.ioctl(write_fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         else:
             read_fd, write_fd = os.pipe()
+            try:
+                fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+            except OSError:
+                pass  # over the system's pipe-max-size: the default pipe still works
         try:
             self.job = subprocess.Popen(
                 self.opts.command, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
@@ -186,6 +194,7 @@ class Recorder:
         poller.register(read_fd, select.POLLIN)
         job_gone_at: float | None = None
         total = 0
+        next_housekeeping = 0.0
         while True:
             if poller.poll(200):
                 try:
@@ -200,6 +209,9 @@ class Recorder:
                 self.write_log(log_fd, chunk)
                 if tee:
                     tee.put(chunk)
+            if time.monotonic() < next_housekeeping:
+                continue
+            next_housekeeping = time.monotonic() + HOUSEKEEPING_S
             self.reap()
             if job_gone_at is None and self.job_status is not None:
                 job_gone_at = time.monotonic()
