@@ -5,7 +5,7 @@ the file once (the I/O floor), `zipfile.testzip()` and `torch.load` (what users 
 a file, and which does not verify CRCs). For safetensors: header and offset checks only, which
 should not depend on the file's size.
 
-    python benchmarks/ckpt_verify.py [--mb 512]
+    python benchmarks/runner_ckpt_verify.py [--mb 512]
 """
 
 from __future__ import annotations
