@@ -6,9 +6,51 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("watch", help="Follow a running job's logs live (TUI, or --headless).", description="Follow a running job's logs live (TUI, or --headless).")
+    parser = sub.add_parser(
+        "watch",
+        help="Follow a running job's logs live (TUI, or --headless).",
+        description=(
+            "Follow a running job's logs live: files, folders (every log file in them, also those "
+            "created later, e.g. torchrun --log-dir) or globs. --headless prints each new finding as "
+            "it occurs and a summary with the root cause on Ctrl-C or SIGTERM. "
+            "Exit 0: no failure found, 1: a failure, 2: usage or input error."
+        ),
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="log file, folder of logs, or glob (quote it)")
+    parser.add_argument("--headless", action="store_true", help="no TUI: print findings as they occur")
+    parser.add_argument(
+        "--json", action="store_true",
+        help="with --headless: one JSON object per new finding, and {\"diagnosis\": ...} at the end",
+    )
+    parser.add_argument("--poll", action="store_true", help="poll files instead of inotify events (NFS, Lustre)")
+    parser.add_argument(
+        "--stall-after", type=float, default=None, metavar="SECONDS",
+        help="report a possible hang after this much silence (default: max(60, 10x the usual gap))",
+    )
+    parser.add_argument("--rules", action="append", default=[], metavar="DIR", help="add a directory of rule files (repeatable)")
+    parser.add_argument("--no-user-rules", action="store_true", help="ignore ~/.config/monitor/rules")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedError("monitor watch is not built yet")
+    from monitor.cli import UsageError
+    from monitor.diagnosis.catalogue import RuleError, load_catalogue
+    from monitor.logs.sources import SourceError, parse_source
+
+    if args.json and not args.headless:
+        raise UsageError("--json needs --headless")
+    if args.stall_after is not None and args.stall_after <= 0:
+        raise UsageError("--stall-after must be a positive number of seconds")
+    try:
+        for path in args.paths:
+            parse_source(path)
+        catalogue = load_catalogue(args.rules, include_user=not args.no_user_rules)
+    except (RuleError, SourceError) as exc:
+        raise UsageError(str(exc)) from None
+    if not args.headless:
+        from monitor.tui import launch_watch
+
+        return launch_watch(args.paths, catalogue=catalogue, poll=args.poll, stall_after=args.stall_after)
+    from monitor.live.headless import watch_headless
+
+    return watch_headless(args.paths, catalogue, as_json=args.json, poll=args.poll, stall_after=args.stall_after)
