@@ -16,7 +16,7 @@ from pathlib import Path
 import regex
 
 from monitor.diagnosis.conditions import Condition, ConditionError
-from monitor.diagnosis.literals import required_literals
+from monitor.diagnosis.literals import required_literals, required_sets
 from monitor.diagnosis.templates import field_names
 
 if sys.version_info >= (3, 11):
@@ -62,6 +62,9 @@ class Rule:
     prefilter: tuple[str, ...]
     # Whether the prefilter literals are compared ignoring case (the patterns use (?i)).
     prefilter_ignore_case: bool
+    # Per pattern, the sets of literals its matches must each hold one of (derived; may be
+    # empty): checked after the prefilter, so a common prefilter word ("loss") stays cheap.
+    conditions: tuple[tuple[frozenset[str], ...], ...] = ()
     remedy: str = ""
     advice: tuple[Advice, ...] = ()
     examples_match: tuple[str, ...] = ()
@@ -276,7 +279,10 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
     match, no_match = _build_examples(table.get("examples", {}), fail, loc, start, end)
     return Rule(
         id=table["id"], category=table["category"], severity=table["severity"], role=table["role"],
-        title=table["title"], patterns=tuple(patterns), prefilter=literals, prefilter_ignore_case=ignore_case,
+        title=table["title"], patterns=tuple(patterns), prefilter=literals,
+        # Explicit prefilter strings are matched as written: their author lists each spelling.
+        prefilter_ignore_case=ignore_case and prefilter is None,
+        conditions=tuple(tuple(frozenset(s) for s in required_sets(raw)) for raw in raw_patterns),
         remedy=table.get("remedy", "").strip(), advice=advice, examples_match=match,
         examples_no_match=no_match, source=str(loc.path), line=start,
     )

@@ -29,6 +29,9 @@ MAX_EVIDENCE = 8
 TIMEOUT_CATEGORIES = ("nccl_timeout", "gloo_timeout")
 # Fields (named groups) that hold a rank's last completed collective, as rules name them.
 LAST_COMPLETED_FIELDS = ("last_completed", "completed", "done", "last_done")
+_WORLD_SIZE = regex.compile(r"(?i)\bworld[_ ]?size\s*[=:]\s*(\d+)")
+_SUMMARY_RANK = regex.compile(r"^\s*rank\s*:\s*(\d+)")
+MAX_WORLD = 1 << 16
 
 
 class Engine:
@@ -66,8 +69,8 @@ class Engine:
             return new
         prefix = parse_prefix(line.text)
         rank = prefix.rank if prefix.rank is not None else line.rank
-        if rank is not None and line.line <= EARLY_LINES:
-            self.known_ranks.add(rank)
+        if line.line <= EARLY_LINES:
+            self._learn_ranks(rank, prefix.body)
         key = (line.file, rank if rank is not None else prefix.stream)
         body = prefix.body
         record = self._pending.get(key)
@@ -89,6 +92,14 @@ class Engine:
         elif rule_hits:
             self._classify(Record("line", [line], [body], rank, rule_hits=[rule_hits]), new)
         return new
+
+    def _learn_ranks(self, rank: int | None, body: str) -> None:
+        """Ranks that exist, from the start of each file: a line's rank, a ``world_size=N``."""
+        if rank is not None:
+            self.known_ranks.add(rank)
+        match = _WORLD_SIZE.search(body) if "orld" in body or "ORLD" in body else None
+        if match and int(match.group(1)) <= MAX_WORLD:
+            self.known_ranks.update(range(int(match.group(1))))
 
     def flush(self, file: str | None = None) -> list[Finding]:
         """Completes the records in progress (of ``file``, or all): end of file, or idle."""
@@ -113,6 +124,12 @@ class Engine:
     # ---- classifying ---------------------------------------------------------------------
 
     def _classify(self, record: Record, new: list[Finding]) -> None:
+        if record.kind == "summary" or record.state in ("summary", "done"):
+            # torchelastic's summary lists every failed rank: all of them exist.
+            for body in record.bodies:
+                match = _SUMMARY_RANK.match(body)
+                if match:
+                    self.known_ranks.add(int(match.group(1)))
         candidates = sorted(set().union(*record.rule_hits) - self._disabled)
         named = False
         for index in candidates:
@@ -279,7 +296,9 @@ class Engine:
     def root_cause(self) -> Finding | None:
         """Roots beat cascades; the earliest root wins. With only timeouts, the suspect is the
         rank that never reached (or never finished) the collective the others waited in."""
-        roots = [f for f in self.findings if f.role == "root" and f.severity == "error"]
+        # A timeout is a symptom of another rank's hang even where a rule calls it a root.
+        roots = [f for f in self.findings
+                 if f.role == "root" and f.severity == "error" and f.category not in TIMEOUT_CATEGORIES]
         if roots:
             best = roots[0]
             for finding in roots[1:]:
@@ -326,7 +345,9 @@ class Engine:
             f"Hang: {reason}. Look at what rank {suspect} was doing last (its final lines, a slow "
             f"checkpoint or eval, a data-loader stall, a code path the other ranks did not take).\n" + first.remedy
         )
-        return replace(first, rank=suspect, fields=fields, remedy=remedy, ranks=list(first.ranks), evidence=list(first.evidence))
+        title = f"Rank {suspect} stalled; the others timed out waiting ({first.title})"
+        return replace(first, title=title, rank=suspect, fields=fields, remedy=remedy, ranks=list(first.ranks),
+                       evidence=list(first.evidence))
 
     def diagnosis(self, files) -> Diagnosis:
         """The diagnosis so far (call ``flush()`` first to include records still in progress)."""

@@ -1,7 +1,8 @@
 """Deriving the literal text a regex needs, so a cheap multi-string search can skip most lines.
 
-``required_literals(pattern)`` returns a set of strings of which at least one occurs in every
-match of ``pattern`` (or None when no such set can be derived). It understands the common
+``required_sets(pattern)`` returns sets of strings such that every match of ``pattern``
+contains, for each set, at least one of its strings (``loss ... nan`` gives ``[{"loss"},
+{"nan"}]``). ``required_literals(pattern)`` is the most selective single set, or None. It understands the common
 subset of regex syntax used in rules: literal runs, escapes, classes, quantifiers, groups and
 alternation. Anything it does not understand ends a literal run, which is always safe: a
 shorter literal only lets more lines through to the real regex.
@@ -19,16 +20,22 @@ class _Unsupported(Exception):
     pass
 
 
+def required_sets(pattern: str) -> list[set[str]]:
+    """Sets of literals (each at least MIN_LITERAL long) of which every match holds one each."""
+    if pattern.startswith("(?") and "x" in _leading_flags(pattern):
+        return []  # verbose mode: whitespace and comments are not literal
+    try:
+        items, _ = _alternation(pattern, 0, top=True)
+    except _Unsupported:
+        return []
+    return [item for item in items if min(map(len, item)) >= MIN_LITERAL]
+
+
 def required_literals(pattern: str) -> set[str] | None:
     """One literal per alternative such that every match contains one of them, or None."""
-    if pattern.startswith("(?") and _leading_flags(pattern) and "x" in _leading_flags(pattern):
-        return None  # verbose mode: whitespace and comments are not literal
-    try:
-        best, _ = _alternation(pattern, 0, top=True)
-    except _Unsupported:
-        return None
-    if best is None or min(len(s) for s in best) < MIN_LITERAL:
-        return None
+    best = None
+    for item in required_sets(pattern):
+        best = _better(best, item)
     return best
 
 
@@ -49,12 +56,19 @@ def _better(a: set[str] | None, b: set[str] | None) -> set[str] | None:
     return b if key_b > key_a else a
 
 
-def _alternation(p: str, i: int, top: bool = False) -> tuple[set[str] | None, int]:
-    """Parses branches until ')' (or the end at top level); returns (literal set, index)."""
-    branches: list[set[str] | None] = []
+def _best(items: list[set[str]]) -> set[str] | None:
+    best = None
+    for item in items:
+        best = _better(best, item)
+    return best
+
+
+def _alternation(p: str, i: int, top: bool = False) -> tuple[list[set[str]], int]:
+    """Parses branches until ')' (or the end at top level); returns (required sets, index)."""
+    branches: list[list[set[str]]] = []
     while True:
-        best, i = _sequence(p, i)
-        branches.append(best)
+        items, i = _sequence(p, i)
+        branches.append(items)
         if i < len(p) and p[i] == "|":
             i += 1
             continue
@@ -64,12 +78,13 @@ def _alternation(p: str, i: int, top: bool = False) -> tuple[set[str] | None, in
             raise _Unsupported("unbalanced group")
     elif i != len(p):
         raise _Unsupported("unbalanced group")
-    if any(b is None for b in branches):
-        return None, i
-    union: set[str] = set()
-    for b in branches:
-        union |= b  # type: ignore[arg-type]
-    return union, i
+    if len(branches) == 1:
+        return branches[0], i
+    # Several alternatives: only "one of each branch's best literal" is required.
+    bests = [_best(b) for b in branches]
+    if any(b is None for b in bests):
+        return [], i
+    return [set().union(*bests)], i
 
 
 def _quantifier(p: str, i: int) -> tuple[int, int]:
@@ -95,14 +110,14 @@ def _quantifier(p: str, i: int) -> tuple[int, int]:
     return low, i
 
 
-def _sequence(p: str, i: int) -> tuple[set[str] | None, int]:
-    best: set[str] | None = None
+def _sequence(p: str, i: int) -> tuple[list[set[str]], int]:
+    items: list[set[str]] = []
     run = ""
 
     def end_run() -> None:
-        nonlocal best, run
+        nonlocal run
         if run:
-            best = _better(best, {run})
+            items.append({run})
         run = ""
 
     while i < len(p) and p[i] not in "|)":
@@ -137,8 +152,8 @@ def _sequence(p: str, i: int) -> tuple[set[str] | None, int]:
             end_run()
             inner, i = _group(p, i)
             low, i = _quantifier(p, i)
-            if low > 0 and inner is not None:
-                best = _better(best, inner)
+            if low > 0:
+                items.extend(inner)
         elif c in ".^$":
             end_run()
             i += 1
@@ -159,7 +174,7 @@ def _sequence(p: str, i: int) -> tuple[set[str] | None, int]:
                     end_run()
             i = j
     end_run()
-    return best, i
+    return items, i
 
 
 def _skip_escape(p: str, i: int) -> int:
@@ -177,8 +192,8 @@ def _skip_escape(p: str, i: int) -> int:
     return j
 
 
-def _group(p: str, i: int) -> tuple[set[str] | None, int]:
-    """Parses the group starting at p[i] == '('; returns (its literal set or None, index after)."""
+def _group(p: str, i: int) -> tuple[list[set[str]], int]:
+    """Parses the group starting at p[i] == '('; returns (its required sets, index after)."""
     j = i + 1
     usable = True
     if p.startswith("?", j):
@@ -187,27 +202,27 @@ def _group(p: str, i: int) -> tuple[set[str] | None, int]:
         elif p.startswith("?<", j) and not p.startswith(("?<=", "?<!"), j):
             j = p.index(">", j) + 1
         elif p.startswith("?P=", j):
-            return None, p.index(")", j) + 1
+            return [], p.index(")", j) + 1
         elif p.startswith(("?:", "?>"), j):
             j += 2
         elif p.startswith(("?=", "?!", "?<=", "?<!"), j):
             usable = False
             j += 3 if p.startswith("?<", j) else 2
         elif p.startswith("?#", j):
-            return None, p.index(")", j) + 1
+            return [], p.index(")", j) + 1
         else:
             # Inline flags: (?i) alone, or (?i:...) scoped.
             k = j + 1
             while k < len(p) and (p[k].isalpha() or p[k] == "-"):
                 k += 1
             if k < len(p) and p[k] == ")":
-                return None, k + 1
+                return [], k + 1
             if k < len(p) and p[k] == ":":
                 j = k + 1
             else:
                 raise _Unsupported("unknown group syntax")
     inner, j = _alternation(p, j)
-    return (inner if usable else None), j + 1
+    return (inner if usable else []), j + 1
 
 
 def _skip_class(p: str, i: int) -> int:

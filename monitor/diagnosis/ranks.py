@@ -2,7 +2,8 @@
 
 Prefixes recognised at the start of a line (removed before rules are matched):
 
-- ``[rank3]:`` (PyTorch's excepthook and C++ logs after init_process_group),
+- ``[rank3]:`` (PyTorch's excepthook and C++ logs after init_process_group; ``[rank3] `` too,
+  as scripts print it),
 - ``[default3]:`` (torchrun ``--tee``/``--redirects`` with a role name: ``[<role><rank>]:``),
 - ``3: `` (``srun --label``),
 - ``[1,3]<stderr>:`` (Open MPI ``mpirun --tag-output``: job 1, rank 3),
@@ -24,7 +25,8 @@ import regex
 
 _PREFIX = regex.compile(
     r"^(?:"
-    r"\[(?:rank|[A-Za-z_][\w-]*?)(?P<rank>\d+)\]:\s?"        # [rank3]: / [default3]: / [trainer3]:
+    r"\[rank(?P<rank>\d+)\]:?\s?"                             # [rank3]: (and [rank3] from user prints)
+    r"|\[[A-Za-z_][\w-]*?(?P<role_rank>\d+)\]:\s?"            # torchrun [default3]: / [trainer3]:
     r"|\[\d+,(?P<mpi>\d+)\]<(?:stdout|stderr)>:\s?"          # [1,3]<stderr>:
     r"|\s{0,4}(?P<label>\d{1,5}): "                           # srun --label
     r"|\((?:[\w.-]+ )?pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s?"   # Ray
@@ -54,9 +56,9 @@ def parse_prefix(text: str) -> Prefix:
     body = text[match.end():]
     # Prefixes can stack: srun --label around torchrun --tee around the excepthook's [rankN]:.
     inner = _PREFIX.match(body)
-    rank_text = match["rank"] or match["mpi"] or match["label"]
-    if inner is not None and (inner["rank"] or inner["mpi"] or inner["label"]):
-        rank_text = inner["rank"] or inner["mpi"] or inner["label"]
+    rank_text = match["rank"] or match["role_rank"] or match["mpi"] or match["label"]
+    if inner is not None and (inner["rank"] or inner["role_rank"] or inner["mpi"] or inner["label"]):
+        rank_text = inner["rank"] or inner["role_rank"] or inner["mpi"] or inner["label"]
         body = body[inner.end():]
     if match["pid"]:
         return Prefix(None, f"pid={match['pid']}", body)

@@ -5,7 +5,8 @@ Equivalence with feeding every line (``reader.read_log`` + ``Engine.feed``) rest
 
 - a line the engine would act on contains a prefilter literal in its clean text, and clean
   text is a substring of the raw bytes, except where cleaning removed escape or control bytes,
-  which the chunk search also reports;
+  which the chunk search also reports; a candidate line is fed unless its raw bytes already
+  fail the same per-line test (``Prefilter.raw_line_matters``, a superset of the clean test);
 - while a file has a record in progress, and for its first ``EARLY_LINES`` lines, every line
   is fed, in order;
 - lines are split and cut exactly as ``LineAssembler`` does, and numbered the same.
@@ -73,7 +74,8 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
             hits = prefilter.chunk_hits(block)
             pos, hit, size = 0, 0, len(block)
             while pos < size:
-                if number < EARLY_LINES or engine.has_pending(name):
+                everything = number < EARLY_LINES or engine.has_pending(name)
+                if everything:
                     start = pos
                 else:
                     while hit < len(hits) and hits[hit] < pos:
@@ -86,7 +88,9 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
                     number += block.count(b"\n", pos, start)
                 end = block.index(b"\n", start)
                 number += 1
-                feed(_cut(block[start:end]))
+                raw = _cut(block[start:end])
+                if everything or prefilter.raw_line_matters(raw):
+                    feed(raw)
                 pos = end + 1
         if overflow:
             number += 1
