@@ -168,3 +168,10 @@ def test_cli_exit_codes_and_one_line_per_file(zip_ckpt: Path, legacy_ckpt: Path,
     assert {Path(r["path"]).name: r["status"] for r in rows} == {
         "bad.pt": "bad", "legacy.pth": "ok", "model.pt": "ok"}
     assert listing.returncode == 1
+
+
+def test_quick_check_skips_crcs_but_not_structure(zip_ckpt: Path, tmp_path: Path):
+    assert "structure only" in check_checkpoint(zip_ckpt, deep=False).detail
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(zip_ckpt.read_bytes()[:-10])
+    assert check_checkpoint(cut, deep=False).status == "bad"

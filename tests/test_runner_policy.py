@@ -81,13 +81,13 @@ def test_monitor_run_retries_a_flaky_link_and_records_why(tmp_path: Path):
     (rules / "nccl.toml").write_text(NCCL_RULE)
     logs = tmp_path / "logs"
     result = run_monitor(logs, *python_job(FLAKY_JOB), str(tmp_path / "marker"),
-                         extra=("--restart", "2", "--rules", str(rules)))
+                         extra=("--restart", "2", "--restart-delay", "0", "--rules", str(rules)))
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     first, second = sorted(logs.glob("run-*.meta.json"), key=lambda p: read_json(p)["attempt"])
     assert read_json(first)["restart"]["retry"] is True
     assert "nccl_error" in read_json(first)["restart"]["reason"]
     assert read_json(second)["restart"] == {"retry": False, "reason": "the job succeeded"}
-    assert b"restarting: nccl_error" in result.stderr
+    assert b"restarting in 0 s: nccl_error" in result.stderr
 
 
 def test_monitor_run_does_not_retry_a_python_exception(tmp_path: Path):

@@ -176,3 +176,18 @@ def test_preflight_is_printed_before_the_job_and_never_blocks(tmp_path: Path):
     assert err.index("preflight") < err.index("recording to")
     meta = __import__("json").loads(next(tmp_path.glob("*.meta.json")).read_text())
     assert {f["rule"] for f in meta["preflight"]} >= {"preflight-knob-nccl_debug", "preflight-port"}
+
+
+def test_the_newest_checkpoint_is_checked_before_a_resume(tmp_path: Path):
+    import os
+
+    import torch
+    good, bad = tmp_path / "step100.pt", tmp_path / "step200.pt"
+    torch.save({"w": torch.zeros(100)}, good)
+    bad.write_bytes(good.read_bytes()[:300])
+    os.utime(good, (1000, 1000))
+    [found] = preflight.check_latest_checkpoint(tmp_path)
+    assert found.category == "corrupt_checkpoint" and "step200.pt" in found.title
+    bad.unlink()
+    assert preflight.check_latest_checkpoint(tmp_path) == []
+    assert preflight.check_latest_checkpoint(tmp_path / "absent") == []

@@ -123,3 +123,27 @@ def test_20mb_through_a_pseudo_terminal_are_exact_too(tmp_path: Path):
     job = Job.start([sys.executable, "-c", RANDOM_JOB], log, RecordOptions(use_pty=True))
     assert job.wait(timeout=120) == 7
     assert log.read_bytes() == expected_random_bytes()
+
+
+def test_unwritable_log_dir_and_missing_rules_are_one_line_errors(tmp_path: Path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = run_monitor(blocker / "logs", *python_job("print(1)"))
+    assert result.returncode == 2
+    assert result.stderr.decode().strip().startswith(f"monitor: run: cannot write logs to {blocker / 'logs'}")
+    result = run_monitor(tmp_path, *python_job("print(1)"), extra=("--rules", str(tmp_path / "nope")))
+    assert result.returncode == 2 and b"no such directory" in result.stderr
+
+
+def test_slurm_names_are_in_the_report(tmp_path: Path):
+    import os
+    import subprocess
+
+    from tests.runner_helpers import monitor_cmd
+    env = {**os.environ, "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "3", "SLURMD_NODENAME": "gpu-07"}
+    result = subprocess.run(monitor_cmd(tmp_path, *python_job("raise SystemExit(2)")),
+                            capture_output=True, env=env, timeout=60)
+    assert result.returncode == 2
+    assert "SLURM SLURM_JOB_ID=4242, SLURM_STEP_ID=3, SLURMD_NODENAME=gpu-07" in result.stderr.decode()
+    diagnosis = read_json(only_log(tmp_path).with_suffix(".diagnosis.json"))
+    assert diagnosis["run"]["slurm"]["SLURMD_NODENAME"] == "gpu-07"

@@ -130,3 +130,18 @@ def test_leftover_processes_are_cleared_after_the_launcher_exits(tmp_path: Path)
     pids = logged_pids(log)
     assert pids and not any(alive(pid) for pid in pids)
     assert job_handle.state()["leftovers"] == pids
+
+
+def test_a_job_that_closed_its_output_is_still_waited_for_and_stopped(tmp_path: Path):
+    # The job closes stdout/stderr (end of file for the recorder) but keeps running, ignoring
+    # SIGTERM: the recorder must keep waiting, and a stop must still escalate to SIGKILL.
+    job = ("import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+           "print('closing', flush=True)\nos.close(1); os.close(2)\ntime.sleep(60)\n")
+    from monitor.runner.job import Job, RecordOptions, new_log_path
+    log = new_log_path(tmp_path)
+    handle = Job.start([sys.executable, "-c", job], log, RecordOptions(use_pty=False, grace_s=0.5))
+    wait_for(lambda: log.read_bytes() == b"closing\n")
+    assert handle.wait(timeout=1) is None and alive(handle.pid)
+    handle.stop()
+    assert handle.wait(timeout=20) == 128 + signal.SIGKILL
+    assert handle.state()["killed"] is True

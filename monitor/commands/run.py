@@ -26,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="restart up to N times after failures a retry can fix")
     parser.add_argument("--watch-ckpt", type=Path, action="append", default=[], metavar="DIR",
                         help="check each new checkpoint in DIR once it is complete (repeatable)")
+    parser.add_argument("--restart-delay", type=float, default=5.0, metavar="SECONDS",
+                        help="pause before a restart (default 5)")
     parser.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                         help="after a stop signal, SIGKILL what is left after this long (default 10)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the job: -- CMD ARGS...")
@@ -39,10 +41,20 @@ def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise UsageError("run: no command given (monitor run -- CMD ARGS...)")
-    if args.restart < 0:
-        raise UsageError("run: --restart must be 0 or more")
+    if args.restart < 0 or args.grace < 0 or args.restart_delay < 0:
+        raise UsageError("run: --restart, --restart-delay and --grace must not be negative")
+    for directory in args.rules:
+        if not directory.is_dir():
+            raise UsageError(f"run: --rules {directory}: no such directory")
+    try:
+        args.log_dir.mkdir(parents=True, exist_ok=True)
+        probe = args.log_dir / ".monitor-write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"run: cannot write logs to {args.log_dir}: {exc.strerror}") from None
     return supervise(RunOptions(
         command=command, log_dir=args.log_dir, headless=args.headless, rules_dirs=args.rules,
         preflight=not args.no_preflight, max_restarts=args.restart,
-        checkpoint_dirs=args.watch_ckpt, grace_s=args.grace,
+        checkpoint_dirs=args.watch_ckpt, grace_s=args.grace, restart_delay_s=args.restart_delay,
     ))

@@ -230,6 +230,29 @@ def check_shm(shm: Path = Path("/dev/shm")) -> list[Finding]:
                      [f"/dev/shm: {total} bytes"], category="shm_exhausted", size=str(total))]
 
 
+def check_latest_checkpoint(directory: Path) -> list[Finding]:
+    """The checkpoint a job would resume from is the newest one: a quick structural check."""
+    from monitor.checkpoints.verify import check_checkpoint, checkpoint_files
+
+    if not directory.is_dir():
+        return []
+    files = []
+    for path in checkpoint_files(directory):
+        try:
+            files.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    if not files:
+        return []
+    result = check_checkpoint(max(files)[1], deep=False)
+    if result.ok:
+        return []
+    return [_finding("checkpoint", "warning", f"The newest checkpoint {result.path.name} is bad: {result.detail}",
+                     f"A job that resumes from {result.path} will fail to load it. Resume from the "
+                     "previous checkpoint (move the bad one aside), and check free disk space.",
+                     [result.line()], category="corrupt_checkpoint", path=str(result.path))]
+
+
 def run_checks(plan: LaunchPlan, env: dict[str, str], log_dir: Path,
                checkpoint_dirs: list[Path]) -> list[Finding]:
     found = check_knobs(env)
@@ -239,5 +262,6 @@ def run_checks(plan: LaunchPlan, env: dict[str, str], log_dir: Path,
     found += check_disk(log_dir, MIN_LOG_FREE, "logs")
     for directory in checkpoint_dirs:
         found += check_disk(directory, MIN_CKPT_FREE, "checkpoints")
+        found += check_latest_checkpoint(directory)
     found += check_shm()
     return found

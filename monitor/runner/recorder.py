@@ -236,10 +236,11 @@ class Recorder:
                 self.state["log_error"] = self.log_error
 
     def finish(self) -> int:
-        assert self.job is not None
+        """Wait for the job (it may have closed its output and still run), then record its end."""
         while self.job_status is None:
-            _, self.job_status = os.waitpid(self.job.pid, 0)
-            self.job.returncode = exit_status_code(self.job_status)
+            self.reap()
+            self.enforce_deadlines(None)  # a stop request still escalates while we wait
+            time.sleep(HOUSEKEEPING_S)
         code = exit_status_code(self.job_status)
         self.reap()
         self.state.update(exit_code=code, ended=time.time())

@@ -29,6 +29,7 @@ class RunOptions:
     max_restarts: int = 0
     checkpoint_dirs: list[Path] = field(default_factory=list)
     grace_s: float = 10.0
+    restart_delay_s: float = 5.0
 
 
 def say(text: str) -> None:
@@ -91,7 +92,8 @@ def run(options: RunOptions) -> int:
         code, decision = _attempt(options, plan, catalogue, checks, launch_run, attempt)
         if code is None or not decision.retry:
             return 0 if code is None else code
-        say(f"restarting: {decision.reason}")
+        say(f"restarting in {options.restart_delay_s:g} s: {decision.reason}")
+        time.sleep(options.restart_delay_s)  # let a flaky link or a slow node settle
         attempt += 1
 
 
@@ -171,12 +173,15 @@ def _start_checkpoint_watch(dirs: list[Path], job: Job):
 def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.RestartDecision,
             meta: dict, max_restarts: int) -> None:
     print(explain.render(diagnosis), file=sys.stderr, flush=True)
+    if slurm := meta["slurm"]:
+        say("SLURM " + ", ".join(f"{key}={value}" for key, value in slurm.items()))
     tee_dropped = job.state().get("tee_dropped_bytes", 0)
     if tee_dropped:
         say(f"the terminal was too slow: {tee_dropped} bytes were not shown (all are in {job.log_path})")
     if max_restarts:
         say(f"restart policy: {'retry' if decision.retry else 'no retry'}: {decision.reason}")
-    run_info = {"command": job.command, "exit_code": code, "log": str(job.log_path),
+    run_info = {"command": job.command, "launcher": meta["launcher"], "exit_code": code,
+                "log": str(job.log_path),
                 "extra_logs": [str(p) for p in job.extra_log_paths()], "slurm": meta["slurm"],
                 "attempt": meta["attempt"], "restart": decision.to_json()}
     path = side_file(job.log_path, "diagnosis")
