@@ -300,16 +300,13 @@ class Engine:
         roots = [f for f in self.findings
                  if f.role == "root" and f.severity == "error" and f.category not in TIMEOUT_CATEGORIES]
         if roots:
-            best = roots[0]
-            for finding in roots[1:]:
-                if _earlier(finding, best):
-                    best = finding
-            return best
+            return _earliest(roots)
         timeouts = [f for f in self.findings if f.category in TIMEOUT_CATEGORIES and f.severity == "error"]
         if timeouts:
             return self._hang_suspect(timeouts)
+        # Only cascades: the earliest (a SIGKILL before the peers' lost connections).
         errors = [f for f in self.findings if f.severity == "error" and f.role != "confirm"]
-        return errors[0] if errors else None
+        return _earliest(errors) if errors else None
 
     def _hang_suspect(self, timeouts: list[Finding]) -> Finding:
         first = timeouts[0]
@@ -355,6 +352,14 @@ class Engine:
             root_cause=self.root_cause(), findings=sorted(self.findings, key=lambda f: f.seq),
             files=list(files), problems=list(self.problems),
         )
+
+
+def _earliest(findings: list[Finding]) -> Finding:
+    best = findings[0]
+    for finding in findings[1:]:
+        if _earlier(finding, best):
+            best = finding
+    return best
 
 
 def _earlier(a: Finding, b: Finding) -> bool:

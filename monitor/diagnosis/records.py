@@ -18,6 +18,9 @@ Continuation, by kind:
 - ``summary``: torchelastic's ``ChildFailedError`` block, up to its closing ``====`` line after
   the ``Root Cause`` section.
 - ``last_error``: NCCL's ``Last error:`` and the line after it.
+
+A record is also complete when its stream has been silent ``SILENCE_LINES`` lines of its file
+(``MESSAGE_SILENCE_LINES`` after a traceback's exception line): the rank died after printing it.
 """
 
 from __future__ import annotations
@@ -36,8 +39,7 @@ STARTER_LITERALS = (
     "ChildFailedError",
     "Last error:",
 )
-# A record is also complete when its stream has been silent this many lines of the file
-# (the last traceback of a rank that then died), or when it grows this long.
+# Silence (in lines of the file) after which a record is complete, and the longest record.
 SILENCE_LINES = 200
 # After the exception line, the rest of a message follows at once: a shorter wait.
 MESSAGE_SILENCE_LINES = 50
