@@ -146,6 +146,14 @@ class FakeNvml:
             raise self.init_error()
         self.initialised = True
 
+    def nvmlInitWithFlags(self, flags):
+        self.nvmlInit()
+
+    def _nvmlGetFunctionPointer(self, name):
+        if name in self.absent or name in self.not_found:
+            raise pynvml.NVMLError_FunctionNotFound()
+        return getattr(self, name)
+
     def nvmlShutdown(self):
         self.shutdowns += 1
         self.initialised = False
