@@ -380,6 +380,29 @@ def nccl_timeout_rank0_checkpoint_logdir() -> None:
     launcher.write(target / "torchrun.log")
 
 
+def nccl_timeout_flight_recorder_srun() -> None:
+    """The job already runs with the flight recorder and desync debug on (bash -x echoes them), so
+    the remedy must not suggest them again; rank 3 never reaches the collective (2.5+ texts)."""
+    log = Log("srun")
+    log.raw("+ export TORCH_NCCL_TRACE_BUFFER_SIZE=2000",
+            "+ export TORCH_NCCL_DUMP_ON_TIMEOUT=1",
+            "+ export TORCH_NCCL_DESYNC_DEBUG=1",
+            "+ srun --label python pretrain.py --config cfg/7b.yaml")
+    for r in range(4):
+        log.add(r, f"[rank{r}] dataset ready: 1024 batches per epoch")
+    log.add(0, "iter 500 loss 2.3391 grad_norm 0.88 lr 2.9e-04")
+    log.add(3, "[rank3] evaluating on 20000 held-out samples (rank 3 only)")
+    for r in range(3):
+        lines = watchdog_timeout_lines(r, 501, "ALLREDUCE", 1, 600000, 600044, 501, 500, "0302 19:40:11", era="2.5")
+        lines[2] = f"[rank{r}]:[E0302 19:40:11.118321470 ProcessGroupNCCL.cpp:801] Stack trace of the failed collective: "
+        lines[3:3] = [f"#0 all_reduce from {TORCH_LIB}/distributed/distributed_c10d.py:2501",
+                      "#1 train_step from /home/kim/pretrain.py:212"]
+        log.add(r, *lines)
+    log.raw("srun: error: gpu-node-05: tasks 0-2: Aborted (core dumped)",
+            "srun: error: gpu-node-05: task 3: Terminated")
+    log.write(OUT / "nccl-timeout-flight-recorder-srun.out")
+
+
 def cuda_illegal_access_mpirun() -> None:
     """Newest wording (torch.AcceleratorError, research 2.9); mpirun --tag-output; peers' NCCL errors."""
     log = Log("mpirun")
@@ -732,6 +755,7 @@ def clean_srun_fp16() -> None:
 SAMPLES = [
     cuda_oom_tee_8ranks, cuda_oom_expandable_already_set, cuda_oom_srun_torch113, xla_oom_jax_srun,
     host_oom_slurm, host_oom_dmesg, nccl_timeout_hang_tee_8ranks, nccl_timeout_rank0_checkpoint_logdir,
+    nccl_timeout_flight_recorder_srun,
     cuda_illegal_access_mpirun, cuda_device_assert_tee, nccl_ib_error_srun, nccl_duplicate_gpu,
     libuv_windows, port_in_use_legacy, wandb_no_api_key, wandb_init_timeout, gpu_xid79_dir,
     gpu_ecc_mpirun, nan_deepspeed_fp16, shm_dataloader_docker, shm_nccl_container,
