@@ -76,9 +76,12 @@ def test_gpu_lost_mid_run_is_marked_once_and_others_keep_working():
 def test_gpu_lost_before_start():
     gpus = make_gpus(2)
     gpus[0].lost = True
-    sample = sampler_for(FakeNvml(gpus)).sample()
+    sampler = sampler_for(FakeNvml(gpus))
+    sample = sampler.sample()
     assert sample.gpus[0].status == "lost" and sample.gpus[0].utilization_gpu_percent is None
     assert sample.gpus[1].status == "ok"
+    assert [(e.kind, e.gpu_index) for e in sample.events] == [("lost", 0)]
+    assert sampler.sample().events == []
 
 
 def test_handles_and_names_are_read_once():

@@ -70,6 +70,7 @@ class _Device:
     mig_enabled: bool = False
     parent: _Device | None = None
     gpu_instance_id: int | None = None
+    lost_reported: bool = False
     counters: dict[str, int] = field(default_factory=dict)
     throttling: frozenset[str] = frozenset()
     slow: dict[str, Any] = field(default_factory=dict)
@@ -190,11 +191,14 @@ class GpuReader:
                     self._read_mig(device, sample)
             except GpuLost as exc:
                 device.status, device.message = "lost", _lost_message(device.index, exc)
-                events.append(GpuEvent("lost", device.index, now, detail=device.message, uuid=device.uuid))
         if parent_lost:
             sample.status, sample.message = "lost", device.parent.message
         else:
             sample.status, sample.message = device.status, device.message
+        # Reported once, also for a GPU already lost when the monitor started.
+        if device.status == "lost" and device.mig_index is None and not device.lost_reported:
+            device.lost_reported = True
+            events.append(GpuEvent("lost", device.index, now, detail=device.message, uuid=device.uuid))
         return sample
 
     def _read_full(self, device: _Device, s: GpuSample, slow: bool, now: float, events: list[GpuEvent]) -> None:
