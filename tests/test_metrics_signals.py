@@ -78,8 +78,10 @@ def test_gpu_memory_hysteresis_rearms_only_after_a_clear_spell():
     assert run.steps(6, gpus=near_full(), job_sample=job()) == []  # never cleared: still the same episode
     clear = [gpu(0, used=60 * GIB, pid=100), gpu(1, pid=101)]
     run.steps(31, gpus=clear, job_sample=job())
-    again = run.steps(6, gpus=near_full(), job_sample=job())
+    fuller = [gpu(0, used=79 * GIB, pid=100), gpu(1, pid=101)]
+    again = run.steps(6, gpus=fuller, job_sample=job())
     assert len(again) == 1 and again[0].count == 2 and len(run.detector.findings) == 1
+    assert "79.0 of 80.0 GiB" in again[0].title  # the numbers of the new episode
 
 
 def test_host_memory_and_shm_near_full():

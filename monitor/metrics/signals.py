@@ -135,12 +135,21 @@ class SignalDetector:
             latch = self._latches[key] = _Latch(sustain_s, self.thresholds.clear_s if clear_s is None else clear_s)
         return latch
 
-    def _raise(self, key: tuple, now: float, build: Callable[[], Finding], count: int = 1) -> Finding | None:
-        """The finding for ``key``, new or with its count raised; None for a repeat of an event."""
+    def _raise(self, key: tuple, now: float, build: Callable[[], Finding], count: int = 1,
+               refresh: bool = True) -> Finding:
+        """The finding for ``key``: new, or the existing one with its count raised.
+
+        With ``refresh`` a re-raised finding takes the numbers of this sample (title, evidence,
+        remedy, fields, ranks); repeated events keep the first occurrence's text.
+        """
         self.version += 1
         finding = self._findings.get(key)
         if finding is not None:
             finding.count += count
+            if refresh:
+                latest = build()
+                finding.title, finding.evidence, finding.remedy = latest.title, latest.evidence, latest.remedy
+                finding.fields, finding.rank, finding.ranks = latest.fields, latest.rank, latest.ranks
             return finding
         finding = build()
         finding.seq, finding.first_seen, finding.count = self._seq, now, count
@@ -282,7 +291,9 @@ class SignalDetector:
                 continue  # judged as a level by _throttle
             key = (event.kind, event.gpu_index, event.code)
             first = key not in self._findings
-            finding = self._raise(key, sample.time, lambda e=event: _event_finding(e, sample), count=event.count)
+            finding = self._raise(
+                key, sample.time, lambda e=event: _event_finding(e, sample), count=event.count, refresh=False
+            )
             if first:
                 raised.append(finding)
         return raised
