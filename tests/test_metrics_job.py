@@ -12,7 +12,7 @@ import psutil
 import pytest
 from metrics_fake_nvml import GIB, FakeNvml, FakeProcess, make_gpus
 
-from monitor.metrics.job import JobReader
+from monitor.metrics.job import ENV_KEPT, JobReader
 from monitor.metrics.sampler import Sampler
 
 # A launcher like torchrun's agent: no RANK itself, starts workers with RANK/LOCAL_RANK set,
@@ -21,7 +21,8 @@ LAUNCHER = r"""
 import os, subprocess, sys, time
 workers = []
 for rank in range(int(sys.argv[1])):
-    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=sys.argv[1])
+    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=sys.argv[1],
+               PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
     # Each worker starts a helper of its own (like a DataLoader worker), inheriting RANK.
     helper = "import subprocess, sys, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"
     workers.append(subprocess.Popen([sys.executable, "-c", helper], env=env))
@@ -32,7 +33,7 @@ time.sleep(60)
 
 @pytest.fixture
 def job():
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", *ENV_KEPT)}
     launcher = subprocess.Popen(
         [sys.executable, "-c", LAUNCHER, "2"], stdout=subprocess.PIPE, text=True, env=env
     )
@@ -73,6 +74,7 @@ def test_tree_with_ranks_from_environ(job):
     assert not any(rows[w].worker for w in workers)
     assert rows[launcher.pid].rank is None
     assert [(rows[w].rank, rows[w].local_rank) for w in workers] == [(0, 0), (1, 1)]
+    assert rows[workers[0]].env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "WORLD_SIZE": "2"}
     assert rows[workers[0]].ppid == launcher.pid
     assert rows[workers[0]].rss_bytes > 1_000_000
     assert rows[workers[0]].cpu_percent is None  # the first read is only a baseline

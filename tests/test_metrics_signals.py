@@ -66,8 +66,18 @@ def test_gpu_memory_near_full_after_sustain_once_with_rank_and_numbers():
     assert finding.rank == 0 and finding.ranks == [0] and finding.count == 1
     assert "2.0 GiB of 80.0 GiB is left on GPU 0" in finding.remedy
     assert finding.fields["used_bytes"] == str(78 * GIB)
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in finding.remedy
     assert run.steps(60, gpus=near_full(), job_sample=job()) == []  # no re-firing every second
     assert run.detector.findings == [finding]
+
+
+def test_advice_the_job_already_follows_is_left_out():
+    configured = job()
+    for process in configured.processes:
+        process.env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:512"}
+    run = Run()
+    (finding,) = run.steps(6, gpus=near_full(), job_sample=configured)
+    assert "expandable_segments" not in finding.remedy
 
 
 def test_gpu_memory_hysteresis_rearms_only_after_a_clear_spell():

@@ -20,14 +20,16 @@ JobPids = Iterable[int] | Callable[[], Iterable[int]]
 # cost on a busy node; it runs on every DISCOVER_EVERY-th read and whenever the roots change.
 # Known processes are re-read on every read.
 DISCOVER_EVERY = 5
+# Environment variables kept per process: advice must not suggest what the job already does.
+ENV_KEPT = ("PYTORCH_CUDA_ALLOC_CONF", "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 
 
 class JobReader:
     def __init__(self, job_pids: JobPids) -> None:
         self._job_pids = job_pids
-        # pid -> (process, rank, local_rank). psutil.Process compares create
-        # times, so a recycled PID is a new entry.
-        self._known: dict[int, tuple[psutil.Process, int | None, int | None]] = {}
+        # pid -> (process, its kept environment). psutil.Process compares create times, so a
+        # recycled PID is a new entry.
+        self._known: dict[int, tuple[psutil.Process, dict[str, str]]] = {}
         self._reads = 0
         self._last_roots: list[int] = []
 
@@ -53,7 +55,7 @@ class JobReader:
                     tree.setdefault(child.pid, self._known[child.pid][0] if child.pid in self._known else child)
             except psutil.Error:
                 pass
-        for pid, (proc, _, _) in list(self._known.items()):
+        for pid, (proc, _) in list(self._known.items()):
             if pid not in tree:
                 tree[pid] = proc
         processes = []
@@ -96,18 +98,21 @@ class JobReader:
             self._known.pop(proc.pid, None)
             return None
         if known is None:
-            known = (proc, *_ranks(proc))
+            known = (proc, _environment(proc))
             self._known[proc.pid] = known
-        row.rank, row.local_rank = known[1], known[2]
+        env = known[1]
+        row.rank, row.local_rank = _int(env.get("RANK")), _int(env.get("LOCAL_RANK"))
+        row.env = {k: env[k] for k in ENV_KEPT if k in env}
         return row
 
 
-def _ranks(proc: psutil.Process) -> tuple[int | None, int | None]:
+def _environment(proc: psutil.Process) -> dict[str, str]:
+    """RANK, LOCAL_RANK and ENV_KEPT from /proc/PID/environ; empty when not readable."""
     try:
         env = proc.environ()
     except (psutil.Error, OSError):
-        return None, None
-    return _int(env.get("RANK")), _int(env.get("LOCAL_RANK"))
+        return {}
+    return {k: env[k] for k in ("RANK", "LOCAL_RANK", *ENV_KEPT) if k in env}
 
 
 def _int(text: str | None) -> int | None:

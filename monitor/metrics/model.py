@@ -178,6 +178,8 @@ class JobProcess:
     # True for a helper of a rank (a DataLoader worker, a compile worker): its parent carries
     # the same RANK. The rank's own process is the one with ``worker`` False.
     worker: bool = False
+    # The few environment variables that change advice (``job.ENV_KEPT``), where readable.
+    env: dict[str, str] = field(default_factory=dict)
     # NVML memory of this PID summed over GPUs, and the NVML indices of those GPUs.
     gpu_memory_bytes: int | None = None
     gpu_indices: list[int] = field(default_factory=list)

@@ -325,9 +325,12 @@ def _gpu_memory_finding(gpu: GpuSample, sample: Sample, history: History) -> Fin
         f"{_gib(total - used)} of {_gib(total)} is left on {gpu.label}. PyTorch's caching allocator keeps "
         "freed blocks reserved, so a steady high level can be normal; a level that keeps rising ends in "
         "'CUDA out of memory'. To leave headroom: a smaller per-GPU micro-batch with gradient accumulation, "
-        "activation checkpointing, or sharding (FSDP / DeepSpeed ZeRO); against fragmentation, "
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
+        "activation checkpointing, or sharding (FSDP / DeepSpeed ZeRO)"
     )
+    if _job_sets(sample.job, "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:true"):
+        remedy += "."
+    else:
+        remedy += "; against fragmentation, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
     return _finding(
         "metrics-gpu-memory-near-full", "cuda_oom", "warning", "root",
         f"GPU memory near full on {who} ({gpu.label}: {_of(used, total)}, {fraction:.0%})",
@@ -417,6 +420,13 @@ def _job_gpus(sample: Sample, require_cuda_index: bool) -> list[GpuSample]:
     if job is not None and job.pid_mapping == "unmapped":
         return [g for g in gpus if g.cuda_index is not None and g.processes]
     return [g for g in gpus if g.cuda_index is not None] if require_cuda_index else []
+
+
+def _job_sets(job: JobSample | None, name: str, setting: str) -> bool:
+    """True when a process of the job already has ``setting`` in variable ``name``."""
+    if job is None:
+        return False
+    return any(setting in p.env.get(name, "").replace(" ", "").lower() for p in job.processes)
 
 
 def _ranks_on(gpu: GpuSample | None, job: JobSample | None) -> list[int]:
