@@ -17,14 +17,17 @@ from monitor.metrics.record import read_recording
 # Fields that are text by nature; every other leaf is a number, a bool or null.
 TEXT_FIELDS = {
     "gpu_status", "gpu_message", "driver_version", "name", "uuid", "status", "message", "path", "kind",
-    "detail", "pid_mapping", "pid_mapping_message", "clock_event_reasons", "findings",
+    "detail", "pid_mapping", "pid_mapping_message", "clock_event_reasons", "findings", "env",
 }
 
 
 def leaves(data, key=""):
     if isinstance(data, dict):
         for k, v in data.items():
-            yield from leaves(v, k)
+            if k == "env":  # a process's environment variables: text by nature
+                yield from (("env", str(value)) for value in v.values())
+            else:
+                yield from leaves(v, k)
     elif isinstance(data, list):
         for item in data:
             yield from leaves(item, key)
