@@ -26,7 +26,8 @@ ENV_KEPT = ("PYTORCH_CUDA_ALLOC_CONF", "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "LO
 
 class JobReader:
     def __init__(self, job_pids: JobPids) -> None:
-        self._job_pids = job_pids
+        # A fixed collection is copied: a generator would be spent after the first read.
+        self._job_pids = job_pids if callable(job_pids) else [int(p) for p in job_pids]
         # pid -> (process, its kept environment). psutil.Process compares create times, so a
         # recycled PID is a new entry.
         self._known: dict[int, tuple[psutil.Process, dict[str, str]]] = {}
