@@ -27,7 +27,7 @@ from monitor.live.stall import StallDetector
 from monitor.logs.follow import Follower
 
 # A record spanning lines (a traceback) is complete when its file has been quiet this long.
-IDLE_FLUSH_S = 1.0
+IDLE_FLUSH_S = 0.5
 
 
 def finding_id(finding: Finding) -> str:
@@ -115,7 +115,9 @@ class LiveSession:
     def _attribute(self, line: LogLine) -> LogLine:
         """The rank as ``diagnose`` reads it (``diagnosis.reader.make_line``): the line's
         prefix, else the file's name."""
-        rank, _ = split_prefix(line.text)
+        # Every prefix split_prefix knows starts so: most lines skip its regex.
+        first = line.text[:1]
+        rank = split_prefix(line.text)[0] if first and (first in "[(" or first.isspace() or first.isdigit()) else None
         if rank is None:
             file_rank = self._file_ranks.get(line.file, -1)
             if file_rank == -1:

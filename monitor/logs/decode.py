@@ -39,6 +39,8 @@ def clean(raw: bytes | str) -> str:
             # A progress bar redrawn with \r: keep only the last state that has any text.
             parts = [p for p in text.split("\r") if p.strip()]
             text = parts[-1] if parts else ""
+    if text.isprintable():
+        return text  # most lines: no escape codes, no control characters
     if "\x1b" in text or "\x9b" in text:
         text = _ESCAPES.sub("", text)
     return _CONTROLS.sub("", text)

@@ -61,6 +61,7 @@ class Follower:
         self.polling = poll
         self.poll_interval = poll_interval
         self._files: dict[str, FollowedFile] = {}
+        self._names: list[str] = []
         self._event_names: dict[str, str] = {}  # absolute path (as events name it) -> our name
         self._consumed: dict[Identity, tuple[int, int]] = {}
         self._dirty: set[str] = set()
@@ -82,8 +83,9 @@ class Follower:
     # -- public ----------------------------------------------------------------------------
     @property
     def files(self) -> list[str]:
-        """Every file followed so far (also those that have since disappeared)."""
-        return list(self._files)
+        """Every file followed so far (also those that have since disappeared): a live list,
+        to be copied by a caller that keeps it."""
+        return self._names
 
     def pending(self) -> dict[str, str]:
         """Each file's partial last line (no newline yet), cleaned, for display only."""
@@ -153,6 +155,7 @@ class Follower:
 
     def _adopt(self, path: str) -> None:
         self._files[path] = FollowedFile(path)
+        self._names.append(path)
         self._event_names[os.path.abspath(path)] = path
         self._dirty.add(path)
         self._new_files.append(path)
