@@ -111,6 +111,11 @@ class Engine:
     def has_pending(self, file: str) -> bool:
         return bool(self._pending_per_file.get(file))
 
+    @property
+    def unless_seen(self) -> frozenset[int]:
+        """Indexes (``prefilter.unless_patterns``) of unless_log patterns found in the logs so far."""
+        return frozenset(self._unless_seen)
+
     def _expire(self, line: LogLine, new: list[Finding]) -> None:
         for key, record in list(self._pending.items()):
             if key[0] == line.file and line.line - record.last_line > record.silence_limit:

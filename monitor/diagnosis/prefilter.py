@@ -1,9 +1,9 @@
 """Aho-Corasick automata over every literal the engine cares about.
 
-Literals: the rules' prefilters (a rule is *triggered* by a line holding one), the literals
-each pattern's matches must hold (its *conditions*, checked once triggered: ``loss`` and one of
-``nan``/``inf``), the literal text of the advice ``unless_log`` regexes, and the record
-starters. Used two ways with the same tables, so both give the same answer: per line (which
+Literals: the rules' prefilters (a rule is *triggered* by a line holding one), the literal
+text of the advice ``unless_log`` regexes, and the record starters. Once triggered, a rule
+also needs the literals one of its patterns' matches must hold (its *conditions*: ``loss``
+and one of ``nan``/``inf``; plain substring tests, exact for ``(?i)`` on the lowered line). Used two ways with the same tables, so both give the same answer: per line (which
 rules and unless patterns a line can match) and over big byte chunks (where candidate lines
 are, for the fast path in ``scan.py``; the chunk automaton holds only the trigger literals).
 
@@ -25,6 +25,7 @@ from monitor.diagnosis.records import STARTER_LITERALS
 # Terminal escapes and control bytes: cleaning a line removes them, which can join the text
 # around them into a literal, so lines holding any are always candidates in the fast path.
 CONTROL_BYTES = [bytes([b]) for b in (*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F)] + [b"\xc2\x9b"]
+_CONTROL = regex.compile(b"|".join(regex.escape(b) for b in CONTROL_BYTES))
 
 
 def spellings(literal: str, ignore_case: bool) -> set[str]:
@@ -43,23 +44,22 @@ class Prefilter:
         self._triggers: dict[int, set[int]] = {}  # literal id -> rules it triggers
         self._unless_of: dict[int, set[int]] = {}  # literal id -> unless patterns
         self._starters: set[int] = set()
-        # Per rule, per pattern: (literal-id sets each needing one present id, whether the ids
-        # are of lowercased literals, looked for in the lowercased line: the pattern ignores case).
-        self._conditions: list[list[tuple[tuple[frozenset[int], ...], bool]]] = []
-        self._lower_ids: dict[bytes, int] = {}
-        chunk_ids: set[int] = set()
+        # Per rule, per pattern: (groups of literals, each group needing one in the line; whether
+        # they are lowercased and looked for in the lowercased line: the pattern ignores case).
+        self._conditions: list[list[tuple[tuple[tuple[bytes, ...], ...], bool]]] = []
 
         for index, rule in enumerate(catalogue.rules):
             for literal in rule.prefilter:
                 for spelling in spellings(literal, rule.prefilter_ignore_case):
-                    chunk_ids.add(self._add(spelling, self._triggers, index))
+                    self._add(spelling, self._triggers, index)
             per_pattern = []
             for pattern, sets in zip(rule.patterns, rule.conditions):
-                if pattern.flags & regex.IGNORECASE:
-                    ids = tuple(frozenset(self._lower_id(lit) for lit in options) for options in sets)
-                    per_pattern.append((ids, True))
-                else:
-                    per_pattern.append((tuple(frozenset(self._id(lit) for lit in options) for options in sets), False))
+                lower = bool(pattern.flags & regex.IGNORECASE)
+                groups = tuple(
+                    tuple(sorted((lit.lower() if lower else lit).encode("utf-8") for lit in options))
+                    for options in sets
+                )
+                per_pattern.append((groups, lower))
             self._conditions.append(per_pattern)
             for advice in rule.advice:
                 pattern = advice.unless_log
@@ -70,26 +70,15 @@ class Prefilter:
                 ignore_case = bool(pattern.flags & regex.IGNORECASE)
                 for literal in required_literals(pattern.pattern) or ():
                     for spelling in spellings(literal, ignore_case):
-                        chunk_ids.add(self._add(spelling, self._unless_of, number))
+                        self._add(spelling, self._unless_of, number)
         for literal in STARTER_LITERALS:
             ident = self._id(literal)
             self._starters.add(ident)
-            chunk_ids.add(ident)
 
-        literals = sorted(self._ids, key=self._ids.get)
-        self._line_ac = ahocorasick_rs.BytesAhoCorasick(literals)
-        # Leftmost-first, non-overlapping is enough over chunks: it only has to report some
-        # hit inside every candidate line.
-        self._chunk_ac = ahocorasick_rs.BytesAhoCorasick(
-            [literals[i] for i in sorted(chunk_ids)] + CONTROL_BYTES,
-            matchkind=ahocorasick_rs.MatchKind.LeftmostFirst,
-        )
-        self._control = ahocorasick_rs.BytesAhoCorasick(CONTROL_BYTES)
-        lower_literals = sorted(self._lower_ids, key=self._lower_ids.get)
-        self._lower_ac = ahocorasick_rs.BytesAhoCorasick(lower_literals) if lower_literals else None
+        self._literals = sorted(self._ids, key=self._ids.get)
+        self._line_ac = ahocorasick_rs.BytesAhoCorasick(self._literals)
+        self._chunk_acs: dict[frozenset[int], ahocorasick_rs.BytesAhoCorasick] = {}
 
-    def _lower_id(self, literal: str) -> int:
-        return self._lower_ids.setdefault(literal.lower().encode("utf-8"), len(self._lower_ids))
 
     def _id(self, literal: str) -> int:
         return self._ids.setdefault(literal.encode("utf-8"), len(self._ids))
@@ -113,12 +102,13 @@ class Prefilter:
             if ident in self._unless_of:
                 unless |= self._unless_of[ident]
         rules = set()
-        present_lower = None
+        lowered = None
         for index in triggered:
-            for sets, lower in self._conditions[index]:
-                if lower and sets and present_lower is None:
-                    present_lower = {i for i, _, _ in self._lower_ac.find_matches_as_indexes(data.lower(), overlapping=True)}
-                if all(options & (present_lower if lower else present) for options in sets):
+            for groups, lower in self._conditions[index]:
+                if lower and lowered is None:
+                    lowered = data.lower()
+                haystack = lowered if lower else data
+                if all(any(literal in haystack for literal in group) for group in groups):
                     rules.add(index)
                     break
         return rules, unless, not self._starters.isdisjoint(present)
@@ -127,14 +117,27 @@ class Prefilter:
         """``hits`` for a clean line of text."""
         return self.hits(text.encode("utf-8", "surrogatepass"))
 
-    def raw_line_matters(self, raw: bytes) -> bool:
-        """Whether a raw line may matter once cleaned: it holds what ``hits`` looks for, or
-        control bytes whose removal could join text into a literal."""
-        if self._control.find_matches_as_indexes(raw):
+    def raw_line_matters(self, raw: bytes, seen_unless: frozenset[int] = frozenset()) -> bool:
+        """Whether a raw line may matter once cleaned: it holds what ``hits`` looks for (an
+        unless pattern not seen yet counts), or control bytes whose removal could join text
+        into a literal."""
+        if _CONTROL.search(raw):
             return True
         rules, unless, starter = self.hits(raw)
-        return bool(rules or unless or starter)
+        return bool(rules or starter or unless - seen_unless)
 
-    def chunk_hits(self, chunk: bytes) -> list[int]:
-        """Start offsets, ascending, of trigger, unless, starter and control-byte hits."""
-        return [start for _, start, _ in self._chunk_ac.find_matches_as_indexes(chunk)]
+    def chunk_hits(self, chunk: bytes, seen_unless: frozenset[int] = frozenset()) -> list[int]:
+        """Start offsets, ascending, of trigger, starter and control-byte hits, and of unless
+        literals whose patterns were not seen yet (once seen, the engine no longer looks)."""
+        automaton = self._chunk_acs.get(seen_unless)
+        if automaton is None:
+            wanted = [
+                literal for ident, literal in enumerate(self._literals)
+                if ident in self._triggers or ident in self._starters
+                or (self._unless_of.get(ident, set()) - seen_unless)
+            ]
+            # Leftmost-first, non-overlapping is enough over chunks: it only has to report
+            # some hit inside every candidate line.
+            automaton = self._chunk_acs[seen_unless] = ahocorasick_rs.BytesAhoCorasick(
+                wanted + CONTROL_BYTES, matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
+        return [start for _, start, _ in automaton.find_matches_as_indexes(chunk)]

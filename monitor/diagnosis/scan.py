@@ -71,9 +71,15 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
             if len(carry) > MAX_LINE_BYTES:
                 carry, overflow = carry[:MAX_LINE_BYTES], True
             block = block[: cut + 1]
-            hits = prefilter.chunk_hits(block)
+            seen = engine.unless_seen
+            hits = prefilter.chunk_hits(block, seen)
             pos, hit, size = 0, 0, len(block)
             while pos < size:
+                if len(engine.unless_seen) != len(seen):
+                    # An unless_log pattern was found: stop looking for its literals.
+                    seen = engine.unless_seen
+                    hits = [pos + h for h in prefilter.chunk_hits(block[pos:], seen)]
+                    hit = 0
                 everything = number < EARLY_LINES or engine.has_pending(name)
                 if everything:
                     start = pos
@@ -89,7 +95,7 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
                 end = block.index(b"\n", start)
                 number += 1
                 raw = _cut(block[start:end])
-                if everything or prefilter.raw_line_matters(raw):
+                if everything or prefilter.raw_line_matters(raw, seen):
                     feed(raw)
                 pos = end + 1
         if overflow:
