@@ -82,3 +82,10 @@ def test_tracker_eta_from_tqdm_rate_and_restart():
     assert tracker.state.eta_seconds == pytest.approx(90.0)
     tracker.feed(" 0%|          | 1/50 [00:00<?, ?it/s]", now=6.0)  # a new bar starts
     assert tracker.state.step == 1 and tracker.state.total == 50
+
+
+@pytest.mark.parametrize("line", ["loss=" + "9" * 65000, "9" * 65000 + " it/s", "step " * 13000, "1." * 32000])
+def test_huge_lines_are_read_only_at_their_start(line):
+    # Quadratic backtracking on a 64 KiB line would hang here; only the first MAX_PARSED characters count.
+    event = parse_progress(line)
+    assert event is None or event.step is not None or event.loss is not None

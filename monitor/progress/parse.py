@@ -18,6 +18,7 @@ import regex
 # A number as printed by Python, numpy and C (also nan / inf, which matter most).
 _NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|NaN|NAN|inf|Inf|INF|infinity|Infinity)"
 
+MAX_PARSED = 1024
 _KEYWORDS = regex.compile(r"loss|it/s|s/it|step|iter|epoch|samples/s|tokens/s|tok/s", regex.IGNORECASE)
 
 _TQDM = regex.compile(
@@ -42,7 +43,7 @@ _NAMED_THROUGHPUT = regex.compile(
     regex.IGNORECASE,
 )
 _UNIT_THROUGHPUT = regex.compile(
-    r"(?P<value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(?P<unit>samples/s(?:ec)?|tokens/s(?:ec)?|tok/s|it/s|s/it)(?!\w)",
+    r"(?<![\d.])(?P<value>\d{1,15}(?:\.\d{1,15})?(?:[eE][-+]?\d{1,3})?)\s*(?P<unit>samples/s(?:ec)?|tokens/s(?:ec)?|tok/s|it/s|s/it)(?!\w)",
     regex.IGNORECASE,
 )
 
@@ -89,6 +90,8 @@ def _throughput(text: str) -> tuple[float | None, str | None]:
 
 def parse_progress(text: str) -> ProgressEvent | None:
     """The progress a line reports, or None when it reports none."""
+    # Progress is reported in short lines; a huge line (a dumped tensor) is not read past this.
+    text = text[:MAX_PARSED]
     if not _KEYWORDS.search(text):
         return None
     step = total = None

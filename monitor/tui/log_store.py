@@ -24,11 +24,11 @@ NO_RANK = -1
 FILTER_BUDGET_S = 1.0
 
 _ERROR = regex.compile(
-    r"\w*Error\b|\w*Exception\b|Traceback \(most recent|\bFATAL\b|\bCRITICAL\b|\bERROR\b|\berror:"
+    r"Error\b|Exception\b|Traceback \(most recent|\bFATAL\b|\bCRITICAL\b|\bERROR\b|\berror:"
     r"|Segmentation fault|core dumped|\bKilled\b|SIG(?:KILL|ABRT|SEGV|BUS)|\bFAILED\b|\bfailed\b"
     r"|\[E\d{0,4}[ \d]"
 )
-_WARNING = regex.compile(r"\bWARN(?:ING)?\b|\w*Warning\b|\bwarning:|\[W\d{0,4}[ \d]")
+_WARNING = regex.compile(r"\bWARN(?:ING)?\b|Warning\b|\bwarning:|\[W\d{0,4}[ \d]")
 _UNCLEAN = regex.compile(r"[\x00-\x08\x0a-\x1f\x7f\x9b]")
 
 
@@ -104,7 +104,11 @@ class LogStore:
             self.file_names.append(line.file)
             self._by_file.append(array("L"))
         self._files.append(file_id)
-        self._by_file[file_id].append(index)
+        in_file = self._by_file[file_id]
+        if in_file and line.line <= self._numbers[in_file[-1]]:
+            # The file was truncated and starts again: line numbers now refer to the new copy.
+            in_file = self._by_file[file_id] = array("L")
+        in_file.append(index)
         self._numbers.append(line.line)
         self._levels.append(line_level(text))
         self.longest = max(self.longest, len(text))
@@ -132,7 +136,6 @@ class LogStore:
             return None
         indices = self._by_file[file_id]
         numbers = self._numbers
-        # Line numbers grow within a file (a truncated file starts again at 1: the last run wins).
         pos = bisect_right(indices, line, key=lambda i: numbers[i]) - 1
         if pos >= 0 and numbers[indices[pos]] == line:
             return indices[pos]
