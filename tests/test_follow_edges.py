@@ -191,3 +191,28 @@ def test_permission_error_is_reported_once_and_recovers(tmp_path, monkeypatch):
     denied.clear()
     assert [l.text for l in read_until(follower, 1)] == ["one"]
     follower.close()
+
+
+def test_switches_to_polling_when_file_events_do_not_arrive(tmp_path, monkeypatch):
+    """As on NFS written from another node: the directory is watched, no event ever comes."""
+    from monitor.logs.fs_events import FileEvents
+
+    monkeypatch.setattr(FileEvents, "drain", lambda self: [])
+    monkeypatch.setattr(FileEvents, "get", lambda self, timeout: time.sleep(timeout))
+    log = tmp_path / "a.log"
+    log.write_text("one\n")
+    follower = Follower([str(log)])
+    assert [l.text for l in read_until(follower, 1)] == ["one"] and not follower.polling
+    append(log, b"two\n")
+    problems, lines = [], []
+    deadline = time.monotonic() + 10
+    while not lines and time.monotonic() < deadline:
+        update = follower.read(0.2)
+        problems += update.problems
+        lines += update.lines
+    assert [l.text for l in lines] == ["two"]
+    assert follower.polling
+    assert problems == [f"{log}: no file events for new lines (network file system?); polling every 0.5 s"]
+    append(log, b"three\n")
+    assert [l.text for l in read_until(follower, 1, limit=2)] == ["three"]
+    follower.close()

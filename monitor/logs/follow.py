@@ -33,6 +33,9 @@ RESCAN_S = 2.0
 # One read() returns after about this many lines even if more are waiting (a big file read
 # from its start arrives over several calls, so the caller stays responsive).
 MAX_LINES_PER_READ = 20_000
+# New lines found by the safety poll in a file this long after it was written, with no event
+# for it: events do not arrive, so the follower switches to polling.
+MISSED_EVENT_S = 1.0
 
 
 @dataclass(slots=True)
@@ -63,6 +66,9 @@ class Follower:
         self._files: dict[str, FollowedFile] = {}
         self._names: list[str] = []
         self._event_names: dict[str, str] = {}  # absolute path (as events name it) -> our name
+        self._by_identity: dict[Identity, FollowedFile] = {}  # may be stale: check .identity
+        self._evented: set[str] = set()  # files announced by an event since the last safety poll
+        self._unannounced: set[str] = set()
         self._consumed: dict[Identity, tuple[int, int]] = {}
         self._dirty: set[str] = set()
         self._fds = DescriptorCache(max_open or _default_max_open())
@@ -102,6 +108,11 @@ class Follower:
                 self._discover()
                 self._next_rescan = time.monotonic() + self._rescan_every
             if now >= self._next_stat_all:
+                if not self.polling:
+                    # Files with no event since the last safety poll: new lines found in them
+                    # now mean events do not arrive (see _check_missed_event).
+                    self._unannounced = {p for p in self._files if p not in self._dirty and p not in self._evented}
+                    self._evented.clear()
                 self._dirty.update(self._files)
                 self._next_stat_all = time.monotonic() + self._stat_every
             self._visit_dirty(update)
@@ -164,7 +175,8 @@ class Follower:
         """Where to read a new inode at ``path`` from (see ``FollowedFile.visit``)."""
         if identity in self._consumed:
             return self._consumed.pop(identity)  # renamed or copied: read up to there already
-        if any(f.identity == identity for f in self._files.values()):
+        holder = self._by_identity.get(identity)
+        if holder is not None and holder.path != path and holder.identity == identity:
             return None  # renamed while followed: the old path's next visit drains it first
         copy_of = self._copy_start(path)
         if copy_of is False:
@@ -176,9 +188,12 @@ class Follower:
         holds the same bytes (or the copy is too short to tell), or where the copy's unread part
         starts; None if not a copy."""
         folder, name = os.path.split(path)
+        # app.log.1 can be a copy of app.log or of app.log.1's own earlier names: every prefix
+        # that ends before a separator names a possible original.
         originals = [
-            f for f in self._files.values()
-            if os.path.dirname(f.path) == folder and is_rotated_name(os.path.basename(f.path), name)
+            self._files[candidate]
+            for end, char in enumerate(name)
+            if char in ".-_" and (candidate := os.path.join(folder, name[:end])) in self._files
         ]
         if not originals:
             return None
@@ -229,7 +244,9 @@ class Follower:
         if path == RESCAN:
             self._next_rescan = 0.0
         elif path in self._event_names:
-            self._dirty.add(self._event_names[path])
+            name = self._event_names[path]
+            self._dirty.add(name)
+            self._evented.add(name)
         else:
             for source in self.sources:
                 name = source.name_of(path)
@@ -256,9 +273,26 @@ class Follower:
             if len(out.lines) >= MAX_LINES_PER_READ:
                 break
             self._dirty.discard(path)
-            if self._files[path].visit(self._fds, out, self._start_for):
+            before = len(out.lines)
+            followed = self._files[path]
+            if followed.visit(self._fds, out, self._start_for):
                 self._dirty.add(path)
+            if followed.identity is not None:
+                self._by_identity[followed.identity] = followed
+            if path in self._unannounced:
+                self._check_missed_event(path, len(out.lines) > before)
         self._collect(out, update)
+
+    def _check_missed_event(self, path: str, had_lines: bool) -> None:
+        """Lines written over ``MISSED_EVENT_S`` ago that no event announced: the file system
+        does not deliver events for this file (NFS or Lustre written from another node)."""
+        self._unannounced.discard(path)
+        if had_lines and time.time() - self._files[path].mtime > MISSED_EVENT_S:
+            self.polling = True
+            self._next_stat_all = self._next_rescan = 0.0
+            self._problems.append(
+                f"{path}: no file events for new lines (network file system?); polling every {self.poll_interval:g} s"
+            )
 
     def _collect(self, out: ReadOutput, update: FollowUpdate) -> None:
         for identity, origin in out.rotated_from.items():

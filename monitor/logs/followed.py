@@ -118,6 +118,7 @@ class FollowedFile:
         self.ended: deque[EndedGeneration] = deque(maxlen=3)
         self.binary = False
         self.problem: str | None = None
+        self.mtime = 0.0  # of the last stat: when the file was last written
 
     # -- one visit -------------------------------------------------------------------------
     def visit(self, fds: DescriptorCache, out: ReadOutput, start_for: StartFor, budget: int = READ_CHUNK) -> bool:
@@ -140,6 +141,7 @@ class FollowedFile:
             self._end_generation(fds, out, keep_identity=False)
         if st is None:
             return False
+        self.mtime = st.st_mtime
         if self.identity is None:
             start = start_for(self.path, identity)
             if start is None:
