@@ -155,3 +155,22 @@ def test_diagnose_does_not_import_textual_or_torch(tmp_path):
         "assert 'textual' not in sys.modules and 'torch' not in sys.modules, 'heavy import'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_huge_line_and_truncated_gzip_lose_nothing(tmp_path):
+    catalogue = catalogue_from(tmp_path)
+    huge = tmp_path / "huge.log"
+    with open(huge, "wb") as out:
+        out.write(b"start\n" + b"\x1b[31m[bold]" + b"q" * (12 << 20) + b" CUDA out of memory. Tried to allocate 1 GiB\n")
+        out.write((OOM_TRACEBACK + "\n").encode())
+    diagnosis = diagnose_paths([huge], catalogue)
+    assert diagnosis.root_cause.rule == "cuda-oom" and diagnosis.root_cause.line == 8
+    assert diagnosis.to_json() == diagnose_paths([huge], catalogue, fast=False).to_json()
+    assert len(next(line for line in read_log(huge) if line.line == 2).text) < 70_000
+
+    cut = tmp_path / "cut.log.gz"
+    whole = gzip.compress((OOM_TRACEBACK + "\n" + "".join(f"step {i} {i * 7919 % 10007}\n" for i in range(50000))).encode())
+    cut.write_bytes(whole[: len(whole) // 2])
+    diagnosis = diagnose_paths([cut], catalogue)
+    assert diagnosis.root_cause.rule == "cuda-oom"
+    assert len(diagnosis.problems) == 1 and diagnosis.problems[0].startswith(f"{cut}: read error after line")

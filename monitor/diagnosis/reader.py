@@ -71,6 +71,32 @@ def _looks_binary(head: bytes) -> bool:
     return head.count(b"\x00") > len(head) // 4 or controls > len(head) // 3
 
 
+def read_chunks(handle, size: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The file's bytes in chunks of about ``size``. On a read error (a truncated .gz), first
+    yields everything read before it, then raises the error: nothing readable is lost."""
+    while True:
+        parts: list[bytes] = []
+        got = 0
+        error = None
+        eof = False
+        try:
+            while got < size:
+                part = handle.read1(min(size - got, 1 << 20))
+                if not part:
+                    eof = True
+                    break
+                parts.append(part)
+                got += len(part)
+        except (OSError, EOFError) as exc:
+            error = exc
+        if parts:
+            yield b"".join(parts)
+        if error is not None:
+            raise error
+        if eof:
+            return
+
+
 def make_line(file: str, number: int, raw: bytes, file_rank: int | None) -> LogLine:
     text = clean(raw)
     rank, _ = split_prefix(text)
@@ -84,10 +110,11 @@ def read_log(path: str | os.PathLike) -> Iterator[LogLine]:
     assembler = LineAssembler()
     number = 0
     with open_log(path) as handle:
+        chunks = read_chunks(handle)
         while True:
             try:
-                chunk = handle.read(CHUNK_BYTES)
-            except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                chunk = next(chunks, b"")
+            except (OSError, EOFError) as exc:
                 raise UnreadableLog(f"{name}: read error after line {number}: {exc}") from None
             if not chunk:
                 break

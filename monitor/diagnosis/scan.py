@@ -20,7 +20,7 @@ import os
 
 from monitor.diagnosis.engine import EARLY_LINES, Engine
 from monitor.diagnosis.ranks import rank_from_path
-from monitor.diagnosis.reader import UnreadableLog, make_line, open_log
+from monitor.diagnosis.reader import UnreadableLog, make_line, open_log, read_chunks
 from monitor.logs.decode import MAX_LINE_BYTES, TRUNCATION_MARK
 
 CHUNK_BYTES = 4 << 20
@@ -46,9 +46,10 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
         engine.feed(make_line(name, number, raw, file_rank))
 
     with open_log(path) as handle:
+        chunks = read_chunks(handle, chunk_bytes)
         while True:
             try:
-                data = handle.read(chunk_bytes)
+                data = next(chunks, b"")
             except (OSError, EOFError) as exc:
                 raise UnreadableLog(f"{name}: read error after line {number}: {exc}") from None
             if not data:
