@@ -55,12 +55,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _headless(replayer, catalogue) -> int:
+    import time
+
     from monitor.diagnosis.report import render_text
-    from monitor.live.session import LiveSession
+    from monitor.live.session import IDLE_FLUSH_S, LiveSession
 
     meta = replayer.recording.meta
     print(f"monitor demo: replaying {meta.get('what', 'a recorded job')} (×{replayer.speed:g})", flush=True)
     session = LiveSession([replayer.target], catalogue)
+    last_line = time.monotonic()
     try:
         while True:
             finished = replayer.done.is_set()
@@ -68,8 +71,10 @@ def _headless(replayer, catalogue) -> int:
             for finding in update.new_findings:
                 rank = "?" if finding.rank is None else finding.rank
                 print(f"[{replayer.elapsed():6.1f}s] {finding.severity:<7} rank {rank}: {finding.title}", flush=True)
-            if finished and not update.lines:
-                break
+            if update.lines:
+                last_line = time.monotonic()
+            elif finished and time.monotonic() - last_line > IDLE_FLUSH_S:
+                break  # all read, and the last records completed by the session's idle flush
         diagnosis = session.diagnosis()
     finally:
         session.close()

@@ -145,6 +145,8 @@ class MonitorApp(App[int]):
 
     def _apply(self, batch: LogBatch) -> None:
         view = self.query_one(LogView)
+        for problem in batch.problems:
+            self.notify(problem, title="input problem", severity="warning", timeout=15)
         if batch.lines:
             first = len(self.store)
             now = self._clock()

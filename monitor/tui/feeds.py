@@ -7,7 +7,8 @@ The app's thread workers call these and nothing else; they wrap the core objects
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from monitor.diagnosis.model import Diagnosis, Finding, LogLine
@@ -25,10 +26,12 @@ class LogBatch:
     # The source will bring nothing more (the job exited, the replay ended); ``note`` says how.
     finished: bool = False
     note: str = ""
+    # Problems with the input (unreadable or binary file), one line each naming the file.
+    problems: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not self.lines and self.findings is None and not self.finished
+        return not self.lines and self.findings is None and not self.finished and not self.problems
 
 
 class LogFeed(Protocol):
@@ -57,11 +60,12 @@ class SessionFeed:
         self.session = session
         self._ended = ended
         self._version = -1
+        self._first_seen: dict[tuple[str, int], float] = {}
 
     def poll(self, timeout: float) -> LogBatch:
         note = self._ended() if self._ended is not None else None
         update = self.session.step(timeout=timeout)
-        batch = LogBatch(lines=list(update.lines), files=[str(f) for f in update.files])
+        batch = LogBatch(lines=list(update.lines), files=[str(f) for f in update.files], problems=list(update.problems))
         if note is not None and not update.lines:
             # Everything the source wrote has been read: complete the records still open.
             self.session.diagnosis()
@@ -69,9 +73,22 @@ class SessionFeed:
         engine = self.session.engine
         if engine.version != self._version or update.new_findings or update.cleared:
             self._version = engine.version
-            batch.findings = list(engine.findings)
-            batch.root_cause = engine.root_cause()
+            # A silent job with nothing failed: the stall is what there is to explain.
+            root = engine.root_cause() or self.session.stall.active
+            # Copies: the engine goes on updating its findings in this thread while the UI draws them.
+            batch.findings = [self._snapshot(f) for f in engine.findings]
+            batch.root_cause = self._snapshot(root) if root is not None else None
         return batch
+
+    def _snapshot(self, finding: Finding) -> Finding:
+        # Without a timestamp in the log, "first seen" is when this session first saw it.
+        first_seen = finding.first_seen
+        if first_seen is None:
+            first_seen = self._first_seen.setdefault((finding.rule, finding.seq), time.time())
+        return replace(
+            finding, ranks=list(finding.ranks), evidence=list(finding.evidence), fields=dict(finding.fields),
+            first_seen=first_seen,
+        )
 
     def diagnosis(self) -> Diagnosis:
         return self.session.diagnosis()
