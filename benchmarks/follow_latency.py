@@ -22,7 +22,6 @@ import multiprocessing as mp
 import os
 import re
 import resource
-import statistics
 import sys
 import tempfile
 import time
