@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -17,10 +16,10 @@ def monitor_cmd(log_dir: Path, *job: str, extra: tuple[str, ...] = ()) -> list[s
             "--log-dir", str(log_dir), *extra, "--", *job]
 
 
-def run_monitor(log_dir: Path, *job: str, extra: tuple[str, ...] = (), timeout: float = 60,
-                stdin=subprocess.DEVNULL) -> subprocess.CompletedProcess:
+def run_monitor(log_dir: Path, *job: str, extra: tuple[str, ...] = (),
+                timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(monitor_cmd(log_dir, *job, extra=extra), capture_output=True,
-                          timeout=timeout, stdin=stdin)
+                          timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def only_log(log_dir: Path) -> Path:
@@ -57,7 +56,3 @@ def alive(pid: int) -> bool:
 
 def python_job(code: str) -> tuple[str, ...]:
     return (sys.executable, "-c", code)
-
-
-def env_without_pythonpath() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
 from collections import namedtuple
 from pathlib import Path
 
@@ -40,7 +44,6 @@ def test_torchrun_log_dir_files_of_this_run(tmp_path: Path):
     for path in (old, new):
         path.parent.mkdir(parents=True)
         path.write_text("x")
-    import os
     os.utime(old, (1, 1))
     command = ["torchrun", "--log-dir", str(tmp_path), "--redirects", "3", "t.py"]
     assert launchers.rank_log_files(command, since=100) == [new]
@@ -158,8 +161,6 @@ def test_visible_devices_parsing():
 
 
 def test_preflight_is_printed_before_the_job_and_never_blocks(tmp_path: Path):
-    import subprocess
-    import sys
     with socket.socket() as taken:
         taken.bind(("", 0))
         taken.listen()
@@ -167,20 +168,18 @@ def test_preflight_is_printed_before_the_job_and_never_blocks(tmp_path: Path):
         result = subprocess.run(
             [sys.executable, "-m", "monitor", "run", "--headless", "--log-dir", str(tmp_path), "--",
              sys.executable, "-c", "print('job ran')"],
-            capture_output=True, env={**__import__("os").environ, "NCCL_DEBUG": "INFO",
+            capture_output=True, env={**os.environ, "NCCL_DEBUG": "INFO",
                                       "MASTER_PORT": str(port)}, timeout=60)
     assert result.returncode == 0 and result.stdout == b"job ran\n"
     err = result.stderr.decode()
     assert "preflight [warning] NCCL_DEBUG=INFO is set" in err
     assert f"preflight [warning] Port {port} (MASTER_PORT) is already in use" in err
     assert err.index("preflight") < err.index("recording to")
-    meta = __import__("json").loads(next(tmp_path.glob("*.meta.json")).read_text())
+    meta = json.loads(next(tmp_path.glob("*.meta.json")).read_text())
     assert {f["rule"] for f in meta["preflight"]} >= {"preflight-knob-nccl_debug", "preflight-port"}
 
 
 def test_the_newest_checkpoint_is_checked_before_a_resume(tmp_path: Path):
-    import os
-
     import torch
     good, bad = tmp_path / "step100.pt", tmp_path / "step200.pt"
     torch.save({"w": torch.zeros(100)}, good)

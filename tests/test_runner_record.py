@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import random
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from monitor.runner.job import Job, JobStartError, RecordOptions, new_log_path
-from tests.runner_helpers import only_log, python_job, read_json, run_monitor
+from tests.runner_helpers import monitor_cmd, only_log, python_job, read_json, run_monitor
 
 # 20 MB of random bytes (seeded, so the test can recompute them) with no final newline,
 # written in uneven pieces from stdout and stderr alternately.
@@ -29,7 +33,6 @@ sys.exit(7)
 
 
 def expected_random_bytes() -> bytes:
-    import random
     rng = random.Random(1234)
     pieces, total = [], 0
     while total < 20_000_000:
@@ -77,7 +80,6 @@ def test_arguments_reach_the_job_unchanged_without_a_shell(tmp_path: Path):
     code = "import sys, json; print(json.dumps(sys.argv[1:]))"
     result = run_monitor(tmp_path, *python_job(code), *args)
     assert result.returncode == 0
-    import json
     assert json.loads(only_log(tmp_path).read_text()) == args
 
 
@@ -136,10 +138,6 @@ def test_unwritable_log_dir_and_missing_rules_are_one_line_errors(tmp_path: Path
 
 
 def test_slurm_names_are_in_the_report(tmp_path: Path):
-    import os
-    import subprocess
-
-    from tests.runner_helpers import monitor_cmd
     env = {**os.environ, "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "3", "SLURMD_NODENAME": "gpu-07"}
     result = subprocess.run(monitor_cmd(tmp_path, *python_job("raise SystemExit(2)")),
                             capture_output=True, env=env, timeout=60)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -99,7 +100,7 @@ def test_a_terminal_that_is_not_read_never_stalls_the_job(tmp_path: Path):
     # Nobody reads the monitor's stdout: the pipe fills after 64 KiB. The job must still finish
     # at full speed and the log must still hold every byte.
     job = "import sys\nfor i in range(200_000):\n    sys.stdout.write(f'{i:09d} padding padding\\n')\n"
-    read_end, write_end = __import__("os").pipe()
+    read_end, write_end = os.pipe()
     monitor = subprocess.Popen(monitor_cmd(tmp_path, *python_job(job)), stdout=write_end,
                                stderr=subprocess.DEVNULL)
     try:
@@ -110,8 +111,8 @@ def test_a_terminal_that_is_not_read_never_stalls_the_job(tmp_path: Path):
         assert only_log(tmp_path).stat().st_size == 200_000 * 26
         assert state["tee_dropped_bytes"] > 0
     finally:
-        __import__("os").close(write_end)
-        __import__("os").close(read_end)
+        os.close(write_end)
+        os.close(read_end)
         if monitor.poll() is None:
             monitor.kill()
 

@@ -6,10 +6,7 @@ can do (look at the job, stop it, crash, quit early) and check what happens to t
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
-
-import pytest
 
 from monitor.runner import supervise
 from tests.runner_helpers import alive, job_state, read_json, wait_for

@@ -116,7 +116,8 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
             return exc.exit_code, restart.RestartDecision(False, str(exc))
         forwarder.job = job
         say(f"recording to {log_path} (job pid {job.pid})")
-        watcher = _start_checkpoint_watch(options.checkpoint_dirs, job)
+        # Under the UI, checkpoint warnings wait for the final report instead of printing over it.
+        watcher = _start_checkpoint_watch(options.checkpoint_dirs, job, announce=headless)
         if not headless and not _run_tui(launch_run, job, catalogue):
             say(f"the job is still running (pid {job.pid}) and recording to {log_path}; "
                 f"follow it with `monitor watch {log_path}`")
@@ -126,19 +127,21 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
         code = _wait(job)
         if watcher:
             watcher.stop()
-    state = job.state()
-    extra = list(checks)
-    if exit_note := explain.exit_finding(log_path, code, state.get("stop_signal")):
-        extra.append(exit_note)
-    if watcher:
-        extra += watcher.findings()
-    diagnosis = explain.diagnose_run([log_path, *job.extra_log_paths()], catalogue, extra)
-    if job.recorder_lost:
-        diagnosis.problems.append("the recorder died before the job ended: the log may be incomplete")
-    decision = restart.decide(diagnosis, code, attempt, options.max_restarts,
-                              stopped_by_user=bool(state.get("stop_signal")) or forwarder.received is not None)
+    diagnosis = _explain(job, code, catalogue, checks + (watcher.findings() if watcher else []))
+    stopped = bool(job.state().get("stop_signal")) or forwarder.received is not None
+    decision = restart.decide(diagnosis, code, attempt, options.max_restarts, stopped_by_user=stopped)
     _report(job, diagnosis, code, decision, meta, options.max_restarts)
     return code, decision
+
+
+def _explain(job: Job, code: int, catalogue, extra: list[Finding]) -> Diagnosis:
+    """The engine's diagnosis of every log of the run, plus the runner's findings."""
+    if exit_note := explain.exit_finding(job.log_path, code, job.state().get("stop_signal")):
+        extra = [*extra, exit_note]
+    diagnosis = explain.diagnose_run([job.log_path, *job.extra_log_paths()], catalogue, extra)
+    if job.recorder_lost:
+        diagnosis.problems.append("the recorder died before the job ended: the log may be incomplete")
+    return diagnosis
 
 
 def _run_tui(launch_run, job: Job, catalogue) -> bool:
@@ -159,13 +162,16 @@ def _wait(job: Job) -> int:
     return code
 
 
-def _start_checkpoint_watch(dirs: list[Path], job: Job):
+def _start_checkpoint_watch(dirs: list[Path], job: Job, announce: bool):
     if not dirs:
         return None
     from monitor.checkpoints.watch import CheckpointWatcher
 
-    watcher = CheckpointWatcher(dirs, on_finding=lambda f: say(_finding_line(f)), since=job.started,
-                                job_pids=job.pids)
+    def on_finding(finding: Finding) -> None:
+        if announce:
+            say(_finding_line(finding))
+
+    watcher = CheckpointWatcher(dirs, on_finding=on_finding, since=job.started, job_pids=job.pids)
     watcher.start()
     return watcher
 
