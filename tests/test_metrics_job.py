@@ -12,7 +12,7 @@ import psutil
 import pytest
 from metrics_fake_nvml import GIB, FakeNvml, FakeProcess, make_gpus
 
-from monitor.metrics.job import ENV_KEPT, JobReader
+from monitor.metrics.job import DISCOVER_EVERY, ENV_KEPT, JobReader
 from monitor.metrics.sampler import Sampler
 
 # A launcher like torchrun's agent: no RANK itself, starts workers with RANK/LOCAL_RANK set,
@@ -137,3 +137,22 @@ def test_container_pids_are_said_plainly(job):
     assert "4000001, 4000002" in sample.job.pid_mapping_message
     assert "--pid=host" in sample.job.pid_mapping_message
     assert all(p.gpu_memory_bytes is None for p in sample.job.processes)
+
+
+def test_children_started_later_are_found_within_a_few_reads():
+    spawner = "import subprocess, sys\nsys.stdin.readline()\nsubprocess.Popen(['sleep', '60'])\nprint('started', flush=True)\nsys.stdin.readline()"
+    root = subprocess.Popen([sys.executable, "-c", spawner], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        reader = JobReader([root.pid])
+        assert [p.pid for p in reader.read().processes] == [root.pid]
+        root.stdin.write("go\n")
+        root.stdin.flush()
+        assert root.stdout.readline().strip() == "started"
+        seen = [len(reader.read().processes) for _ in range(DISCOVER_EVERY)]
+        assert seen[-1] == 2  # found by the periodic discovery, not later
+        child = next(p for p in reader.read().processes if p.pid != root.pid)
+        assert child.ppid == root.pid and child.name == "sleep"
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        root.kill()
+        root.wait()
