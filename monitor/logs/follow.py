@@ -33,6 +33,7 @@ RESCAN_S = 2.0
 # One read() returns after about this many lines even if more are waiting (a big file read
 # from its start arrives over several calls, so the caller stays responsive).
 MAX_LINES_PER_READ = 20_000
+CLOSE_ROUNDS = 64
 # New lines found by the safety poll in a file this long after it was written, with no event
 # for it: events do not arrive, so the follower switches to polling.
 MISSED_EVENT_S = 1.0
@@ -129,7 +130,9 @@ class Follower:
             self._events.close()
             self._events = None
         self._dirty.update(self._files)
-        while self._dirty:
+        for _ in range(CLOSE_ROUNDS):  # bounded: a writer may outpace us forever
+            if not self._dirty:
+                break
             self._visit_dirty(update)
         out = ReadOutput(consumed=self._consumed)
         for followed in self._files.values():
@@ -218,7 +221,7 @@ class Follower:
         go on writing there until it reopens the log."""
         folder, base = os.path.split(origin)
         try:
-            names = os.listdir(folder)
+            names = os.listdir(folder or os.curdir)
         except OSError:
             return
         for name in names:

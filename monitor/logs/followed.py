@@ -147,6 +147,8 @@ class FollowedFile:
             if start is None:
                 return False
             self._start_generation(identity, start)
+        if st.st_size == self.offset and fds.held(self) is None:
+            return False  # unchanged: no need to open it (most of thousands of idle files)
         try:
             fd = fds.open(self)
         except OSError as exc:
@@ -154,9 +156,8 @@ class FollowedFile:
             return False
         if fd is None:
             return True  # replaced between stat and open: the next visit sees the new inode
-        if self.problem is not None:
-            self.problem = None
-        if st.st_size < self.offset or not self._same_head(fd):
+        self.problem = None
+        if st.st_size < self.offset or (st.st_size > self.offset and not self._same_head(fd)):
             self._recover_from_copy(out)
             self._end_generation(fds, out, keep_identity=True)
             self._start_generation(identity, (0, 0))
@@ -240,7 +241,7 @@ class FollowedFile:
         """An open descriptor on a rotated sibling (``app.log.1``, ``app.log-20250101``...)."""
         folder, base = os.path.split(self.path)
         try:
-            names = os.listdir(folder)
+            names = os.listdir(folder or os.curdir)
         except OSError:
             return None
         for name in sorted(names):
@@ -262,10 +263,14 @@ class FollowedFile:
 
     # -- reading ---------------------------------------------------------------------------
     def _same_head(self, fd: int) -> bool:
+        """Whether the file still starts as it did (else it was truncated and rewritten)."""
         return not self.head or os.pread(fd, len(self.head), 0) == self.head
 
     def _read(self, fd: int, size: int, out: ReadOutput, budget: int) -> bool:
         if size <= self.offset:
+            return False
+        if self.binary:
+            self.offset = size  # skipped, not read
             return False
         at_start = self.offset == 0
         data = os.pread(fd, min(size - self.offset, budget), self.offset)
