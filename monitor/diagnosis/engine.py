@@ -116,6 +116,10 @@ class Engine:
         """Indexes (``prefilter.unless_patterns``) of unless_log patterns found in the logs so far."""
         return frozenset(self._unless_seen)
 
+    @property
+    def unless_seen_count(self) -> int:
+        return len(self._unless_seen)
+
     def _expire(self, line: LogLine, new: list[Finding]) -> None:
         for key, record in list(self._pending.items()):
             if key[0] == line.file and line.line - record.last_line > record.silence_limit:

@@ -25,7 +25,12 @@ from monitor.diagnosis.records import STARTER_LITERALS
 # Terminal escapes and control bytes: cleaning a line removes them, which can join the text
 # around them into a literal, so lines holding any are always candidates in the fast path.
 CONTROL_BYTES = [bytes([b]) for b in (*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F)] + [b"\xc2\x9b"]
-_CONTROL = regex.compile(b"|".join(regex.escape(b) for b in CONTROL_BYTES))
+_SINGLE_CONTROLS = b"".join(b for b in CONTROL_BYTES if len(b) == 1)
+
+
+def has_control(data: bytes) -> bool:
+    """Whether ``data`` holds a byte that cleaning removes (one C pass, no regex)."""
+    return len(data.translate(None, _SINGLE_CONTROLS)) != len(data) or b"\xc2\x9b" in data
 
 
 def spellings(literal: str, ignore_case: bool) -> set[str]:
@@ -91,16 +96,18 @@ class Prefilter:
     def hits(self, data: bytes) -> tuple[set[int], set[int], bool]:
         """(rule indexes, unless-pattern indexes, whether a starter literal occurs) for one
         line's bytes: a rule counts when triggered and one of its patterns' conditions hold."""
-        present = {ident for ident, _, _ in self._line_ac.find_matches_as_indexes(data, overlapping=True)}
-        if not present:
+        matches = self._line_ac.find_matches_as_indexes(data, overlapping=True)
+        if not matches:
             return set(), set(), False
+        present = {ident for ident, _, _ in matches}
         triggered: set[int] = set()
         unless: set[int] = set()
+        triggers, unless_of = self._triggers, self._unless_of
         for ident in present:
-            if ident in self._triggers:
-                triggered |= self._triggers[ident]
-            if ident in self._unless_of:
-                unless |= self._unless_of[ident]
+            if ident in triggers:
+                triggered |= triggers[ident]
+            if ident in unless_of:
+                unless |= unless_of[ident]
         rules = set()
         lowered = None
         for index in triggered:
@@ -117,11 +124,11 @@ class Prefilter:
         """``hits`` for a clean line of text."""
         return self.hits(text.encode("utf-8", "surrogatepass"))
 
-    def raw_line_matters(self, raw: bytes, seen_unless: frozenset[int] = frozenset()) -> bool:
+    def raw_line_matters(self, raw: bytes, seen_unless: frozenset[int] = frozenset(), check_control: bool = True) -> bool:
         """Whether a raw line may matter once cleaned: it holds what ``hits`` looks for (an
         unless pattern not seen yet counts), or control bytes whose removal could join text
-        into a literal."""
-        if _CONTROL.search(raw):
+        into a literal (``check_control=False`` when the caller knows there are none)."""
+        if check_control and has_control(raw):
             return True
         rules, unless, starter = self.hits(raw)
         return bool(rules or starter or unless - seen_unless)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 
 from monitor.diagnosis.engine import EARLY_LINES, Engine
+from monitor.diagnosis.prefilter import has_control
 from monitor.diagnosis.ranks import rank_from_path
 from monitor.diagnosis.reader import UnreadableLog, make_line, open_log, read_chunks
 from monitor.logs.decode import MAX_LINE_BYTES, TRUNCATION_MARK
@@ -74,9 +75,10 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
             block = block[: cut + 1]
             seen = engine.unless_seen
             hits = prefilter.chunk_hits(block, seen)
+            control = has_control(block)
             pos, hit, size = 0, 0, len(block)
             while pos < size:
-                if len(engine.unless_seen) != len(seen):
+                if engine.unless_seen_count != len(seen):
                     # An unless_log pattern was found: stop looking for its literals.
                     seen = engine.unless_seen
                     hits = [pos + h for h in prefilter.chunk_hits(block[pos:], seen)]
@@ -96,7 +98,7 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
                 end = block.index(b"\n", start)
                 number += 1
                 raw = _cut(block[start:end])
-                if everything or prefilter.raw_line_matters(raw, seen):
+                if everything or prefilter.raw_line_matters(raw, seen, control):
                     feed(raw)
                 pos = end + 1
         if overflow:
