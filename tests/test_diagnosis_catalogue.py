@@ -132,3 +132,14 @@ def test_cli_rule_error_exits_2_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"monitor: {pack}:8: rule disk-full: unknown key 'patern'")
     assert len(err.splitlines()) == 1
+
+
+def test_rules_test_warns_about_prefilters_found_in_ordinary_lines(tmp_path, capsys):
+    noisy = MINIMAL.replace("patterns = ['No space left on device']", "patterns = ['loss (?P<v>nan)']\nprefilter = ['loss']")
+    pack = write_rules(tmp_path / "pack", noisy).parent
+    assert main(["rules", "test", str(pack), "--no-user-rules"]) == 0
+    out = capsys.readouterr().out
+    assert "rule disk-full: warning: its prefilter ['loss'] occurs in ordinary lines" in out
+    quiet = write_rules(tmp_path / "quiet", MINIMAL).parent
+    assert main(["rules", "test", str(quiet), "--no-user-rules"]) == 0
+    assert "warning" not in capsys.readouterr().out

@@ -65,14 +65,14 @@ def _list(catalogue, as_json: bool) -> int:
 def _test(catalogue, only_dir: str | None) -> int:
     from pathlib import Path
 
-    from monitor.diagnosis.ruletest import check_rules
+    from monitor.diagnosis.ruletest import check_rules, noisy_prefilters
 
     rules = catalogue.rules
     if only_dir:
         base = Path(only_dir).resolve()
         rules = [r for r in rules if Path(r.source).resolve().parent == base]
     examples, failures = check_rules(catalogue, rules)
-    for line in failures:
+    for line in noisy_prefilters(catalogue, rules) + failures:
         print(line)
     print(f"{len(rules)} rules, {examples} examples, {len(failures)} failed")
     return 1 if failures else 0

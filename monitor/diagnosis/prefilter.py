@@ -120,6 +120,11 @@ class Prefilter:
                     break
         return rules, unless, not self._starters.isdisjoint(present)
 
+    def triggers(self, data: bytes, rule_index: int) -> bool:
+        """Whether one of the rule's prefilter literals occurs in ``data`` (before conditions)."""
+        return any(rule_index in self._triggers.get(ident, ())
+                   for ident, _, _ in self._line_ac.find_matches_as_indexes(data, overlapping=True))
+
     def line_hits(self, text: str) -> tuple[set[int], set[int], bool]:
         """``hits`` for a clean line of text."""
         return self.hits(text.encode("utf-8", "surrogatepass"))
