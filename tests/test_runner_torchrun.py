@@ -14,7 +14,9 @@ from tests.runner_helpers import (
 )
 
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
-DEMO = ("-m", "monitor.demo.train")
+# A generous collective timeout: on a loaded machine one rank may import torch much later than
+# the other, and only the hang test is about timeouts.
+DEMO = ("-m", "monitor.demo.train", "--timeout", "120")
 
 
 def test_success(tmp_path: Path):
@@ -40,8 +42,8 @@ def test_crash_on_one_rank_is_explained(tmp_path: Path):
 
 
 def test_hang_ends_in_a_timeout_and_the_exit_code_is_kept(tmp_path: Path):
-    result = run_monitor(tmp_path, *TORCHRUN, *DEMO, "--scenario", "hang", "--timeout", "2",
-                         timeout=120)
+    result = run_monitor(tmp_path, *TORCHRUN, "-m", "monitor.demo.train", "--scenario", "hang",
+                         "--timeout", "3", timeout=120)
     assert result.returncode != 0
     log = only_log(tmp_path)
     assert b"stalling" in log.read_bytes()
