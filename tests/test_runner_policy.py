@@ -45,6 +45,15 @@ def test_limits_success_user_stop_and_unexplained_failures():
     assert not unexplained.retry and "137" in unexplained.reason
 
 
+def test_a_timeout_is_retried_once_not_twice():
+    timeout = diagnosis(finding("gloo_timeout"))
+    assert decide(timeout, 1, attempt=1, max_restarts=5).retry
+    again = decide(timeout, 1, attempt=2, max_restarts=5, previous_category="gloo_timeout")
+    assert not again.retry and "in the program" in again.reason
+    # A flaky link may flake twice: not limited the same way.
+    assert decide(diagnosis(finding("nccl_error")), 1, 2, 5, previous_category="nccl_error").retry
+
+
 def test_slurm_time_limit_is_not_retried_but_node_failure_is():
     limit = finding("slurm_event", "Step cancelled", why="TIME LIMIT")
     node = finding("slurm_event", "Step cancelled", why="NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS")

@@ -7,7 +7,9 @@ when the same code, data and hardware will fail the same way: out of memory, a c
 checkpoint, a missing libuv, a W&B login, a device-side assert, a Python exception, NaN, a full
 disk. A GPU hardware fault is not retried either: ``monitor run`` restarts on the same node, so
 the retry meets the same GPU; it needs the node drained or the GPU reset. A failure we cannot
-explain is not retried: a blind retry of a deterministic bug only burns GPU hours.
+explain is not retried: a blind retry of a deterministic bug only burns GPU hours. A timeout
+(NCCL or Gloo) is retried once: a stalled link does not usually stall twice in a row, while a
+rank that takes another code path or deadlocks does it every time.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ NOT_RETRYABLE = {
     "shm_exhausted": "/dev/shm is still too small",
     "port_in_use": "the port is still taken: choose another one",
 }
+# Retried once only: a second timeout in a row means a hang in the program, not the network.
+ONCE = {"nccl_timeout", "gloo_timeout"}
 # Scheduler reasons that a retry in place cannot fix.
 _FINAL_SLURM_REASONS = ("TIME LIMIT", "CANCELLED BY")
 
@@ -51,8 +55,9 @@ class RestartDecision:
 
 
 def decide(diagnosis: Diagnosis, exit_code: int, attempt: int, max_restarts: int,
-           stopped_by_user: bool = False) -> RestartDecision:
-    """Whether attempt number ``attempt`` (1-based) that ended with ``exit_code`` is retried."""
+           stopped_by_user: bool = False, previous_category: str | None = None) -> RestartDecision:
+    """Whether attempt number ``attempt`` (1-based) that ended with ``exit_code`` is retried;
+    ``previous_category`` is the root cause's category of the attempt before, if it failed."""
     if exit_code == 0:
         return RestartDecision(False, "the job succeeded")
     if stopped_by_user:
@@ -69,6 +74,9 @@ def decide(diagnosis: Diagnosis, exit_code: int, attempt: int, max_restarts: int
         if any(reason in why for reason in _FINAL_SLURM_REASONS):
             return RestartDecision(False, f"{title}: a retry in place does not give more time "
                                           "or undo a cancellation")
+    if root.category in ONCE and previous_category == root.category:
+        return RestartDecision(False, f"{title}: the same timeout ended the previous attempt too; "
+                                      "a hang that repeats is in the program, not the network")
     if root.category in RETRYABLE:
         return RestartDecision(True, f"{title}: {RETRYABLE[root.category]}; restart "
                                      f"{attempt} of {max_restarts}")

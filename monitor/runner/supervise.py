@@ -87,9 +87,9 @@ def run(options: RunOptions) -> int:
     launch_run = None if options.headless else _find_tui()
     if not options.headless and launch_run is None:
         say("the terminal UI is not available; running headless")
-    attempt = 1
+    attempt, previous = 1, None
     while True:
-        code, decision = _attempt(options, plan, catalogue, checks, launch_run, attempt)
+        code, decision, previous = _attempt(options, plan, catalogue, checks, launch_run, attempt, previous)
         if code is None or not decision.retry:
             return 0 if code is None else code
         say(f"restarting in {options.restart_delay_s:g} s: {decision.reason}")
@@ -98,7 +98,10 @@ def run(options: RunOptions) -> int:
 
 
 def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks: list[Finding],
-             launch_run, attempt: int) -> tuple[int | None, restart.RestartDecision]:
+             launch_run, attempt: int, previous: str | None
+             ) -> tuple[int | None, restart.RestartDecision, str | None]:
+    """One launch to its end. Returns the exit code (None: left running), the restart decision
+    and the root cause's category (for the next decision)."""
     log_path = new_log_path(options.log_dir)
     meta = {"command": options.command, "cwd": os.getcwd(), "attempt": attempt,
             "launcher": plan.launcher, "under_srun": plan.under_srun,
@@ -113,7 +116,7 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
             job = Job.start(options.command, log_path, record)
         except JobStartError as exc:
             say(f"{exc}")
-            return exc.exit_code, restart.RestartDecision(False, str(exc))
+            return exc.exit_code, restart.RestartDecision(False, str(exc)), None
         forwarder.job = job
         say(f"recording to {log_path} (job pid {job.pid})")
         # Under the UI, checkpoint warnings wait for the final report instead of printing over it.
@@ -123,15 +126,16 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
                 f"follow it with `monitor watch {log_path}`")
             if watcher:
                 watcher.stop()
-            return None, restart.RestartDecision(False, "the monitor left the job running")
+            return None, restart.RestartDecision(False, "the monitor left the job running"), None
         code = _wait(job)
         if watcher:
             watcher.stop()
     diagnosis = _explain(job, code, catalogue, checks + (watcher.findings() if watcher else []))
     stopped = bool(job.state().get("stop_signal")) or forwarder.received is not None
-    decision = restart.decide(diagnosis, code, attempt, options.max_restarts, stopped_by_user=stopped)
+    decision = restart.decide(diagnosis, code, attempt, options.max_restarts,
+                              stopped_by_user=stopped, previous_category=previous)
     _report(job, diagnosis, code, decision, meta, options.max_restarts)
-    return code, decision
+    return code, decision, diagnosis.root_cause.category if diagnosis.root_cause else None
 
 
 def _explain(job: Job, code: int, catalogue, extra: list[Finding]) -> Diagnosis:
