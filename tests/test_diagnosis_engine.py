@@ -220,3 +220,13 @@ def test_rank_prefixes_and_paths():
     assert rank_from_path("out/rank12.log") == 12
     assert rank_from_path("out/job-rank-4-of-8.out") == 4
     assert rank_from_path("out/train.log") is None
+
+
+def test_terminal_wrapped_message_inside_a_traceback_is_joined(tmp_path):
+    message = "RuntimeError: " + "a" * 46 + "CUDA out of memory. Tried to allocate 2.00 GiB; see the allocator notes"
+    wrapped = [message[i:i + 80] for i in range(0, len(message), 80)]
+    assert "Tried" not in wrapped[0]  # the phrase really is cut by the wrap
+    text = "\n".join(['Traceback (most recent call last):', '  File "/home/u/train.py", line 4, in <module>', *wrapped])
+    (finding,) = run_lines(Engine(catalogue_from(tmp_path)), text).findings
+    assert finding.rule == "cuda-oom" and finding.fields["tried"] == "2.00 GiB"
+    assert finding.line == 3 and len(finding.evidence) == 2

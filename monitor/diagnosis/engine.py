@@ -26,6 +26,8 @@ EARLY_LINES = 2000
 # A pattern that takes longer than this on one line is backtracking catastrophically.
 REGEX_TIMEOUT_S = 0.5
 MAX_EVIDENCE = 8
+# Shortest terminal width whose wrapped lines are joined again inside a record.
+WRAP_WIDTH = 80
 TIMEOUT_CATEGORIES = ("nccl_timeout", "gloo_timeout")
 # Fields (named groups) that hold a rank's last completed collective, as rules name them.
 LAST_COMPLETED_FIELDS = ("last_completed", "completed", "done", "last_done")
@@ -139,19 +141,19 @@ class Engine:
                 match = _SUMMARY_RANK.match(body)
                 if match:
                     self.known_ranks.add(int(match.group(1)))
-        candidates = sorted(set().union(*record.rule_hits) - self._disabled)
+        views = self._views(record)
+        candidates = sorted(set().union(*(hits for _, _, hits in views)) - self._disabled)
         named = False
         for index in candidates:
             rule = self.catalogue.rules[index]
             fields: dict[str, str] = {}
             matched: list[int] = []
             for pattern in rule.patterns:
-                hit = self._match_pattern(rule, index, pattern, record)
+                hit = self._match_pattern(rule, index, pattern, record, views)
                 if hit is None:
                     continue
-                position, match = hit
-                if position not in matched:
-                    matched.append(position)
+                positions, match = hit
+                matched.extend(p for p in positions if p not in matched)
                 for name, value in match.groupdict().items():
                     if value is not None and name not in fields:
                         fields[name] = value
@@ -168,22 +170,35 @@ class Engine:
         if not named and record.kind == "traceback":
             self._classify_exception(record, new)
 
-    def _match_pattern(self, rule: Rule, index: int, pattern: regex.Pattern, record: Record):
-        for position, body in enumerate(record.bodies):
-            if index not in record.rule_hits[position]:
+    def _views(self, record: Record) -> list[tuple[tuple[int, ...], str, set[int]]]:
+        """What patterns are tried on: each line of the record, then each pair of lines that a
+        terminal wrapped (the first as long as the record's longest line, 80+ characters)."""
+        views = [((i,), body, hits) for i, (body, hits) in enumerate(zip(record.bodies, record.rule_hits))]
+        if len(record.lines) > 1:
+            width = max(len(line.text) for line in record.lines)
+            for i in range(len(record.lines) - 1):
+                following = record.bodies[i + 1]
+                if width >= WRAP_WIDTH and len(record.lines[i].text) == width and following[:1].strip():
+                    joined = record.bodies[i] + following
+                    views.append(((i, i + 1), joined, self.prefilter.line_hits(joined)[0]))
+        return views
+
+    def _match_pattern(self, rule: Rule, index: int, pattern: regex.Pattern, record: Record, views):
+        for positions, body, hits in views:
+            if index not in hits:
                 continue
             try:
                 match = pattern.search(body, timeout=self.regex_timeout)
             except TimeoutError:
                 self._disabled.add(index)
-                line = record.lines[position]
+                line = record.lines[positions[0]]
                 self.problems.append(
                     f"{rule.where}: rule {rule.id}: pattern {pattern.pattern!r} took over "
                     f"{self.regex_timeout:g}s on {line.file}:{line.line} (catastrophic backtracking); rule disabled"
                 )
                 return None
             if match:
-                return position, match
+                return positions, match
         return None
 
     def _classify_exception(self, record: Record, new: list[Finding]) -> None:
