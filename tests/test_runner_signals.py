@@ -146,3 +146,17 @@ def test_a_job_that_closed_its_output_is_still_waited_for_and_stopped(tmp_path: 
     handle.stop()
     assert handle.wait(timeout=20) == 128 + signal.SIGKILL
     assert handle.state()["killed"] is True
+
+
+def test_a_stop_signal_during_start_up_reaches_the_job_once_it_exists(tmp_path: Path):
+    from monitor.runner.job import Job, RecordOptions, new_log_path
+    from monitor.runner.supervise import StopForwarder
+
+    with StopForwarder() as forwarder:
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives before there is a job to pass it to
+        wait_for(lambda: forwarder.received == "SIGTERM")
+        job = Job.start([sys.executable, "-c", "import time; time.sleep(60)"], new_log_path(tmp_path),
+                        RecordOptions(use_pty=False))
+        forwarder.attach(job)
+        assert job.wait(timeout=20) == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

@@ -61,6 +61,12 @@ class StopForwarder:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
 
+    def attach(self, job: Job) -> None:
+        """Forward to ``job`` from now on, and pass on a signal that came while it was starting."""
+        self.job = job
+        if self.received is not None:
+            job.stop(signal.Signals[self.received])
+
     def _forward(self, signum: int, _frame) -> None:
         self.received = signal.Signals(signum).name
         if self.job is not None:
@@ -117,7 +123,7 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
         except JobStartError as exc:
             say(f"{exc}")
             return exc.exit_code, restart.RestartDecision(False, str(exc)), None
-        forwarder.job = job
+        forwarder.attach(job)
         say(f"recording to {log_path} (job pid {job.pid})")
         # Under the UI, checkpoint warnings wait for the final report instead of printing over it.
         watcher = _start_checkpoint_watch(options.checkpoint_dirs, job, announce=headless)
