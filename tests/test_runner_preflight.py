@@ -27,6 +27,8 @@ from monitor.runner.launchers import parse
      "torchrun", "gpu", None, None),
     (["accelerate", "launch", "--multi_gpu", "--num_processes", "8", "--main_process_port", "2222", "t.py"],
      "accelerate", "8", 2222, "--main_process_port"),
+    (["accelerate", "launch", "--num_machines", "2", "--num_processes", "16", "t.py"],
+     "accelerate", "8", 4321, "MASTER_PORT"),
     (["deepspeed", "--num_gpus", "2", "train.py", "--deepspeed"], "deepspeed", "2", 29500, "deepspeed default"),
     (["python", "train.py", "--nproc-per-node", "8"], "python", None, 4321, "MASTER_PORT"),
     (["./run.sh"], "other", None, 4321, "MASTER_PORT"),

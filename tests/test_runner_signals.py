@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.runner_helpers import (
     alive, job_state, monitor_cmd, only_log, python_job, read_json, wait_for,
 )
@@ -84,16 +86,19 @@ def test_sigterm_to_monitor_stops_the_whole_tree_and_escalates(tmp_path: Path):
     assert [f["rule"] for f in diagnosis["findings"]] == ["job-stopped"]
 
 
-def test_ctrl_c_reaches_the_job_as_sigint(tmp_path: Path):
-    job = ("import time\ntry:\n    print('ready', flush=True); time.sleep(60)\n"
-           "except KeyboardInterrupt:\n    print('got SIGINT', flush=True); raise SystemExit(5)\n")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_ctrl_c_sigterm_and_sighup_reach_the_job_as_themselves(tmp_path: Path, signum: int):
+    job = ("import signal, sys, time\n"
+           "def bye(n, _):\n    print('got', signal.Signals(n).name, flush=True); sys.exit(10 + n)\n"
+           "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n    signal.signal(s, bye)\n"
+           "print('ready', flush=True)\ntime.sleep(60)\n")
     monitor = subprocess.Popen(monitor_cmd(tmp_path, *python_job(job)),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     wait_for(lambda: list(tmp_path.glob("run-*.log")) and b"ready" in only_log(tmp_path).read_bytes())
-    monitor.send_signal(signal.SIGINT)
+    monitor.send_signal(signum)
     out, _ = monitor.communicate(timeout=30)
-    assert monitor.returncode == 5
-    assert out == b"ready\ngot SIGINT\n"
+    assert monitor.returncode == 10 + signum  # the job's own exit code, passed through
+    assert out == f"ready\ngot {signal.Signals(signum).name}\n".encode()
 
 
 def test_a_terminal_that_is_not_read_never_stalls_the_job(tmp_path: Path):

@@ -166,7 +166,11 @@ def _torchrun(args: list[str], env: dict[str, str]) -> LaunchPlan:
 
 def _accelerate(args: list[str], env: dict[str, str]) -> LaunchPlan:
     options, _ = _split_options(args, _FLAGS["accelerate"])
-    plan = LaunchPlan("accelerate", options=options, nproc_per_node=options.get("num_processes"))
+    # accelerate counts processes over all machines.
+    total, machines = options.get("num_processes"), options.get("num_machines") or "1"
+    per_node = (str(int(total) // max(int(machines), 1))
+                if total and total.isdigit() and machines.isdigit() else total)
+    plan = LaunchPlan("accelerate", options=options, nproc_per_node=per_node)
     plan.master_addr = options.get("main_process_ip") or env.get("MASTER_ADDR")
     if "main_process_port" in options:
         plan.master_port, plan.port_source = _port(options["main_process_port"]), "--main_process_port"
