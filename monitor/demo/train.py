@@ -31,6 +31,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 SCENARIOS = ("ok", "hang", "crash", "sigkill", "nan", "bad-ckpt")
+# Scenarios where the failing rank fails as it starts --fail-step (hang stalls later in the
+# step, just before its collective; nan diverges on every rank by itself).
+FAIL_AT_STEP_START = ("crash", "sigkill", "bad-ckpt")
 FEATURES = 16
 BATCH = 32
 BASE_LR = 0.1
@@ -167,7 +170,7 @@ def train(args: argparse.Namespace) -> int:
 
     for step in range(1, args.steps + 1):
         failing = step == args.fail_step and rank == rank_to_fail
-        if failing and args.scenario not in ("hang", "nan", "ok"):
+        if failing and args.scenario in FAIL_AT_STEP_START:
             fail_now(args, rank, step, model.module, ckpt_dir)
         x, y = make_batch(step, rank)
         loss = loss_fn(model(x), y)

@@ -281,7 +281,7 @@ def cuda_oom_srun_torch113() -> None:
     log.add(2, *traceback(frames, oom))
     for r in (0, 1, 3):
         log.add(r, f"[E ProcessGroupNCCL.cpp:737] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=48211, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800532 milliseconds before timing out.",
-                f"[E ProcessGroupNCCL.cpp:414] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data. To avoid this inconsistency, we are taking the entire process down.")
+                "[E ProcessGroupNCCL.cpp:414] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data. To avoid this inconsistency, we are taking the entire process down.")
     log.raw("srun: error: gpu-node-02: task 2: Exited with exit code 1",
             "srun: error: gpu-node-02: tasks 0-1,3: Aborted (core dumped)")
     log.write(OUT / "cuda-oom-srun-torch113.out")
