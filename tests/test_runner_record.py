@@ -76,7 +76,7 @@ def test_the_job_sees_a_terminal_when_given_a_pty(tmp_path: Path):
 
 
 def test_arguments_reach_the_job_unchanged_without_a_shell(tmp_path: Path):
-    args = ["$HOME", "a b", "'q'", "*", "; rm -rf /", ""]
+    args = ["$HOME", "a b", "'q'", "*", "; rm -rf /", "", "--", "--log", "x", "--headless"]
     code = "import sys, json; print(json.dumps(sys.argv[1:]))"
     result = run_monitor(tmp_path, *python_job(code), *args)
     assert result.returncode == 0
