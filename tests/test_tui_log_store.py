@@ -97,13 +97,13 @@ def test_non_ascii_regex_is_searched_line_by_line():
 
 def test_bad_and_catastrophic_regexes_fail_cleanly():
     store = LogStore()
-    store.append(LogLine("a.log", 1, "a" * 40 + "b", None))
+    store.append(LogLine("a.log", 1, "a" * 60 + "b", None))  # 2**60 ways to fail: never finishes
     with pytest.raises(FilterError, match="bad regex"):
         store.select(LineFilter(pattern="(unclosed"))
     started = time.monotonic()
     with pytest.raises(FilterError, match="too slow"):
         store.select(LineFilter(pattern="(a|aa)+c"))
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 10  # stopped after the 1 s budget (slack for a loaded CI)
 
 
 def test_storage_is_compact():

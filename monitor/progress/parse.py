@@ -42,10 +42,10 @@ _NAMED_THROUGHPUT = regex.compile(
     r"""(?P<unit>train_samples_per_second|samples_per_second|tokens_per_second|samples/sec|tokens/sec)['"]?\s*[:=]\s*(?P<value>\d+(?:\.\d+)?)""",
     regex.IGNORECASE,
 )
-_UNIT_THROUGHPUT = regex.compile(
-    r"(?<![\d.])(?P<value>\d{1,15}(?:\.\d{1,15})?(?:[eE][-+]?\d{1,3})?)\s*(?P<unit>samples/s(?:ec)?|tokens/s(?:ec)?|tok/s|it/s|s/it)(?!\w)",
-    regex.IGNORECASE,
-)
+# A rate unit; the number is read backwards from it (cheaper than a regex ending at the unit).
+_UNIT = regex.compile(r"(?P<unit>samples/s(?:ec)?|tokens/s(?:ec)?|tok/s|it/s|s/it)(?!\w)", regex.IGNORECASE)
+_NUMBER_CHARS = frozenset("0123456789.eE+-")
+LONGEST_NUMBER = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +72,30 @@ def _number(text: str) -> float | None:
         return None
 
 
-def _throughput(text: str) -> tuple[float | None, str | None]:
-    match = _NAMED_THROUGHPUT.search(text) or _UNIT_THROUGHPUT.search(text)
-    if not match:
+def _number_before(text: str, end: int) -> float | None:
+    """The number that ends just before ``end`` (spaces allowed between), as in "12.5 it/s"."""
+    while end > 0 and text[end - 1] == " ":
+        end -= 1
+    start = end
+    while start > 0 and end - start < LONGEST_NUMBER and text[start - 1] in _NUMBER_CHARS:
+        start -= 1
+    digits = text[start:end].lstrip("eE+-.")
+    return _number(digits) if digits and digits[0].isdigit() else None
+
+
+def _throughput(text: str, lower: str) -> tuple[float | None, str | None]:
+    match = None
+    if "per_second" in lower or "/sec" in lower:
+        match = _NAMED_THROUGHPUT.search(text)
+    if match:
+        value, unit = _number(match.group("value")), match.group("unit").lower()
+    elif "/s" in lower or "s/it" in lower:
+        unit_match = _UNIT.search(text)
+        if not unit_match:
+            return None, None
+        value, unit = _number_before(text, unit_match.start()), unit_match.group("unit").lower()
+    else:
         return None, None
-    value, unit = _number(match.group("value")), match.group("unit").lower()
     if value is None:
         return None, None
     if unit == "s/it":
@@ -94,14 +113,16 @@ def parse_progress(text: str) -> ProgressEvent | None:
     text = text[:MAX_PARSED]
     if not _KEYWORDS.search(text):
         return None
+    lower = text.lower()
     step = total = None
     epoch = loss = None
-    tqdm = _TQDM.search(text)
+    # Cheap substring tests decide which patterns can match at all.
+    tqdm = _TQDM.search(text) if "%|" in text else None
     if tqdm:
         step, total = int(tqdm.group("step")), int(tqdm.group("total"))
         if tqdm.group("epoch") is not None:
             epoch = float(tqdm.group("epoch"))
-    loss_match = _LOSS.search(text)
+    loss_match = _LOSS.search(text) if "loss" in lower else None
     if loss_match:
         loss = _number(loss_match.group("loss"))
     if step is None:
@@ -110,11 +131,11 @@ def parse_progress(text: str) -> ProgressEvent | None:
             step = int(step_match.group("step"))
             if step_match.group("total"):
                 total = int(step_match.group("total"))
-    if epoch is None:
+    if epoch is None and "epoch" in lower:
         epoch_match = _EPOCH.search(text)
         if epoch_match:
             epoch = float(epoch_match.group("epoch"))
-    throughput, unit = _throughput(text)
+    throughput, unit = _throughput(text, lower)
     if step is None and loss is None and throughput is None:
         # An epoch alone ("Epoch 3 finished") is not worth a redraw, and "epoch" appears in prose.
         return None

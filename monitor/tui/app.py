@@ -28,6 +28,8 @@ from monitor.tui.screens import HelpScreen, QuitScreen
 # Below this width the findings go under the log instead of beside it.
 WIDE = 120
 POLL_S = 0.2
+# At most this many screen updates a second from the log: a burst of lines is one update.
+REFRESH_S = 0.25
 
 
 class MonitorApp(App[int]):
@@ -109,18 +111,21 @@ class MonitorApp(App[int]):
     # ----- workers (threads: call the feed, post a message, nothing else)
     def _follow_logs(self) -> None:
         worker = get_current_worker()
+        pending = LogBatch()
+        last_post = 0.0
         while not worker.is_cancelled:
-            batch = self.log_feed.poll(POLL_S)
-            if batch.empty:
+            pending.merge(self.log_feed.poll(POLL_S))
+            if pending.empty or (not pending.finished and time.monotonic() - last_post < REFRESH_S):
                 continue
             self._applied.clear()
-            self.post_message(LogsArrived(batch))
-            # One batch in flight at a time: the next poll starts when this one is on screen.
+            self.post_message(LogsArrived(pending))
+            # One batch in flight at a time: the next is posted once this one is on screen.
             while not self._applied.wait(POLL_S):
                 if worker.is_cancelled:
                     return
-            if batch.finished:
+            if pending.finished:
                 return
+            pending, last_post = LogBatch(), time.monotonic()
 
     def _start_sample(self) -> None:
         self.run_worker(self._take_sample, thread=True, group="metrics", name="metrics", exit_on_error=False)
@@ -137,9 +142,14 @@ class MonitorApp(App[int]):
             self.notify(f"reading the logs failed: {event.worker.error}", severity="error", timeout=30)
 
     # ----- handlers (main thread: update widgets)
+    def _torn_down(self) -> bool:
+        """True while the app shuts down: messages still queued find no widgets."""
+        return not self.query(LogView)
+
     def on_logs_arrived(self, message: LogsArrived) -> None:
         try:
-            self._apply(message.batch)
+            if not self._torn_down():
+                self._apply(message.batch)
         finally:
             self._applied.set()
 
@@ -167,6 +177,8 @@ class MonitorApp(App[int]):
             self._finish(batch.note)
 
     def on_metrics_sampled(self, message: MetricsSampled) -> None:
+        if self._torn_down():
+            return
         self.query_one(MetricsPanel).show(message.sample)
         if message.findings:
             for finding in message.findings:
@@ -208,6 +220,8 @@ class MonitorApp(App[int]):
     # ----- the log's status line and filter
     @on(LogView.StatusChanged)
     def _update_status(self) -> None:
+        if self._torn_down():
+            return
         view = self.query_one(LogView)
         status = Text()
         if view.follow:
@@ -230,13 +244,13 @@ class MonitorApp(App[int]):
             status.append(f"  rank {','.join(map(str, sorted(line_filter.ranks)))}", style="bold")
         if self.finished_note:
             status.append(f"  · {self.finished_note}", style="bold")
-        self.query_one("#log-status", Static).update(status)
+        self.query_one("#log-status", Static).update(status, layout=False)
 
     def _set_filter(self, line_filter: LineFilter) -> bool:
         try:
             self.query_one(LogView).set_filter(line_filter)
         except FilterError as exc:
-            self.query_one("#log-status", Static).update(Text(f" {exc}", style="bold red"))
+            self.query_one("#log-status", Static).update(Text(f" {exc}", style="bold red"), layout=False)
             return False
         return True
 

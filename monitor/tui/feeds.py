@@ -29,6 +29,17 @@ class LogBatch:
     # Problems with the input (unreadable or binary file), one line each naming the file.
     problems: list[str] = field(default_factory=list)
 
+    def merge(self, later: LogBatch) -> None:
+        """Add a later batch to this one (several polls shown as one screen update)."""
+        self.lines.extend(later.lines)
+        if later.findings is not None:
+            self.findings, self.root_cause = later.findings, later.root_cause
+        if later.files:
+            self.files = later.files
+        self.problems.extend(later.problems)
+        if later.finished:
+            self.finished, self.note = True, later.note
+
     @property
     def empty(self) -> bool:
         return not self.lines and self.findings is None and not self.finished and not self.problems

@@ -11,8 +11,14 @@ from textual.widgets.data_table import CellDoesNotExist
 from monitor.diagnosis.model import SEVERITY_ORDER, Finding
 from monitor.tui import text_format as fmt
 
+COLUMNS = ("mark", "sev", "category", "ranks", "count", "first", "title")
+WIDTHS = (1, 5, None, None, None, 8, None)
 SEVERITY_LABEL = {"error": "error", "warning": "warn", "info": "info"}
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _plain(cell) -> str:
+    return cell.plain if isinstance(cell, Text) else str(cell)
 
 
 def finding_key(finding: Finding) -> str:
@@ -72,16 +78,13 @@ class FindingsPanel(Container):
         self.findings: list[Finding] = []
         self.root: Finding | None = None
         self._by_key: dict[str, Finding] = {}
+        self._keys: list[str] = []
+        self._shown: dict[str, tuple] = {}
 
     def compose(self):
         table = DataTable(cursor_type="row", zebra_stripes=False, id="finding-table")
-        table.add_column("", key="mark", width=1)
-        table.add_column("sev", key="sev", width=5)
-        table.add_column("category", key="category")
-        table.add_column("ranks", key="ranks")
-        table.add_column("n", key="count")
-        table.add_column("first", key="first")
-        table.add_column("title", key="title")
+        for key, label, width in zip(COLUMNS, ("", "sev", "category", "ranks", "n", "first", "title"), WIDTHS):
+            table.add_column(label, key=key, width=width)
         yield table
         with VerticalScroll(id="finding-detail"):
             yield Static(Text("no findings yet", style="dim"), id="finding-text")
@@ -96,23 +99,35 @@ class FindingsPanel(Container):
         self.findings = order(findings, root)
         self.root = root
         self._by_key = {finding_key(f): f for f in self.findings}
-        table.clear()
         root_key = finding_key(root) if root else None
-        for finding in self.findings:
-            key = finding_key(finding)
-            table.add_row(
-                Text("★", style="bold red") if key == root_key else "",
-                Text(SEVERITY_LABEL.get(finding.severity, finding.severity), style=SEVERITY_STYLE.get(finding.severity, "")),
-                finding.category,
-                fmt.ranks(finding.ranks) if finding.ranks else ("—" if finding.rank is None else str(finding.rank)),
-                str(finding.count),
-                fmt.clock(finding.first_seen),
-                Text(finding.title),
-                key=key,
-            )
-        if selected in self._by_key:
-            table.move_cursor(row=table.get_row_index(selected), animate=False)
+        rows = [(finding_key(f), self._cells(f, finding_key(f) == root_key)) for f in self.findings]
+        if [key for key, _ in rows] == self._keys:
+            # The same findings in the same order (counts grew): change only the cells that differ.
+            for key, cells in rows:
+                for column, cell, old in zip(COLUMNS, cells, self._shown[key]):
+                    if _plain(cell) != _plain(old):
+                        table.update_cell(key, column, cell)
+        else:
+            table.clear()
+            for key, cells in rows:
+                table.add_row(*cells, key=key)
+            if selected in self._by_key:
+                table.move_cursor(row=table.get_row_index(selected), animate=False)
+        self._keys = [key for key, _ in rows]
+        self._shown = dict(rows)
         self._show_detail()
+
+    @staticmethod
+    def _cells(finding: Finding, is_root: bool) -> tuple:
+        return (
+            Text("★", style="bold red") if is_root else "",
+            Text(SEVERITY_LABEL.get(finding.severity, finding.severity), style=SEVERITY_STYLE.get(finding.severity, "")),
+            finding.category,
+            fmt.ranks(finding.ranks) if finding.ranks else ("—" if finding.rank is None else str(finding.rank)),
+            str(finding.count),
+            fmt.clock(finding.first_seen),
+            Text(finding.title),
+        )
 
     def selected_key(self) -> str | None:
         table = self.table

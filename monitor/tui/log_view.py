@@ -71,6 +71,7 @@ class LogView(ScrollView, can_focus=True):
         self.marks: dict[int, str] = {}
         self.unseen = 0  # lines that arrived while paused
         self._cache: LRUCache[tuple, Strip] = LRUCache(2048)
+        self._styles: dict[str, Style] = {}
 
     # ----- data in
     @property
@@ -168,6 +169,16 @@ class LogView(ScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._cache.clear()
+        self._styles.clear()
+
+    def _style(self, name: str) -> Style:
+        """The widget's base style ("") or a component's, computed once per theme (it is slow)."""
+        style = self._styles.get(name)
+        if style is None:
+            # The cursor's background blends with the widget's (not partial); the others only add colour.
+            style = self.rich_style if not name else self.get_component_rich_style(name, partial=name != "logview--cursor")
+            self._styles[name] = style
+        return style
 
     def _badge_width(self) -> int:
         return len(str(max(self.store.ranks_seen))) + 2 if self.store.ranks_seen else 0
@@ -177,29 +188,29 @@ class LogView(ScrollView, can_focus=True):
         row = scroll_y + y
         width = self.scrollable_content_region.width
         if row >= self.row_count:
-            return Strip.blank(width, self.rich_style)
+            return Strip.blank(width, self._style(""))
         index = row if self._rows is None else self._rows[row]
         key = (index, index == self.cursor_index, self._badge_width())
         strip = self._cache.get(key)
         if strip is None:
             strip = self._render_index(index)
             self._cache[key] = strip
-        return strip.crop_extend(scroll_x, scroll_x + width, self.rich_style)
+        return strip.crop_extend(scroll_x, scroll_x + width, self._style(""))
 
     def _render_index(self, index: int) -> Strip:
         store = self.store
-        base = self.rich_style
+        base = self._style("")
         if index == self.cursor_index:
-            base = base + self.get_component_rich_style("logview--cursor")
+            base = base + self._style("logview--cursor")
         level = store.level(index)
         text_style = base
         if level == LEVEL_ERROR:
-            text_style = base + self.get_component_rich_style("logview--error", partial=True)
+            text_style = base + self._style("logview--error")
         elif level == LEVEL_WARNING:
-            text_style = base + self.get_component_rich_style("logview--warning", partial=True)
+            text_style = base + self._style("logview--warning")
         mark = self.marks.get(index)
         gutter = GUTTER_MARKS.get(mark, "·") if mark else " "
-        segments = [Segment(gutter, base + self.get_component_rich_style("logview--gutter", partial=True))]
+        segments = [Segment(gutter, base + self._style("logview--gutter"))]
         badge_width = self._badge_width()
         if badge_width:
             rank = store.rank(index)
@@ -216,7 +227,7 @@ class LogView(ScrollView, can_focus=True):
         """The text as literal segments (never markup), with filter matches highlighted."""
         if self._pattern is None or not text:
             return [Segment(text, style)]
-        match_style = style + self.get_component_rich_style("logview--match", partial=True)
+        match_style = style + self._style("logview--match")
         segments, pos = [], 0
         try:
             for match in self._pattern.finditer(text, timeout=FILTER_BUDGET_S):

@@ -28,6 +28,7 @@ class MetricsPanel(Widget):
         self.simulated_gpus = simulated_gpus
         self._gpu_util: dict[str, deque[float]] = {}
         self._cpu: deque[float] = deque(maxlen=HISTORY)
+        self._rows = 0
 
     def show(self, sample: Sample) -> None:
         self.sample = sample
@@ -35,7 +36,9 @@ class MetricsPanel(Widget):
             history = self._gpu_util.setdefault(gpu.label, deque(maxlen=HISTORY))
             history.append(gpu.utilization_gpu_percent if gpu.utilization_gpu_percent is not None else 0.0)
         self._cpu.append(sample.host.cpu_percent)
-        self.refresh(layout=True)
+        rows = self.get_content_height(None, None, self.size.width)
+        self.refresh(layout=rows != self._rows)
+        self._rows = rows
 
     def render(self) -> Text:
         width = max(self.size.width, 40)

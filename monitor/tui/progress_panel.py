@@ -21,8 +21,9 @@ class ProgressPanel(Widget):
         self.state = ProgressState()
 
     def show(self, state: ProgressState) -> None:
+        grows = state.nonfinite_seen != self.state.nonfinite_seen
         self.state = state
-        self.refresh(layout=True)
+        self.refresh(layout=grows)
 
     def get_content_height(self, container, viewport, width: int) -> int:
         return 2 if self.state.nonfinite_seen else 1
