@@ -145,3 +145,15 @@ def test_slurm_names_are_in_the_report(tmp_path: Path):
     assert "SLURM SLURM_JOB_ID=4242, SLURM_STEP_ID=3, SLURMD_NODENAME=gpu-07" in result.stderr.decode()
     diagnosis = read_json(only_log(tmp_path).with_suffix(".diagnosis.json"))
     assert diagnosis["run"]["slurm"]["SLURMD_NODENAME"] == "gpu-07"
+
+
+def test_a_monitor_package_in_the_jobs_directory_does_not_shadow_ours(tmp_path: Path, monkeypatch):
+    fake = tmp_path / "monitor"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('the user project shadowed monitor')\n")
+    (tmp_path / "train.py").write_text("print('trained')\n")
+    log = new_log_path(tmp_path / "logs")
+    monkeypatch.chdir(tmp_path)
+    job = Job.start([sys.executable, "train.py"], log, RecordOptions(use_pty=False))
+    assert job.wait(timeout=30) == 0
+    assert log.read_bytes() == b"trained\n"

@@ -21,6 +21,9 @@ from monitor.runner.processes import descendants, signal_job
 
 # How long the recorder may take to start the job before we call it broken.
 START_TIMEOUT_S = 30.0
+# Starts the recorder without the current directory on sys.path: a training repo with its own
+# ``monitor`` package (a common name) must not shadow ours.
+RECORDER_BOOT = "import sys; del sys.path[0]; from monitor.runner.recorder import main; sys.exit(main())"
 
 
 class JobStartError(Exception):
@@ -87,7 +90,7 @@ class Job:
     @classmethod
     def start(cls, command: list[str], log_path: Path, options: RecordOptions = RecordOptions()) -> Job:
         state_path = side_file(log_path, "job")
-        args = [sys.executable, "-m", "monitor.runner.recorder", "--log", str(log_path),
+        args = [sys.executable, "-c", RECORDER_BOOT, "--log", str(log_path),
                 "--state", str(state_path), "--grace", str(options.grace_s),
                 "--linger", str(options.linger_s)]
         if options.tee:
