@@ -1,6 +1,6 @@
 """The recorder: a small detached process that owns the job's output and writes the log file.
 
-``monitor run`` starts it in a session of its own (``python -m monitor.runner.recorder``); it
+``monitor run`` starts it in a session of its own (``job.RECORDER_BOOT``); it
 starts the job, reads the job's pipe or pseudo-terminal, appends every byte to the log file
 unchanged and, in headless mode, copies the bytes to the terminal from a separate thread that
 drops output rather than ever blocking the read loop. Because the recorder, not the monitor, is
