@@ -165,3 +165,14 @@ def test_a_stop_signal_during_start_up_reaches_the_job_once_it_exists(tmp_path: 
         forwarder.attach(job)
         assert job.wait(timeout=20) == 128 + signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_under_nohup_a_hang_up_does_not_stop_the_job(tmp_path: Path):
+    job = "import time\nprint('ready', flush=True)\ntime.sleep(1.5)\nprint('finished', flush=True)\n"
+    monitor = subprocess.Popen(monitor_cmd(tmp_path, *python_job(job)), stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL,
+                               preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    wait_for(lambda: list(tmp_path.glob("run-*.log")) and b"ready" in only_log(tmp_path).read_bytes())
+    monitor.send_signal(signal.SIGHUP)
+    out, _ = monitor.communicate(timeout=30)
+    assert monitor.returncode == 0 and out == b"ready\nfinished\n"

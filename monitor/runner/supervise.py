@@ -51,8 +51,8 @@ class StopForwarder:
     def __enter__(self) -> StopForwarder:
         for signum in STOP_SIGNALS:
             previous = signal.getsignal(signum)
-            if signum == signal.SIGHUP and previous == signal.SIG_IGN:
-                continue  # started under nohup: a closed terminal is not a stop request
+            if previous == signal.SIG_IGN:
+                continue  # nohup, or a background job without job control: stay deaf to it
             self._previous[signum] = previous
             signal.signal(signum, self._forward)
         return self
