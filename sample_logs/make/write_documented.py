@@ -680,6 +680,35 @@ def disk_full_torch_save_srun() -> None:
     log.write(OUT / "disk-full-torch-save-srun.out")
 
 
+def checkpoint_lfs_pointer_srun() -> None:
+    """Every rank loads a "checkpoint" that is a git-lfs pointer file (pickle's invalid load key
+    'v', research 2.7): the clone was made without git lfs pull."""
+    log = Log("srun")
+    frames = [("/home/lee/ft/train.py", 61, "<module>", 'state = torch.load("weights/base.pt", map_location="cpu", weights_only=False)'),
+              (f"{TORCH_LIB}/serialization.py", 1384, "load", "return _legacy_load("),
+              (f"{TORCH_LIB}/serialization.py", 1628, "_legacy_load", "magic_number = pickle_module.load(f, **pickle_load_args)")]
+    for r in range(4):
+        log.add(r, f"[rank{r}] loading weights/base.pt")
+    for r in (2, 0, 3, 1):
+        log.add(r, *traceback(frames, "_pickle.UnpicklingError: invalid load key, 'v'."))
+    log.raw("srun: error: gpu-node-03: tasks 0-3: Exited with exit code 1")
+    log.write(OUT / "checkpoint-lfs-pointer-srun.out")
+
+
+def store_wait_timeout_srun() -> None:
+    """A 16-rank job where one node's 8 ranks never started: rank 0's store gives up
+    (DistStoreError, research 2.4)."""
+    log = Log("srun")
+    for r in range(8):
+        log.add(r, f"[rank{r}] MASTER_ADDR=gpu-node-01 MASTER_PORT=29500 WORLD_SIZE=16")
+    frames = [("/home/max/pretrain.py", 30, "<module>", 'dist.init_process_group("nccl")'),
+              (f"{TORCH_LIB}/distributed/rendezvous.py", 189, "_create_c10d_store", "return TCPStore(")]
+    log.add(0, *traceback(frames, "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 8/16 clients joined."))
+    log.raw("srun: error: gpu-node-01: task 0: Exited with exit code 1",
+            "srun: error: gpu-node-01: tasks 1-7: Killed")
+    log.write(OUT / "store-wait-timeout-srun.out")
+
+
 def slurm_time_limit() -> None:
     """slurmstepd's cancel line (src/slurmd/slurmstepd/req.c, research 2.8)."""
     log = Log("srun")
@@ -759,7 +788,8 @@ SAMPLES = [
     cuda_illegal_access_mpirun, cuda_device_assert_tee, nccl_ib_error_srun, nccl_duplicate_gpu,
     libuv_windows, port_in_use_legacy, wandb_no_api_key, wandb_init_timeout, gpu_xid79_dir,
     gpu_ecc_mpirun, nan_deepspeed_fp16, shm_dataloader_docker, shm_nccl_container,
-    disk_full_hf_trainer, disk_full_torch_save_srun, slurm_time_limit, slurm_node_failure,
+    disk_full_hf_trainer, disk_full_torch_save_srun, checkpoint_lfs_pointer_srun, store_wait_timeout_srun,
+    slurm_time_limit, slurm_node_failure,
     segfault_torchrun, clean_tee_8ranks, clean_srun_fp16,
 ]
 
