@@ -264,6 +264,51 @@ def cuda_oom_expandable_already_set() -> None:
     log.write(OUT / "cuda-oom-expandable-already-set.log")
 
 
+def cuda_oom_7b_ddp_accelerate() -> None:
+    """A 7B model under DDP on 2 x 48 GB GPUs (user report, shared/seeds/003): one allocation is
+    model-sized, so sharding (FSDP) is the fix, not a smaller batch."""
+    log = Log("plain")
+    log.raw("Loading checkpoint shards: 100%|██████████| 3/3 [00:07<00:00,  2.41s/it]",
+            "Loading checkpoint shards: 100%|██████████| 3/3 [00:07<00:00,  2.44s/it]",
+            "You are attempting to use Flash Attention 2.0 with a model not initialized on GPU. Make sure to move the model to GPU after initializing it on CPU with `model.to('cuda')`.")
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 26.01 GiB. GPU 0 has a total capacity of 44.43 GiB "
+           "of which 18.00 GiB is free. Including non-PyTorch memory, this process has 26.42 GiB memory in use. Of the allocated "
+           "memory 25.13 GiB is allocated by PyTorch, and 832.00 MiB is reserved by PyTorch but unallocated. If reserved but "
+           "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  "
+           "See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+    frames = [("/home/nan/sft7b/train.py", 144, "<module>", "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)"),
+              ("/usr/local/lib/python3.10/dist-packages/accelerate/accelerator.py", 1497, "prepare_model", "model = torch.nn.parallel.DistributedDataParallel("),
+              (f"{TORCH_LIB}/nn/parallel/distributed.py", 835, "__init__", "self._ddp_init_helper(")]
+    log.raw(*excepthook(0, traceback(frames, oom)))
+    log.raw("W0302 15:10:02.301000 880 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 891 closing signal SIGTERM",
+            "E0302 15:10:02.522000 880 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 0 (pid: 890) of binary: /usr/bin/python3")
+    log.raw(*traceback([("/usr/local/bin/accelerate", 8, "<module>", "sys.exit(main())"),
+                        ("/usr/local/lib/python3.10/dist-packages/accelerate/commands/launch.py", 1168, "launch_command", "multi_gpu_launcher(args)")],
+                       "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "))
+    log.raw("=" * 54, "train.py FAILED", "-" * 54, "Failures:", "  <NO_OTHER_FAILURES>", "-" * 54,
+            "Root Cause (first observed failure):", "[0]:", "  time      : 2024-03-02_15:10:02", "  host      : ws-48g",
+            "  rank      : 0 (local_rank: 0)", "  exitcode  : 1 (pid: 890)", "  error_file: <N/A>",
+            f"  traceback : {NO_TB}", "=" * 54)
+    log.write(OUT / "cuda-oom-7b-ddp-accelerate.log")
+
+
+def checkpoint_read_while_written() -> None:
+    """Rank 1 resumes from a checkpoint rank 0 is still writing (user report, shared/seeds/004):
+    the truncated zip, then rank 0 waiting 30 min in gloo for rank 1, which went another way."""
+    log = Log("plain")
+    log.raw("[rank0]: saving checkpoint to output/last.pth",
+            "[rank1]: resuming from output/last.pth")
+    frames = [("/home/oli/det/tools/train.py", 88, "<module>", "solver.fit()"),
+              ("/home/oli/det/engine/solver/_solver.py", 131, "load_resume_state", "state = torch.load(path, map_location='cpu')"),
+              (f"{TORCH_LIB}/serialization.py", 1072, "load", "with _open_zipfile_reader(opened_file) as opened_zipfile:")]
+    log.raw(*traceback(frames, "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory"))
+    log.raw("[rank1]: could not resume, starting from scratch")
+    log.raw(*excepthook(0, traceback([("/home/oli/det/engine/solver/_solver.py", 212, "train_one_epoch", "dist.all_reduce(loss_value)"),
+                                      (f"{TORCH_LIB}/distributed/distributed_c10d.py", 2288, "all_reduce", "work.wait()")],
+                                     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete")))
+    log.write(OUT / "checkpoint-read-while-written.log")
+
+
 def cuda_oom_srun_torch113() -> None:
     """PyTorch <= 2.0 wording (research 2.1) and 1.x watchdog text without NumelIn; srun --label."""
     log = Log("srun")
@@ -782,7 +827,8 @@ def clean_srun_fp16() -> None:
 
 
 SAMPLES = [
-    cuda_oom_tee_8ranks, cuda_oom_expandable_already_set, cuda_oom_srun_torch113, xla_oom_jax_srun,
+    cuda_oom_tee_8ranks, cuda_oom_expandable_already_set, cuda_oom_7b_ddp_accelerate, checkpoint_read_while_written,
+    cuda_oom_srun_torch113, xla_oom_jax_srun,
     host_oom_slurm, host_oom_dmesg, nccl_timeout_hang_tee_8ranks, nccl_timeout_rank0_checkpoint_logdir,
     nccl_timeout_flight_recorder_srun,
     cuda_illegal_access_mpirun, cuda_device_assert_tee, nccl_ib_error_srun, nccl_duplicate_gpu,
