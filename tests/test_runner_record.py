@@ -157,3 +157,10 @@ def test_a_monitor_package_in_the_jobs_directory_does_not_shadow_ours(tmp_path: 
     job = Job.start([sys.executable, "train.py"], log, RecordOptions(use_pty=False))
     assert job.wait(timeout=30) == 0
     assert log.read_bytes() == b"trained\n"
+
+
+def test_without_a_terminal_the_ui_is_skipped(tmp_path: Path):
+    command = [arg for arg in monitor_cmd(tmp_path, *python_job("print('batch')")) if arg != "--headless"]
+    result = subprocess.run(command, capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
+    assert result.returncode == 0 and result.stdout == b"batch\n"
+    assert b"not attached to a terminal" in result.stderr

@@ -15,6 +15,7 @@ SLOW_JOB = "import time\nfor i in range(40):\n    print(f'line {i}', flush=True)
 
 
 def run_with_ui(tmp_path: Path, monkeypatch, ui, code: str = SLOW_JOB) -> int:
+    monkeypatch.setattr(supervise, "_attached_to_terminal", lambda: True)
     monkeypatch.setattr(supervise, "_find_tui", lambda: ui)
     return supervise.run(supervise.RunOptions(
         command=[sys.executable, "-c", code], log_dir=tmp_path, preflight=False, grace_s=2))

@@ -73,6 +73,10 @@ class StopForwarder:
             self.job.stop(signum)
 
 
+def _attached_to_terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
 def _find_tui():
     try:
         from monitor.tui import launch_run
@@ -90,9 +94,12 @@ def run(options: RunOptions) -> int:
         checks = preflight.run_checks(plan, env, options.log_dir, options.checkpoint_dirs)
         for finding in checks:
             say(f"preflight {_finding_line(finding)}")
-    launch_run = None if options.headless else _find_tui()
-    if not options.headless and launch_run is None:
-        say("the terminal UI is not available; running headless")
+    launch_run = None
+    if not options.headless:
+        if not _attached_to_terminal():
+            say("not attached to a terminal (batch job?); running headless")
+        elif (launch_run := _find_tui()) is None:
+            say("the terminal UI is not available; running headless")
     attempt, previous = 1, None
     while True:
         code, decision, previous = _attempt(options, plan, catalogue, checks, launch_run, attempt, previous)
