@@ -10,7 +10,8 @@ best of --repeat runs:
   prefix parsing and record building only;
 - catalogue: the same with the shipped catalogue (prefilter, patterns, remedies);
 - per rule: how many lines its prefilter lets through and the time its patterns spend on
-  them (searched directly, outside the engine), to find the rules worth tightening.
+  them (searched directly, outside the engine), to find the rules worth tightening;
+- hostile lines: the slowest single search per rule on 64 KB lines made of its own literals.
 """
 
 from __future__ import annotations
@@ -76,6 +77,29 @@ def per_rule(catalogue: Catalogue, texts: list[str], repeat: int) -> list[tuple[
     return sorted(costs, reverse=True)
 
 
+def hostile(catalogue: Catalogue, size: int = 64 * 1024) -> list[tuple[float, str]]:
+    """Slowest single search per rule on lines of ``size`` bytes built from the rule's own
+    prefilter literals (repeated, then followed by junk): where backtracking would show."""
+    worst = []
+    for rule in catalogue.rules:
+        texts = []
+        for literal in rule.prefilter:
+            texts += [
+                (literal + " ") * (size // (len(literal) + 1)),
+                (literal + " 1.0 GiB (") * (size // (len(literal) + 10)),
+                literal + " " + "a" * size,
+                literal + ": " + "[" * size,
+            ]
+        slowest = 0.0
+        for pattern in rule.patterns:
+            for text in texts:
+                started = time.perf_counter()
+                pattern.search(text)
+                slowest = max(slowest, time.perf_counter() - started)
+        worst.append((slowest, rule.id))
+    return sorted(worst, reverse=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=200_000)
@@ -99,6 +123,9 @@ def main() -> None:
     print(f"  {'rule':28} {'candidate lines':>15} {'ms':>8}")
     for seconds, count, rule in costs[: args.top]:
         print(f"  {rule:28} {count:15,} {seconds * 1000:8.1f}")
+    slow = hostile(catalogue)
+    print("slowest search on a hostile 64 KB line: "
+          + ", ".join(f"{rule} {seconds * 1000:.1f} ms" for seconds, rule in slow[:3]))
 
 
 if __name__ == "__main__":
