@@ -12,7 +12,7 @@ import pytest
 
 from monitor.cli import main
 from monitor.diagnosis.catalogue import load_catalogue, shipped_rules_dir
-from monitor.diagnosis.ruletest import check_rules
+from monitor.diagnosis.ruletest import check_rules, noisy_prefilters
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -94,6 +94,17 @@ def test_shipped_rule_examples_pass() -> None:
     total, failures = check_rules(catalogue)
     assert total >= 2 * len(catalogue.rules)
     assert failures == []
+
+
+def test_rules_test_command_passes_without_warnings(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rules", "test", "--no-user-rules"]) == 0
+    out = capsys.readouterr()
+    assert "0 failed" in out.out + out.err
+    assert "warning" not in out.out + out.err
+
+
+def test_no_rule_is_tried_on_ordinary_training_lines() -> None:
+    assert noisy_prefilters(load_catalogue(include_user=False)) == []
 
 
 def test_shipped_rules_cover_the_categories_and_carry_examples() -> None:
