@@ -167,7 +167,7 @@ def compare_prefilters(path: Path, catalogue, limit_mb: int = 40) -> None:
         print(f"  {name:<44} {seconds:6.2f} s  {len(data) / seconds / 1e6:7.0f} MB/s  hits {hits}")
 
     print(f"prefilter techniques over {len(data) / 1e6:.0f} MB, {len(literals)} literals:")
-    run("ahocorasick-rs (engine's chunk automaton)", lambda c: len(prefilter.chunk_hits(c)))
+    run("ahocorasick-rs (engine's chunk automaton)", lambda c: len(prefilter.chunk_hits(c)[0]))
     plain = ahocorasick_rs.BytesAhoCorasick(literals, matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
     run("ahocorasick-rs, rule literals only", lambda c: len(plain.find_matches_as_indexes(c)))
     big = re.compile(b"|".join(re.escape(lit) for lit in literals))

@@ -81,8 +81,8 @@ class Prefilter:
             self._starters.add(ident)
 
         self._literals = sorted(self._ids, key=self._ids.get)
-        self._line_ac = ahocorasick_rs.BytesAhoCorasick(self._literals)
-        self._chunk_acs: dict[frozenset[int], ahocorasick_rs.BytesAhoCorasick] = {}
+        self._line_ac = ahocorasick_rs.BytesAhoCorasick(self._literals, implementation=ahocorasick_rs.Implementation.DFA)
+        self._chunk_acs: dict[frozenset[int], tuple[ahocorasick_rs.BytesAhoCorasick, int]] = {}
 
 
     def _id(self, literal: str) -> int:
@@ -138,18 +138,22 @@ class Prefilter:
         rules, unless, starter = self.hits(raw)
         return bool(rules or starter or unless - seen_unless)
 
-    def chunk_hits(self, chunk: bytes, seen_unless: frozenset[int] = frozenset()) -> list[int]:
-        """Start offsets, ascending, of trigger, starter and control-byte hits, and of unless
-        literals whose patterns were not seen yet (once seen, the engine no longer looks)."""
-        automaton = self._chunk_acs.get(seen_unless)
-        if automaton is None:
+    def chunk_hits(self, chunk, seen_unless: frozenset[int] = frozenset()) -> tuple[list[int], set[int]]:
+        """(start offsets, ascending, of trigger, starter and control-byte hits and of unless
+        literals whose patterns were not seen yet (once seen, the engine no longer looks);
+        the offsets of the control-byte hits among them). ``chunk``: bytes or a memoryview."""
+        if seen_unless not in self._chunk_acs:
             wanted = [
                 literal for ident, literal in enumerate(self._literals)
                 if ident in self._triggers or ident in self._starters
                 or (self._unless_of.get(ident, set()) - seen_unless)
             ]
             # Leftmost-first, non-overlapping is enough over chunks: it only has to report
-            # some hit inside every candidate line.
-            automaton = self._chunk_acs[seen_unless] = ahocorasick_rs.BytesAhoCorasick(
-                wanted + CONTROL_BYTES, matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
-        return [start for _, start, _ in automaton.find_matches_as_indexes(chunk)]
+            # some hit inside every candidate line. Control bytes come last: ids >= len(wanted).
+            automaton = ahocorasick_rs.BytesAhoCorasick(
+                wanted + CONTROL_BYTES, matchkind=ahocorasick_rs.MatchKind.LeftmostFirst,
+                implementation=ahocorasick_rs.Implementation.DFA)
+            self._chunk_acs[seen_unless] = (automaton, len(wanted))
+        automaton, first_control = self._chunk_acs[seen_unless]
+        matches = automaton.find_matches_as_indexes(chunk)
+        return [start for _, start, _ in matches], {start for ident, start, _ in matches if ident >= first_control}

@@ -81,7 +81,7 @@ def read_chunks(handle, size: int = CHUNK_BYTES) -> Iterator[bytes]:
         eof = False
         try:
             while got < size:
-                part = handle.read1(min(size - got, 1 << 20))
+                part = handle.read1(size - got)
                 if not part:
                     eof = True
                     break

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 
 from monitor.diagnosis.engine import EARLY_LINES, Engine
-from monitor.diagnosis.prefilter import has_control
 from monitor.diagnosis.ranks import rank_from_path
 from monitor.diagnosis.reader import UnreadableLog, make_line, open_log, read_chunks
 from monitor.logs.decode import MAX_LINE_BYTES, TRUNCATION_MARK
@@ -30,6 +29,18 @@ _MARK = TRUNCATION_MARK.encode()
 
 def _cut(raw: bytes) -> bytes:
     return raw[:MAX_LINE_BYTES] + _MARK if len(raw) > MAX_LINE_BYTES else raw
+
+
+def _has_control_hit(hits: list[int], first: int, end: int, controls: set[int]) -> bool:
+    """Whether a control byte is among the hits from index ``first`` up to offset ``end``:
+    cleaning removes it and may join the text around it into a literal, so the line is fed."""
+    if not controls:
+        return False
+    while first < len(hits) and hits[first] < end:
+        if hits[first] in controls:
+            return True
+        first += 1
+    return False
 
 
 def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_BYTES) -> int:
@@ -69,20 +80,21 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
                 if len(carry) > MAX_LINE_BYTES:
                     carry, overflow = carry[:MAX_LINE_BYTES], True
                 continue
-            carry = block[cut + 1:]
+            size = cut + 1  # the block's complete lines; the rest is carried over
+            carry = block[size:]
             if len(carry) > MAX_LINE_BYTES:
                 carry, overflow = carry[:MAX_LINE_BYTES], True
-            block = block[: cut + 1]
+            view = memoryview(block)
             seen = engine.unless_seen
-            hits = prefilter.chunk_hits(block, seen)
-            control = has_control(block)
-            pos, hit, size = 0, 0, len(block)
+            hits, controls = prefilter.chunk_hits(view[:size], seen)
+            pos = hit = 0
             while pos < size:
                 if engine.unless_seen_count != len(seen):
                     # An unless_log pattern was found: stop looking for its literals.
                     seen = engine.unless_seen
-                    hits = [pos + h for h in prefilter.chunk_hits(block[pos:], seen)]
-                    hit = 0
+                    found, more = prefilter.chunk_hits(view[pos:size], seen)
+                    hits, hit = [pos + h for h in found], 0
+                    controls = controls | {pos + c for c in more}
                 everything = number < EARLY_LINES or engine.has_pending(name)
                 if everything:
                     start = pos
@@ -90,7 +102,7 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
                     while hit < len(hits) and hits[hit] < pos:
                         hit += 1
                     if hit == len(hits):
-                        number += block.count(b"\n", pos)
+                        number += block.count(b"\n", pos, size)
                         break
                     newline = block.rfind(b"\n", pos, hits[hit])
                     start = pos if newline < 0 else newline + 1
@@ -98,7 +110,7 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
                 end = block.index(b"\n", start)
                 number += 1
                 raw = _cut(block[start:end])
-                if everything or prefilter.raw_line_matters(raw, seen, control):
+                if everything or _has_control_hit(hits, hit, end, controls) or prefilter.raw_line_matters(raw, seen, check_control=False):
                     feed(raw)
                 pos = end + 1
         if overflow:
