@@ -448,6 +448,23 @@ def nccl_timeout_flight_recorder_srun() -> None:
     log.write(OUT / "nccl-timeout-flight-recorder-srun.out")
 
 
+def nccl_unique_id_wait_srun() -> None:
+    """Rank 0 evaluates alone before the first collective; the others wait for its NCCL id in the
+    store and give up (ProcessGroupNCCL.cpp's broadcastUniqueNCCLID text)."""
+    log = Log("srun")
+    for r in range(4):
+        log.add(r, f"[rank{r}] model ready")
+    log.add(0, "[rank0] running the baseline evaluation on 50000 samples before training")
+    for r in (2, 1, 3):
+        log.add(r, *excepthook(r, traceback(TRAIN_FRAMES + [(f"{TORCH_LIB}/distributed/distributed_c10d.py", 2501, "all_reduce", "work = group.allreduce([tensor], opts)")],
+                                            f"torch.distributed.DistBackendError: [{r}] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: wait timeout after 600000ms, keys: /default_pg/0//cuda//0",
+                                            "Exception raised from recvBytes at ../torch/csrc/distributed/c10d/Utils.hpp:671 (most recent call first):",
+                                            f"frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f3c6e1a1f86 in {TORCH_LIB}/lib/libc10.so)")))
+    log.raw("srun: error: gpu-node-02: tasks 1-3: Exited with exit code 1",
+            "srun: error: gpu-node-02: task 0: Terminated")
+    log.write(OUT / "nccl-unique-id-wait-srun.out")
+
+
 def cuda_illegal_access_mpirun() -> None:
     """Newest wording (torch.AcceleratorError, research 2.9); mpirun --tag-output; peers' NCCL errors."""
     log = Log("mpirun")
@@ -830,7 +847,7 @@ SAMPLES = [
     cuda_oom_tee_8ranks, cuda_oom_expandable_already_set, cuda_oom_7b_ddp_accelerate, checkpoint_read_while_written,
     cuda_oom_srun_torch113, xla_oom_jax_srun,
     host_oom_slurm, host_oom_dmesg, nccl_timeout_hang_tee_8ranks, nccl_timeout_rank0_checkpoint_logdir,
-    nccl_timeout_flight_recorder_srun,
+    nccl_timeout_flight_recorder_srun, nccl_unique_id_wait_srun,
     cuda_illegal_access_mpirun, cuda_device_assert_tee, nccl_ib_error_srun, nccl_duplicate_gpu,
     libuv_windows, port_in_use_legacy, wandb_no_api_key, wandb_init_timeout, gpu_xid79_dir,
     gpu_ecc_mpirun, nan_deepspeed_fp16, shm_dataloader_docker, shm_nccl_container,
