@@ -30,6 +30,8 @@ WIDE = 120
 POLL_S = 0.2
 # At most this many screen updates a second from the log: a burst of lines is one update.
 REFRESH_S = 0.25
+# Lines added per turn of the event loop when a big batch arrives (~50 ms of work).
+APPLY_CHUNK = 20_000
 
 
 class MonitorApp(App[int]):
@@ -147,26 +149,43 @@ class MonitorApp(App[int]):
         return not self.query(LogView)
 
     def on_logs_arrived(self, message: LogsArrived) -> None:
+        self._apply_in_chunks(message.batch)
+
+    def _apply_in_chunks(self, batch: LogBatch) -> None:
+        """Apply a batch; a huge one (a big file read at start) a chunk per turn of the event
+        loop, so keys and redraws still get through. The worker waits until all is applied."""
+        applied = True
         try:
-            if not self._torn_down():
-                self._apply(message.batch)
+            if self._torn_down():
+                return
+            if len(batch.lines) > APPLY_CHUNK:
+                self._add_lines(batch.lines[:APPLY_CHUNK])
+                batch.lines = batch.lines[APPLY_CHUNK:]
+                self.call_later(self._apply_in_chunks, batch)
+                applied = False
+            else:
+                self._apply(batch)
         finally:
-            self._applied.set()
+            if applied:
+                self._applied.set()
+
+    def _add_lines(self, lines: list) -> None:
+        view = self.query_one(LogView)
+        first = len(self.store)
+        now = self._clock()
+        progress_version = self.progress.version
+        for line in lines:
+            self.store.append(line)
+            self.progress.feed(line.text, line.rank, now)
+        view.lines_added(first)
+        if self.progress.version != progress_version:
+            self.query_one(ProgressPanel).show(self.progress.state)
 
     def _apply(self, batch: LogBatch) -> None:
-        view = self.query_one(LogView)
         for problem in batch.problems:
             self.notify(problem, title="input problem", severity="warning", timeout=15)
         if batch.lines:
-            first = len(self.store)
-            now = self._clock()
-            progress_version = self.progress.version
-            for line in batch.lines:
-                self.store.append(line)
-                self.progress.feed(line.text, line.rank, now)
-            view.lines_added(first)
-            if self.progress.version != progress_version:
-                self.query_one(ProgressPanel).show(self.progress.state)
+            self._add_lines(batch.lines)
         if batch.findings is not None:
             self._log_findings = list(batch.findings)
             self._root = batch.root_cause

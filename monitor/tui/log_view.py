@@ -162,8 +162,19 @@ class LogView(ScrollView, can_focus=True):
         self.scroll_to(y=max(0, row - height // 2), animate=False)
 
     def _update_size(self) -> None:
-        width = min(self.store.longest, MAX_DRAWN) + self._badge_width() + 1
-        self.virtual_size = Size(width, self.row_count)
+        size = Size(min(self.store.longest, MAX_DRAWN) + self._badge_width() + 1, self.row_count)
+        old = self.virtual_size
+        if size == old:
+            return
+        if size.width == old.width and size.height > old.height and self.show_vertical_scrollbar:
+            # Only taller, and the scrollbar is already there: nothing else on screen moves, so
+            # skip the whole-screen layout pass that setting virtual_size starts (most of the
+            # app's CPU while following a busy job); update the scrollbars and redraw this view.
+            self.set_reactive(LogView.virtual_size, size)
+            self._scroll_update(size)
+            self.refresh()
+        else:
+            self.virtual_size = size
 
     # ----- drawing
     def notify_style_update(self) -> None:
