@@ -60,7 +60,6 @@ _NEW_LOG_LINE = regex.compile(
     r"|^(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b[:\] ]"
     r"|^[\w.-]+:\d+:\d+ \[\d+\] NCCL "
 )
-_EXCEPTION_LINE = regex.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning|Failure|Timeout)\b|^[A-Za-z_][\w.]*: ")
 
 
 @dataclass(slots=True)
@@ -182,6 +181,3 @@ def trim(record: Record) -> Record:
         record.rule_hits.pop()
     return record
 
-
-def looks_like_exception_line(body: str) -> bool:
-    return bool(_EXCEPTION_LINE.match(body.strip()))
