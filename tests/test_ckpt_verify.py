@@ -175,3 +175,40 @@ def test_quick_check_skips_crcs_but_not_structure(zip_ckpt: Path, tmp_path: Path
     cut = tmp_path / "cut.pt"
     cut.write_bytes(zip_ckpt.read_bytes()[:-10])
     assert check_checkpoint(cut, deep=False).status == "bad"
+
+
+@pytest.fixture
+def dcp_ckpt(tmp_path: Path) -> Path:
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+    path = tmp_path / "step100"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
+        dcp.save(state_dict()["model"], checkpoint_id=str(path))
+    return path
+
+
+def test_distributed_checkpoint_directory(dcp_ckpt: Path):
+    result = check_checkpoint(dcp_ckpt)
+    assert (result.status, result.kind) == ("ok", "torch-distributed"), result.line()
+    assert "3 items" in result.detail
+
+
+def test_distributed_checkpoint_truncated_or_missing_shard(dcp_ckpt: Path):
+    shard = next(dcp_ckpt.glob("*.distcp"))
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) - 100])
+    result = check_checkpoint(dcp_ckpt)
+    assert result.status == "bad" and f"truncated: {shard.name}" in result.detail
+    shard.unlink()
+    assert f"{shard.name} is missing" in check_checkpoint(dcp_ckpt).detail
+    (dcp_ckpt / ".metadata").write_bytes(b"\x80\x04N.")
+    assert "no storage table" in check_checkpoint(dcp_ckpt).detail
+
+
+def test_directory_listing_checks_distributed_checkpoints_whole(dcp_ckpt: Path, zip_ckpt: Path):
+    listing = run_cli(str(dcp_ckpt.parent))
+    lines = listing.stdout.splitlines()
+    assert listing.returncode == 0, listing.stdout
+    assert [line.split()[1].rstrip(":") for line in lines] == [str(zip_ckpt), str(dcp_ckpt)]

@@ -8,6 +8,8 @@
   fit in the file.
 - safetensors: 8-byte header length, JSON header, each tensor's ``data_offsets`` must match its
   dtype and shape and lie inside the file, and the tensors must exactly tile the data area.
+- torch distributed checkpoints (a directory with ``.metadata``, ``torch.distributed.checkpoint``):
+  every (file, offset, length) the metadata lists must exist inside its ``.distcp`` file.
 
 Pickles are walked by an unpickler that never imports anything: every global becomes an inert
 placeholder, so a checkpoint cannot run code here.
@@ -86,7 +88,10 @@ class _Inert:
         pass
 
     def __setstate__(self, state) -> None:
-        pass
+        # Keep plain attribute state (dataclasses, e.g. a distributed checkpoint's metadata).
+        for part in state if isinstance(state, tuple) else (state,):
+            if isinstance(part, dict):
+                self.__dict__.update((k, v) for k, v in part.items() if isinstance(k, str))
 
     def __setitem__(self, key, value) -> None:
         pass
@@ -245,6 +250,31 @@ def _check_safetensors(path: Path, size: int) -> str:
     return f"safetensors, {len(spans)} tensors, {_size_text(size)}"
 
 
+def _check_distributed(directory: Path) -> str:
+    with (directory / ".metadata").open("rb") as file:
+        metadata, _ = _unpickle(file)
+    items = getattr(metadata, "storage_data", None)
+    if not isinstance(items, dict):
+        raise CorruptCheckpoint(".metadata holds no storage table: not a torch distributed checkpoint")
+    needed: dict[str, int] = {}
+    for info in items.values():
+        try:
+            name, end = str(info.relative_path), int(info.offset) + int(info.length)
+        except (AttributeError, TypeError, ValueError):
+            raise CorruptCheckpoint(".metadata has a malformed storage entry") from None
+        needed[name] = max(needed.get(name, 0), end)
+    total = 0
+    for name, end in sorted(needed.items()):
+        try:
+            size = (directory / name).stat().st_size
+        except OSError:
+            raise CorruptCheckpoint(f"{name} is missing (listed in .metadata)") from None
+        if size < end:
+            raise CorruptCheckpoint(f"truncated: {name} has {size} bytes, .metadata needs {end}")
+        total += size
+    return f"torch distributed checkpoint, {len(needed)} files, {len(items)} items, {_size_text(total)}"
+
+
 def _kind(head: bytes, size: int) -> str:
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         return "torch-zip"
@@ -261,6 +291,15 @@ def check_checkpoint(path: Path, deep: bool = True) -> CheckResult:
     ``deep=False`` skips streaming a zip's members through their CRCs (the one check whose cost
     grows with the file): quick enough to run before a launch."""
     path = Path(path)
+    if path.is_dir():
+        if not (path / ".metadata").is_file():
+            return CheckResult(path, "bad", "unknown", "a directory without .metadata: not a distributed checkpoint")
+        try:
+            return CheckResult(path, "ok", "torch-distributed", _check_distributed(path))
+        except CorruptCheckpoint as exc:
+            return CheckResult(path, "bad", "torch-distributed", str(exc))
+        except OSError as exc:
+            return CheckResult(path, "bad", "torch-distributed", f"read error: {exc}")
     try:
         size = path.stat().st_size
         with path.open("rb") as file:
@@ -296,3 +335,11 @@ def check_checkpoint(path: Path, deep: bool = True) -> CheckResult:
 def checkpoint_files(directory: Path) -> list[Path]:
     """Checkpoint-looking files under ``directory`` (by suffix), sorted."""
     return sorted(p for p in directory.rglob("*") if p.suffix in SUFFIXES and p.is_file())
+
+
+def checkpoint_targets(directory: Path) -> list[Path]:
+    """What ``check-ckpt DIR`` checks: checkpoint files, and each distributed checkpoint
+    directory (one with ``.metadata``) as a whole, sorted."""
+    dcp_dirs = sorted(m.parent for m in directory.rglob(".metadata") if m.is_file())
+    files = [p for p in checkpoint_files(directory) if not any(d in p.parents for d in dcp_dirs)]
+    return sorted([*dcp_dirs, *files])

@@ -10,8 +10,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "check-ckpt",
         help="Verify torch and safetensors checkpoints without loading them.",
-        description="Verify torch (zip and legacy) and safetensors checkpoints without loading "
-                    "them: structure, offsets and per-member CRCs. One line per file. Exit code: "
+        description="Verify torch (zip and legacy), torch distributed (.metadata + .distcp) and "
+                    "safetensors checkpoints without loading them: structure, offsets and "
+                    "per-member CRCs. One line per file. Exit code: "
                     "0 all good, 1 a checkpoint is bad, 2 a path is missing.",
     )
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
@@ -23,12 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from monitor.checkpoints.verify import CheckResult, check_checkpoint, checkpoint_files
+    from monitor.checkpoints.verify import CheckResult, check_checkpoint, checkpoint_targets
 
     results: list[CheckResult] = []
     for path in args.paths:
         if path.is_dir():
-            files = checkpoint_files(path)
+            files = checkpoint_targets(path)
             if not files:
                 results.append(CheckResult(path, "missing", "unknown", "no checkpoint files in this directory"))
             results.extend(check_checkpoint(f) for f in files)
