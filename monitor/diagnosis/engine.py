@@ -10,6 +10,7 @@ the engine learns which ranks exist, for finding the rank that hung).
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cmp_to_key
 
 import regex
 
@@ -381,12 +382,17 @@ class Engine:
 def _earliest(findings: list[Finding]) -> Finding:
     best = findings[0]
     for finding in findings[1:]:
-        if _earlier(finding, best):
+        if happened_before(finding, best):
             best = finding
     return best
 
 
-def _earlier(a: Finding, b: Finding) -> bool:
+def chronological(findings: list[Finding]) -> list[Finding]:
+    """The findings in the order they happened (see ``happened_before``)."""
+    return sorted(findings, key=cmp_to_key(lambda a, b: -1 if happened_before(a, b) else 1 if happened_before(b, a) else 0))
+
+
+def happened_before(a: Finding, b: Finding) -> bool:
     """Whether ``a`` happened before ``b``: by line within a file (a traceback completes after
     the lines that follow it), by the logs' timestamps across files, else by arrival."""
     if a.file == b.file:

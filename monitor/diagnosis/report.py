@@ -11,13 +11,20 @@ import io
 from collections import defaultdict
 
 from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
 from rich.text import Text
 
+from monitor.diagnosis.engine import chronological
 from monitor.diagnosis.model import Diagnosis, Finding
 
 TIMELINE_ENTRIES = 12
 EVIDENCE_LINES = 6
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _indented(text: Text, by: int) -> Padding:
+    """``text`` indented by ``by`` columns, wrapped lines too."""
+    return Padding(text, (0, 0, 0, by), expand=False)
 
 
 def _ranks(finding: Finding) -> str:
@@ -31,15 +38,15 @@ def _ranks(finding: Finding) -> str:
 def _root_cause(finding: Finding) -> list[RenderableType]:
     rank = "rank ?" if finding.rank is None else f"rank {finding.rank}"
     header = Text.assemble(("Root cause: ", "bold red"), (finding.title, "bold"))
-    where = Text(f"  {finding.category} · {rank} · {finding.file}:{finding.line} · rule {finding.rule}", style="dim")
-    parts: list[RenderableType] = [header, where]
+    where = Text(f"{finding.category} · {rank} · {finding.file}:{finding.line} · rule {finding.rule}", style="dim")
+    parts: list[RenderableType] = [header, _indented(where, 2)]
     if finding.count > 1:
-        parts.append(Text(f"  seen {finding.count} times on {_ranks(finding)}", style="dim"))
+        parts.append(_indented(Text(f"seen {finding.count} times on {_ranks(finding)}", style="dim"), 2))
     parts.append(Text("  Evidence:", style="bold"))
-    parts.extend(Text(f"    {line}", style="italic") for line in finding.evidence[:EVIDENCE_LINES])
+    parts.extend(_indented(Text(line, style="italic"), 4) for line in finding.evidence[:EVIDENCE_LINES])
     if finding.remedy:
         parts.append(Text("  What to do:", style="bold"))
-        parts.extend(Text(f"    {line}") for line in finding.remedy.splitlines())
+        parts.extend(_indented(Text(line), 4) for line in finding.remedy.splitlines())
     return parts
 
 
@@ -54,22 +61,22 @@ def _others(findings: list[Finding], root: Finding | None) -> list[RenderableTyp
     for category, members in groups.items():
         parts.append(Text(f"  {category}", style="bold"))
         for finding in members:
-            parts.append(Text.assemble(
-                ("    • ", ""), (finding.severity, _SEVERITY_STYLE.get(finding.severity, "")),
+            parts.append(_indented(Text.assemble(
+                ("• ", ""), (finding.severity, _SEVERITY_STYLE.get(finding.severity, "")),
                 (f" [{finding.role}] ", "dim"), (finding.title, ""),
                 (f" — {_ranks(finding)}, ×{finding.count}, {finding.file}:{finding.line} ({finding.rule})", "dim"),
-            ))
+            ), 4))
     return parts
 
 
 def _timeline(findings: list[Finding]) -> list[RenderableType]:
     if len(findings) < 2:
         return []
-    ordered = sorted(findings, key=lambda f: f.seq)[:TIMELINE_ENTRIES]
-    parts: list[RenderableType] = [Text(""), Text("Timeline (first seen)", style="bold")]
+    ordered = chronological(findings)[:TIMELINE_ENTRIES]
+    parts: list[RenderableType] = [Text(""), Text("Timeline", style="bold")]
     for finding in ordered:
         rank = "?" if finding.rank is None else str(finding.rank)
-        parts.append(Text(f"  {finding.file}:{finding.line}  rank {rank}  {finding.rule}  {finding.title}"))
+        parts.append(_indented(Text(f"{finding.file}:{finding.line}  rank {rank}  {finding.rule}  {finding.title}"), 2))
     if len(findings) > TIMELINE_ENTRIES:
         parts.append(Text(f"  … {len(findings) - TIMELINE_ENTRIES} more", style="dim"))
     return parts
@@ -88,7 +95,7 @@ def build(diagnosis: Diagnosis) -> Group:
     if diagnosis.problems:
         parts.append(Text(""))
         parts.append(Text("Problems reading the input", style="bold yellow"))
-        parts.extend(Text(f"  {problem}") for problem in diagnosis.problems)
+        parts.extend(_indented(Text(problem), 2) for problem in diagnosis.problems)
     return Group(*parts)
 
 
@@ -97,4 +104,4 @@ def render_text(diagnosis: Diagnosis, width: int | None = None) -> str:
     buffer = io.StringIO()
     console = Console(file=buffer, width=width or 100, color_system=None, highlight=False, emoji=False)
     console.print(build(diagnosis))
-    return buffer.getvalue()
+    return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
