@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -126,6 +127,9 @@ def test_safetensors_header_problems(tmp_path: Path):
 
 
 def test_odd_files(tmp_path: Path):
+    fifo = tmp_path / "pipe.pt"
+    os.mkfifo(fifo)
+    assert check_checkpoint(fifo).detail == "not a regular file"  # and it did not block
     empty = tmp_path / "empty.pt"
     empty.touch()
     lfs = tmp_path / "lfs.bin"

@@ -21,6 +21,7 @@ import io
 import json
 import math
 import pickle
+import stat
 import struct
 import zipfile
 from dataclasses import dataclass
@@ -301,7 +302,10 @@ def check_checkpoint(path: Path, deep: bool = True) -> CheckResult:
         except OSError as exc:
             return CheckResult(path, "bad", "torch-distributed", f"read error: {exc}")
     try:
-        size = path.stat().st_size
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            return CheckResult(path, "bad", "unknown", "not a regular file")
+        size = info.st_size
         with path.open("rb") as file:
             head = file.read(64)
     except FileNotFoundError:
