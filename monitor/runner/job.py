@@ -125,10 +125,6 @@ class Job:
         return {"error": "the recorder did not start the job in time"}
 
     # -- the API for the TUI ----------------------------------------------------------------
-    @property
-    def recorder_pid(self) -> int:
-        return self._recorder.pid
-
     def pids(self) -> list[int]:
         """The job's live processes: the launcher and everything under it."""
         tree = descendants(self._recorder.pid)
