@@ -174,3 +174,10 @@ def test_huge_line_and_truncated_gzip_lose_nothing(tmp_path):
     diagnosis = diagnose_paths([cut], catalogue)
     assert diagnosis.root_cause.rule == "cuda-oom"
     assert len(diagnosis.problems) == 1 and diagnosis.problems[0].startswith(f"{cut}: read error after line")
+
+
+def test_a_file_named_twice_is_read_once(tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text(OOM_TRACEBACK + "\n")
+    diagnosis = diagnose_paths([log, tmp_path, log], catalogue_from(tmp_path))
+    assert diagnosis.files == [str(log)] and diagnosis.root_cause.count == 1

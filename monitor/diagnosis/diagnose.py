@@ -29,11 +29,15 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True) -> Diagnosis:
     engine = Engine(catalogue)
     files: list[str] = []
     problems: list[str] = []
+    read: set[Path] = set()
     for path in paths:
         found = find_logs(path)
         if path.is_dir() and not found:
             problems.append(f"{path}: no log files in this directory")
         for file in found:
+            if file.resolve() in read:
+                continue  # named twice (a file and its folder): read once
+            read.add(file.resolve())
             name = str(file)
             files.append(name)
             try:
