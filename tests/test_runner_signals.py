@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,21 @@ def test_under_nohup_a_hang_up_does_not_stop_the_job(tmp_path: Path):
     monitor.send_signal(signal.SIGHUP)
     out, _ = monitor.communicate(timeout=30)
     assert monitor.returncode == 0 and out == b"ready\nfinished\n"
+
+
+def test_after_the_monitor_is_killed_monitor_watch_picks_the_log_up(tmp_path: Path):
+    job = ("import time\nfor i in range(30):\n    print(f'step {i}', flush=True)\n    time.sleep(0.05)\n"
+           "raise ValueError('labels out of range after the monitor died')\n")
+    monitor = subprocess.Popen(monitor_cmd(tmp_path, *python_job(job)),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: list(tmp_path.glob("run-*.log")) and b"step 3" in only_log(tmp_path).read_bytes())
+    monitor.kill()
+    monitor.wait()
+    watch = subprocess.Popen([sys.executable, "-m", "monitor", "watch", "--headless", str(only_log(tmp_path))],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    wait_for(lambda: "exit_code" in job_state(tmp_path), timeout=30)
+    time.sleep(1.0)  # let the follower read the last lines
+    watch.send_signal(signal.SIGTERM)
+    out, _ = watch.communicate(timeout=30)
+    assert watch.returncode == 1, out.decode()[-2000:]
+    assert b"labels out of range after the monitor died" in out
