@@ -260,3 +260,19 @@ async def test_a_huge_batch_is_applied_in_chunks_and_keys_still_work():
         view = app.query_one(LogView)
         assert view.row_count == len(lines) and not view.follow
         assert app.store.text(64_999) == "[rank1]: step 64999 loss 1.0"
+
+
+async def test_mouse_click_on_a_line_and_the_command_palette_commands():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        view = app.query_one(LogView)
+        await pilot.press("home")
+        await pilot.click(LogView, offset=(10, 3))
+        assert view.cursor_index == 3 and not view.follow
+        titles = [command.title for command in app.get_system_commands(app.screen)]
+        assert {"Jump to root cause", "Filter: errors only", "Filter: rank 2", "Keys"} <= set(titles)
+        await pilot.press("ctrl+p")
+        await pilot.press(*"root cause", "enter")
+        await pilot.pause(0.1)
+        assert view.cursor_index == app.store.find("logs/rank2.log", 8)

@@ -54,3 +54,12 @@ def test_filtered_by_rank_and_errors_120x40(snap_compare):
         await pilot.pause(0.05)
 
     assert snap_compare(crash_app(with_gpus=False), terminal_size=(120, 40), run_before=filtered)
+
+
+def test_light_theme_100x30(snap_compare):
+    async def light(pilot) -> None:
+        await until_finished(pilot)
+        await pilot.press("t")
+        await pilot.pause(0.05)
+
+    assert snap_compare(crash_app(with_gpus=True), terminal_size=(100, 30), run_before=light)

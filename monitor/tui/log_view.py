@@ -88,7 +88,7 @@ class LogView(ScrollView, can_focus=True):
         added = len(self.store) - first
         self._update_size()
         if self.follow:
-            self.scroll_to(y=self.max_scroll_y, animate=False)
+            self._scroll_end()
         else:
             self.unseen += added
         self.post_message(self.StatusChanged())
@@ -103,7 +103,7 @@ class LogView(ScrollView, can_focus=True):
         if self.cursor_index is not None and self.row_of(self.cursor_index) is not None:
             self._scroll_to_row(self.row_of(self.cursor_index))
         elif self.follow:
-            self.scroll_to(y=self.max_scroll_y, animate=False)
+            self._scroll_end()
         self.refresh()
         self.post_message(self.StatusChanged())
 
@@ -135,7 +135,7 @@ class LogView(ScrollView, can_focus=True):
     def watch_follow(self, follow: bool) -> None:
         if follow:
             self.unseen = 0
-            self.scroll_to(y=self.max_scroll_y, animate=False)
+            self._scroll_end()
         self.post_message(self.StatusChanged())
 
     def action_scroll_end(self) -> None:
@@ -157,9 +157,27 @@ class LogView(ScrollView, can_focus=True):
         self.follow = False
         super()._on_mouse_scroll_up(event)
 
+    def on_click(self, event) -> None:
+        """Clicking a line puts the cursor on it (and stops following, so it stays in view)."""
+        row = int(self.scroll_offset.y) + event.y
+        if 0 <= row < self.row_count:
+            self.follow = False
+            self.cursor_index = row if self._rows is None else self._rows[row]
+            self._cache.clear()
+            self.refresh()
+
     def _scroll_to_row(self, row: int) -> None:
-        height = self.scrollable_content_region.height or 1
-        self.scroll_to(y=max(0, row - height // 2), animate=False)
+        def scroll() -> None:
+            height = self.scrollable_content_region.height or 1
+            self.scroll_to(y=max(0, row - height // 2), animate=False)
+
+        scroll()
+        # Again once a pending layout (new size, scrollbar shown) is done: it may have clamped the first.
+        self.call_after_refresh(scroll)
+
+    def _scroll_end(self) -> None:
+        self.scroll_to(y=self.max_scroll_y, animate=False)
+        self.call_after_refresh(lambda: self.follow and self.scroll_to(y=self.max_scroll_y, animate=False))
 
     def _update_size(self) -> None:
         size = Size(min(self.store.longest, MAX_DRAWN) + self._badge_width() + 1, self.row_count)
