@@ -181,3 +181,9 @@ def test_a_file_named_twice_is_read_once(tmp_path):
     log.write_text(OOM_TRACEBACK + "\n")
     diagnosis = diagnose_paths([log, tmp_path, log], catalogue_from(tmp_path))
     assert diagnosis.files == [str(log)] and diagnosis.root_cause.count == 1
+
+
+def test_cli_exit_2_when_no_log_could_be_read(tmp_path, capsys):
+    (tmp_path / "core.log").write_bytes(b"\x7fELF" + bytes(range(256)) * 8)
+    assert main(["diagnose", "--no-user-rules", str(tmp_path / "core.log")]) == 2
+    assert capsys.readouterr().err == f"monitor: {tmp_path / 'core.log'}: binary file, skipped\n"

@@ -26,6 +26,12 @@ def run(args: argparse.Namespace) -> int:
         diagnosis = diagnose_paths(args.paths, catalogue)
     except (RuleError, MissingPath) as exc:
         raise UsageError(str(exc)) from None
+    if not diagnosis.files:  # not one log could be read: an input error, said on stderr
+        import sys
+
+        for problem in diagnosis.problems or ["no log files found"]:
+            print(f"monitor: {problem}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(diagnosis.to_json(), indent=2, ensure_ascii=False))
     else:
@@ -34,8 +40,4 @@ def run(args: argparse.Namespace) -> int:
         from monitor.diagnosis.report import build
 
         Console(highlight=False, emoji=False).print(build(diagnosis))
-    if diagnosis.failed:
-        return 1
-    if not diagnosis.files or (diagnosis.problems and len(diagnosis.problems) >= len(diagnosis.files) and not diagnosis.findings):
-        return 2  # nothing could be read
-    return 0
+    return 1 if diagnosis.failed else 0

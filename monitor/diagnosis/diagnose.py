@@ -21,6 +21,7 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True) -> Diagnosis:
 
     ``fast`` scans chunks with the prefilter (``scan.py``); ``fast=False`` feeds every line, the
     reference path. Both give the same findings. Raises MissingPath before reading anything.
+    ``files`` lists the files read (a binary or unreadable one is only in ``problems``).
     """
     paths = [Path(p) for p in paths]
     for path in paths:
@@ -39,15 +40,17 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True) -> Diagnosis:
                 continue  # named twice (a file and its folder): read once
             read.add(file.resolve())
             name = str(file)
-            files.append(name)
             try:
                 if fast:
                     scan_file(file, engine)
                 else:
                     for line in read_log(file):
                         engine.feed(line)
+                files.append(name)
             except UnreadableLog as exc:
                 problems.append(str(exc))
+                if exc.partial:
+                    files.append(name)
             finally:
                 engine.flush(name)
     diagnosis = engine.diagnosis(files)

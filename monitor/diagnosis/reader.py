@@ -23,7 +23,12 @@ _BINARY_MAGIC = (b"\x7fELF", b"PK\x03\x04", b"\x89PNG", b"%PDF", b"\x80\x02", b"
 
 
 class UnreadableLog(Exception):
-    """A file that is not a readable text log; ``str()`` is one line naming it."""
+    """A file that is not a readable text log; ``str()`` is one line naming it. ``partial``:
+    some of it was read (a truncated .gz) before the error."""
+
+    def __init__(self, message: str, partial: bool = False) -> None:
+        super().__init__(message)
+        self.partial = partial
 
 
 def is_log_like(path: Path) -> bool:
@@ -115,7 +120,7 @@ def read_log(path: str | os.PathLike) -> Iterator[LogLine]:
             try:
                 chunk = next(chunks, b"")
             except (OSError, EOFError) as exc:
-                raise UnreadableLog(f"{name}: read error after line {number}: {exc}") from None
+                raise UnreadableLog(f"{name}: read error after line {number}: {exc}", partial=True) from None
             if not chunk:
                 break
             for raw in assembler.feed(chunk):

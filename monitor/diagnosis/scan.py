@@ -63,7 +63,7 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
             try:
                 data = next(chunks, b"")
             except (OSError, EOFError) as exc:
-                raise UnreadableLog(f"{name}: read error after line {number}: {exc}") from None
+                raise UnreadableLog(f"{name}: read error after line {number}: {exc}", partial=True) from None
             if not data:
                 break
             if overflow:
