@@ -12,10 +12,11 @@ import torch
 from monitor.checkpoints.watch import CheckpointWatcher
 from tests.runner_helpers import wait_for
 
-# Writes a real checkpoint in two halves with a pause between, holding the file open throughout.
+# Writes a real checkpoint (made by torch in the test) in two halves with a pause between,
+# holding the file open throughout, as torch.save to a slow disk does.
 SLOW_WRITER = """
-import io, sys, time, torch
-buf = io.BytesIO(); torch.save({"w": torch.randn(256, 256)}, buf); data = buf.getvalue()
+import sys, time
+data = open(sys.argv[3], "rb").read()
 with open(sys.argv[1], "wb") as f:
     f.write(data[: len(data) // 2]); f.flush()
     print("half", flush=True)
@@ -23,6 +24,12 @@ with open(sys.argv[1], "wb") as f:
     f.write(data[len(data) // 2:])
 print("closed", flush=True)
 """
+
+
+def real_checkpoint(tmp_path: Path) -> str:
+    source = tmp_path.parent / f"{tmp_path.name}-source.bin"
+    torch.save({"w": torch.randn(256, 256)}, source)
+    return str(source)
 READER = "import sys, time\nf = open(sys.argv[1], 'rb')\nprint('reading', flush=True)\ntime.sleep(30)\n"
 
 
@@ -35,7 +42,7 @@ def make_watcher(directory: Path, pids=list) -> tuple[CheckpointWatcher, list]:
 
 def test_a_checkpoint_is_checked_only_after_its_writer_closed_it(tmp_path: Path):
     path = tmp_path / "step1.pt"
-    writer = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(path), "1.0"],
+    writer = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(path), "1.0", real_checkpoint(tmp_path)],
                               stdout=subprocess.PIPE, text=True)
     watcher, seen = make_watcher(tmp_path, pids=lambda: [writer.pid])
     watcher.start()
@@ -72,7 +79,7 @@ def test_truncated_checkpoint_warns_once(tmp_path: Path):
 
 def test_reading_while_writing_is_caught_as_it_happens(tmp_path: Path):
     path = tmp_path / "shared.pt"
-    writer = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(path), "5"],
+    writer = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(path), "5", real_checkpoint(tmp_path)],
                               stdout=subprocess.PIPE, text=True)
     reader = None
     try:

@@ -31,16 +31,6 @@ def test_success(tmp_path: Path):
     assert not [f for f in diagnosis["findings"] if f["severity"] == "error"]
 
 
-def test_crash_on_one_rank_is_explained(tmp_path: Path):
-    result = run_monitor(tmp_path, *TORCHRUN, *DEMO, "--scenario", "crash", timeout=120)
-    assert result.returncode == 1
-    diagnosis = read_json(only_log(tmp_path).with_suffix(".diagnosis.json"))
-    root = diagnosis["root_cause"]
-    assert root is not None and root["rank"] == 1, diagnosis
-    assert "ValueError" in root["title"] or any("ValueError" in e for e in root["evidence"])
-    assert diagnosis["run"]["exit_code"] == 1
-
-
 def test_hang_ends_in_a_timeout_and_the_exit_code_is_kept(tmp_path: Path):
     result = run_monitor(tmp_path, *TORCHRUN, "-m", "monitor.demo.train", "--scenario", "hang",
                          "--timeout", "3", timeout=120)
@@ -69,12 +59,15 @@ def test_sigterm_stops_every_rank_torchrun_started(tmp_path: Path):
     assert job_state(tmp_path)["stop_signal"] == "SIGTERM"
 
 
-def test_torchrun_per_rank_log_files_are_followed(tmp_path: Path):
+def test_crash_on_one_rank_is_explained_from_the_per_rank_files(tmp_path: Path):
     rank_logs = tmp_path / "ranklogs"
     result = run_monitor(tmp_path / "logs", *TORCHRUN, "--log-dir", str(rank_logs), "--redirects", "3",
                          *DEMO, "--scenario", "crash", timeout=120)
     assert result.returncode == 1
     diagnosis = read_json(only_log(tmp_path / "logs").with_suffix(".diagnosis.json"))
+    assert diagnosis["run"]["exit_code"] == 1 and diagnosis["run"]["launcher"] == "torchrun"
+    root = diagnosis["root_cause"]
+    assert root is not None and root["rank"] == 1, diagnosis
     extra = [Path(p) for p in diagnosis["run"]["extra_logs"]]
     assert {p.name for p in extra} >= {"stdout.log", "stderr.log"}
     assert all(rank_logs in p.parents for p in extra)
