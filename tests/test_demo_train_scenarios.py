@@ -141,3 +141,15 @@ def test_bad_options_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> Non
         parse_args(["--steps", "3", "--fail-step", "5"])
     assert exc.value.code == 2
     assert "--fail-step must be between 1 and --steps (3)" in capsys.readouterr().err
+
+
+def test_a_rank_to_fail_outside_the_job_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from monitor.demo.train import main as demo_main
+
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    assert demo_main(["--scenario", "crash", "--rank-to-fail", "3", "--ckpt-dir", str(tmp_path)]) == 2
+    assert "--rank-to-fail 3 is not a rank of this job (0..0)" in capsys.readouterr().err
+    assert not torch.distributed.is_initialized()

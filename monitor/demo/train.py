@@ -152,6 +152,7 @@ def train(args: argparse.Namespace) -> int:
     rank, world = init_distributed(args.timeout)
     rank_to_fail = args.rank_to_fail if args.rank_to_fail is not None else min(1, world - 1)
     if not 0 <= rank_to_fail < world:
+        dist.destroy_process_group()
         print(f"error: --rank-to-fail {rank_to_fail} is not a rank of this job (0..{world - 1})",
               file=sys.stderr)
         return 2
