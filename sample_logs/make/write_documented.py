@@ -843,6 +843,26 @@ def clean_srun_fp16() -> None:
     log.write(OUT / "clean-srun-fp16.out")
 
 
+def clean_multinode_retries_srun() -> None:
+    """A healthy 2-node start: node 2's ranks retry the store until rank 0 listens (warnings only),
+    wandb retries once, fp16 skips a step; then training runs to the end."""
+    log = Log("srun")
+    for r in (8, 9):
+        log.add(r, f"[W302 08:00:0{r - 7}.000000000 socket.cpp:752] [c10d] TCP client failed to connect/validate to host gpu-node-01:29500 - retrying (try=0, timeout=600000ms, delay=1320ms): Connection refused")
+    log.add(0, "[I302 08:00:03.000000000 socket.cpp:480] [c10d] The server socket has started to listen on [::]:29500.")
+    for r in (0, 8):
+        nccl_init(log, r, 16, host="gpu-node-0" + ("1" if r < 8 else "2"))
+    log.add(0, f"{WANDB}: Network error (ReadTimeout), entering retry loop.",
+            f"{WANDB}: Tracking run with wandb version 0.17.0",
+            "[2024-03-02 08:01:00,000] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768")
+    for i in range(4):
+        log.add(0, f" iteration {100 * (i + 1):8d}/     400 | lm loss: {3.2 - 0.3 * i:.6E} | loss scale: 32768.0 | grad norm: {0.9 - 0.1 * i:.3f} | number of skipped iterations:   0 | number of nan iterations:   0 |")
+    log.add(0, "[after training is done] datetime: 2024-03-02 08:40:12",
+            "saving checkpoint at iteration     400 to /ckpt/run3",
+            "  successfully saved checkpoint at iteration     400 to /ckpt/run3")
+    log.write(OUT / "clean-multinode-retries-srun.out")
+
+
 SAMPLES = [
     cuda_oom_tee_8ranks, cuda_oom_expandable_already_set, cuda_oom_7b_ddp_accelerate, checkpoint_read_while_written,
     cuda_oom_srun_torch113, xla_oom_jax_srun,
@@ -853,7 +873,7 @@ SAMPLES = [
     gpu_ecc_mpirun, nan_deepspeed_fp16, shm_dataloader_docker, shm_nccl_container,
     disk_full_hf_trainer, disk_full_torch_save_srun, checkpoint_lfs_pointer_srun, store_wait_timeout_srun,
     slurm_time_limit, slurm_node_failure,
-    segfault_torchrun, clean_tee_8ranks, clean_srun_fp16,
+    segfault_torchrun, clean_tee_8ranks, clean_srun_fp16, clean_multinode_retries_srun,
 ]
 
 
