@@ -62,7 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--ckpt-dir", type=Path, default=None,
-        help="where checkpoints go (default: a fresh temporary directory)",
+        help="where checkpoints go (default: a temporary directory per launcher; "
+             "give a shared path when the ranks run on several nodes)",
     )
     parser.add_argument(
         "--rank-to-fail", type=int, default=None,
