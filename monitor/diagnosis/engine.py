@@ -266,10 +266,10 @@ class Engine:
         values = self._values(finding)
         if rule is None:
             template = pyexc.CASCADE_REMEDY if finding.role == "cascade" else pyexc.REMEDY
-            finding.title = render(finding.title, values) if "{" in finding.title else finding.title
+            finding.title = render(finding.title, values, missing="?") if "{" in finding.title else finding.title
             finding.remedy = render(template, values)
             return
-        finding.title = render(rule.title, values) or rule.title
+        finding.title = render(rule.title, values, missing="?")
         lines = [render(rule.remedy, values)]
         for advice in rule.advice:
             if advice.when is not None and not advice.when.holds(finding.fields):
