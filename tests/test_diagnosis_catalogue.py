@@ -143,3 +143,11 @@ def test_rules_test_warns_about_prefilters_found_in_ordinary_lines(tmp_path, cap
     quiet = write_rules(tmp_path / "quiet", MINIMAL).parent
     assert main(["rules", "test", str(quiet), "--no-user-rules"]) == 0
     assert "warning" not in capsys.readouterr().out
+
+
+def test_templates_drop_lines_with_missing_fields_and_titles_show_question_marks():
+    from monitor.diagnosis.templates import render
+
+    remedy = "Tried to allocate {tried}.\nOnly {free} was free.\nUse {{braces}} literally."
+    assert render(remedy, {"tried": "2.00 GiB"}) == "Tried to allocate 2.00 GiB.\nUse {braces} literally."
+    assert render("OOM on rank {rank} ({tried})", {"rank": "3"}, missing="?") == "OOM on rank 3 (?)"
