@@ -114,6 +114,14 @@ def test_pure_hang_suspects_the_rank_missing_from_the_timeouts(tmp_path):
     assert engine.findings[0].ranks == [0, 2, 3] and engine.findings[0].count == 3
 
 
+def test_hang_suspect_stays_inside_the_world_size(tmp_path):
+    # "100: ..." reads like an srun label for rank 100, but the job says world_size=4.
+    start = "world_size=4 backend=nccl\n100: epochs planned\n" + "\n".join(f"[rank{r}]: step 0" for r in (0, 2, 3))
+    timeouts = "\n".join(WATCHDOG.format(r=r) for r in (0, 2, 3))
+    root = run_lines(Engine(catalogue_from(tmp_path)), start + "\n" + timeouts).root_cause()
+    assert root.rank == 1 and root.fields["suspect_rank"] == "1"
+
+
 def test_pure_hang_suspects_the_rank_that_completed_least(tmp_path):
     status = "[PG ID 0 PG GUID 0(default_pg) Rank {r}]  failure detected by watchdog at work sequence id: 42 PG status: last enqueued work: 42, last completed work: {c}"
     text = "\n".join(status.format(r=r, c=c) for r, c in ((0, 41), (1, 39), (2, 41)))

@@ -55,6 +55,7 @@ class Engine:
         self._unless_disabled: set[int] = set()
         self._confirmed: dict[str, str] = {}  # category -> confirming rule id
         self.known_ranks: set[int] = set()
+        self.world_size: int | None = None  # from a world_size=N line, when one was seen
 
     # ---- feeding -------------------------------------------------------------------------
 
@@ -101,8 +102,9 @@ class Engine:
         if rank is not None:
             self.known_ranks.add(rank)
         match = _WORLD_SIZE.search(body) if "orld" in body or "ORLD" in body else None
-        if match and int(match.group(1)) <= MAX_WORLD:
-            self.known_ranks.update(range(int(match.group(1))))
+        if match and 0 < int(match.group(1)) <= MAX_WORLD:
+            self.world_size = max(self.world_size or 0, int(match.group(1)))
+            self.known_ranks.update(range(self.world_size))
 
     def flush(self, file: str | None = None) -> list[Finding]:
         """Completes the records in progress (of ``file``, or all): end of file, or idle."""
@@ -355,7 +357,8 @@ class Engine:
                 suspect = laggards[0]
                 reason = f"rank {suspect} completed the fewest collectives (last completed work {low:g})"
         if suspect is None and reporting:
-            missing = sorted(self.known_ranks - reporting)
+            # A number misread as a rank prefix must not become the suspect: stay in the world.
+            missing = sorted(r for r in self.known_ranks - reporting if self.world_size is None or r < self.world_size)
             if missing:
                 suspect = missing[0]
                 others = ", ".join(map(str, missing))
