@@ -104,3 +104,12 @@ def test_files_that_never_settle_are_checked_when_watching_stops(tmp_path: Path)
     (tmp_path / "last.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")
     watcher.stop()  # never started: the final scan alone must check it
     assert [f.rule for f in seen] == ["ckpt-watch-bad"]
+
+
+def test_big_checkpoints_get_the_quick_structural_check(tmp_path: Path, monkeypatch):
+    import monitor.checkpoints.watch as watch_module
+    monkeypatch.setattr(watch_module, "DEEP_CHECK_MAX_BYTES", 100)
+    torch.save({"w": torch.randn(64, 64)}, tmp_path / "big.pt")
+    watcher, seen = make_watcher(tmp_path)
+    watcher.stop()
+    assert "structure only" in watcher.checked[tmp_path / "big.pt"].detail and seen == []
