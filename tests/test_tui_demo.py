@@ -135,3 +135,32 @@ async def test_run_app_follows_a_real_job_and_quits_without_stopping_it(tmp_path
     finally:
         app.metrics_feed.close()
         job.wait(10)
+
+
+async def test_watch_app_follows_growing_files_with_real_metrics(tmp_path: Path):
+    from monitor.tui import watch_app
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rank0.log").write_text("step 1 loss 2.0\n")
+    app = watch_app([logs], catalogue=load_catalogue())
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if len(app.store) >= 1 and app.query_one("#metrics").sample is not None:
+                    break
+            with open(logs / "rank1.log", "a") as rank1:
+                rank1.write("step 1 loss 2.1\n[rank1]: torch.OutOfMemoryError: CUDA out of memory. "
+                            "Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.11 GiB\n")
+            for _ in range(200):
+                await pilot.pause(0.05)
+                if app.query_one(FindingsPanel).findings:
+                    break
+            assert app.store.ranks_seen == {0, 1}
+            root = app.query_one(FindingsPanel).root
+            assert (root.rule, root.rank) == ("cuda-oom", 1)
+            text = str(app.query_one("#metrics").render())
+            assert "host" in text and "ram" in text  # real psutil numbers
+    finally:
+        app.metrics_feed.close()

@@ -77,6 +77,8 @@ class MonitorApp(App[int]):
         self._metric_findings: dict[str, Finding] = {}
         self._root: Finding | None = None
         self._applied = threading.Event()
+        self._log_stopped = threading.Event()
+        self._log_worker: Worker | None = None
         self._unplaced = False  # some finding's line has not arrived yet
         self.finished_note = ""
         self.failed = False
@@ -100,7 +102,7 @@ class MonitorApp(App[int]):
         self._fit_layout(self.size.width)
         self.query_one(LogView).focus()
         self._update_status()
-        self.run_worker(self._follow_logs, thread=True, group="logs", name="logs", exit_on_error=False)
+        self._log_worker = self.run_worker(self._follow_logs, thread=True, group="logs", name="logs", exit_on_error=False)
         if self.metrics_feed is not None:
             self._start_sample()
 
@@ -112,7 +114,12 @@ class MonitorApp(App[int]):
 
     # ----- workers (threads: call the feed, post a message, nothing else)
     def _follow_logs(self) -> None:
-        worker = get_current_worker()
+        try:
+            self._poll_logs(get_current_worker())
+        finally:
+            self._log_stopped.set()
+
+    def _poll_logs(self, worker) -> None:
         pending = LogBatch()
         last_post = 0.0
         while not worker.is_cancelled:
@@ -394,4 +401,8 @@ class MonitorApp(App[int]):
         yield SystemCommand("Keys", "Show the key help", self.action_help)
 
     def on_unmount(self) -> None:
+        # The feed is not thread-safe: let the worker's poll in progress end before closing it.
+        if self._log_worker is not None:
+            self._log_worker.cancel()
+            self._log_stopped.wait(2 * POLL_S + 1.0)
         self.log_feed.close()
