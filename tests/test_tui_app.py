@@ -276,3 +276,18 @@ async def test_mouse_click_on_a_line_and_the_command_palette_commands():
         await pilot.press(*"root cause", "enter")
         await pilot.pause(0.1)
         assert view.cursor_index == app.store.find("logs/rank2.log", 8)
+
+
+async def test_markup_in_findings_title_and_notes_shows_literally():
+    findings, root = crash_findings()
+    findings[1].category = "[bold]x[/] [/]"
+    findings[1].title = "[red]t[/]"
+    feed = ScriptedLogFeed([LogBatch(lines=crash_lines(), findings=findings, root_cause=root, finished=True,
+                                     note="[/] note [b]")])
+    app = MonitorApp(feed, None, title="python train.py --cfg [a,b] [/] [bold]", clock=lambda: 0.0)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        await pilot.pause(0.2)
+        svg = app.export_screenshot().replace("&#160;", " ")
+        for literal in ("[/] note [b]", "[bold]x[/] [/]", "--cfg [a,b] [/] [bold]", "[red]t[/]"):
+            assert literal in svg

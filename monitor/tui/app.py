@@ -145,10 +145,10 @@ class MonitorApp(App[int]):
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group == "metrics" and event.state == WorkerState.ERROR:
-            self.notify(f"metrics sampling failed: {event.worker.error}", severity="warning")
+            self.notify(f"metrics sampling failed: {event.worker.error}", severity="warning", markup=False)
             self.set_timer(max(self.metrics_interval, 5.0), self._start_sample)
         elif event.worker.group == "logs" and event.state == WorkerState.ERROR:
-            self.notify(f"reading the logs failed: {event.worker.error}", severity="error", timeout=30)
+            self.notify(f"reading the logs failed: {event.worker.error}", severity="error", timeout=30, markup=False)
 
     # ----- handlers (main thread: update widgets)
     def _torn_down(self) -> bool:
@@ -190,7 +190,7 @@ class MonitorApp(App[int]):
 
     def _apply(self, batch: LogBatch) -> None:
         for problem in batch.problems:
-            self.notify(problem, title="input problem", severity="warning", timeout=15)
+            self.notify(problem, title="input problem", severity="warning", timeout=15, markup=False)
         if batch.lines:
             self._add_lines(batch.lines)
         if batch.findings is not None:
@@ -240,7 +240,7 @@ class MonitorApp(App[int]):
         if self._root is not None:
             self.query_one(FindingsPanel).select(self._root)
             self.action_root_cause()
-        self.notify(note or "the job's output ended", title="finished", timeout=10)
+        self.notify(note or "the job's output ended", title="finished", timeout=10, markup=False)
         self._update_status()
 
     # ----- the log's status line and filter
@@ -314,7 +314,7 @@ class MonitorApp(App[int]):
         view = self.query_one(LogView)
         ranks = sorted(self.store.ranks_seen)
         if not ranks:
-            self.notify("no rank is known yet: the lines carry no rank prefix and the files no rank in their name")
+            self.notify("no rank is known yet: the lines carry no rank prefix and the files no rank in their name", markup=False)
             return
         choices: list[frozenset[int] | None] = [None] + [frozenset({r}) for r in ranks]
         current = view.line_filter
@@ -343,7 +343,7 @@ class MonitorApp(App[int]):
             if (index := self.store.find(finding.file, finding.line)) is not None
         )
         if not placed:
-            self.notify("no finding to go to yet")
+            self.notify("no finding to go to yet", markup=False)
             return
         here = view.cursor_index if view.cursor_index is not None else (len(self.store) if direction < 0 else -1)
         after = [p for p in placed if (p[0] > here if direction > 0 else p[0] < here)]
@@ -352,7 +352,7 @@ class MonitorApp(App[int]):
 
     def action_root_cause(self) -> None:
         if self._root is None:
-            self.notify("no root cause found (yet)")
+            self.notify("no root cause found (yet)", markup=False)
             return
         self._go_to(self._root, self.store.find(self._root.file, self._root.line))
 

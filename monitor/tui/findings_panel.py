@@ -119,13 +119,14 @@ class FindingsPanel(Container):
 
     @staticmethod
     def _cells(finding: Finding, is_root: bool) -> tuple:
+        # Every cell is a Text: DataTable reads plain strings as markup, and these come from logs and rules.
         return (
-            Text("★", style="bold red") if is_root else "",
+            Text("★", style="bold red") if is_root else Text(""),
             Text(SEVERITY_LABEL.get(finding.severity, finding.severity), style=SEVERITY_STYLE.get(finding.severity, "")),
-            finding.category,
-            fmt.ranks(finding.ranks) if finding.ranks else ("—" if finding.rank is None else str(finding.rank)),
-            str(finding.count),
-            fmt.clock(finding.first_seen),
+            Text(finding.category),
+            Text(fmt.ranks(finding.ranks) if finding.ranks else ("—" if finding.rank is None else str(finding.rank))),
+            Text(str(finding.count)),
+            Text(fmt.clock(finding.first_seen)),
             Text(finding.title),
         )
 
