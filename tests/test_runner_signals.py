@@ -51,7 +51,9 @@ time.sleep(600)
 
 
 def logged_pids(log: Path) -> list[int]:
-    return [int(line.split()[1]) for line in log.read_text().splitlines() if line.startswith("pid ")]
+    # Complete lines only: with PYTHONUNBUFFERED a print reaches the log in pieces.
+    lines = log.read_text().split("\n")[:-1]
+    return [int(line.split()[1]) for line in lines if line.startswith("pid ")]
 
 
 def test_job_survives_monitor_sigkill_and_log_is_complete(tmp_path: Path):
@@ -95,7 +97,7 @@ def test_ctrl_c_sigterm_and_sighup_reach_the_job_as_themselves(tmp_path: Path, s
            "print('ready', flush=True)\ntime.sleep(60)\n")
     monitor = subprocess.Popen(monitor_cmd(tmp_path, *python_job(job)),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_for(lambda: list(tmp_path.glob("run-*.log")) and b"ready" in only_log(tmp_path).read_bytes())
+    wait_for(lambda: list(tmp_path.glob("run-*.log")) and b"ready\n" in only_log(tmp_path).read_bytes())
     monitor.send_signal(signum)
     out, _ = monitor.communicate(timeout=30)
     assert monitor.returncode == 10 + signum  # the job's own exit code, passed through
@@ -173,7 +175,7 @@ def test_under_nohup_a_hang_up_does_not_stop_the_job(tmp_path: Path):
     monitor = subprocess.Popen(monitor_cmd(tmp_path, *python_job(job)), stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL,
                                preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
-    wait_for(lambda: list(tmp_path.glob("run-*.log")) and b"ready" in only_log(tmp_path).read_bytes())
+    wait_for(lambda: list(tmp_path.glob("run-*.log")) and b"ready\n" in only_log(tmp_path).read_bytes())
     monitor.send_signal(signal.SIGHUP)
     out, _ = monitor.communicate(timeout=30)
     assert monitor.returncode == 0 and out == b"ready\nfinished\n"
