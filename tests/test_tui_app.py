@@ -285,7 +285,7 @@ async def test_markup_in_findings_title_and_notes_shows_literally():
     feed = ScriptedLogFeed([LogBatch(lines=crash_lines(), findings=findings, root_cause=root, finished=True,
                                      note="[/] note [b]")])
     app = MonitorApp(feed, None, title="python train.py --cfg [a,b] [/] [bold]", clock=lambda: 0.0)
-    async with app.run_test(size=(120, 30)) as pilot:
+    async with app.run_test(size=(200, 30)) as pilot:
         await settle(pilot, app, len(crash_lines()))
         await pilot.pause(0.2)
         svg = app.export_screenshot().replace("&#160;", " ")
