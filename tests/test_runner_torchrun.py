@@ -67,7 +67,7 @@ def test_crash_on_one_rank_is_explained_from_the_per_rank_files(tmp_path: Path):
     diagnosis = read_json(only_log(tmp_path / "logs").with_suffix(".diagnosis.json"))
     assert diagnosis["run"]["exit_code"] == 1 and diagnosis["run"]["launcher"] == "torchrun"
     root = diagnosis["root_cause"]
-    assert root is not None and root["rank"] == 1, diagnosis
+    assert root is not None and root["rank"] == 1, [(f["rank"], f["title"], f["file"], f["line"]) for f in diagnosis["findings"]]
     extra = [Path(p) for p in diagnosis["run"]["extra_logs"]]
     assert {p.name for p in extra} >= {"stdout.log", "stderr.log"}
     assert all(rank_logs in p.parents for p in extra)
