@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "recorder, so it survives the monitor. Exit code: the job's (128+N for signal N).",
         usage="monitor run [options] -- CMD [ARGS...]",
     )
-    parser.add_argument("--log-dir", type=Path, default=Path("logs"),
+    parser.add_argument("--log-dir", type=Path, default=Path("logs"), metavar="DIR",
                         help="where run-YYYYmmdd-HHMMSS.log and its side files go (default: ./logs)")
     parser.add_argument("--headless", action="store_true",
                         help="no UI: pass the job's output through to the terminal unchanged")
