@@ -94,6 +94,7 @@ async def test_demo_app_follows_the_replay_and_ends_on_the_root_cause(tmp_path):
             assert app.finished_note.startswith("replay ended: the recorded job exited with code 1")
             assert len(app.store) == load_recording().line_count
             assert app.store.ranks_seen == {0, 1, 2, 3}
+            assert "163 lines from 8 files" in str(app.query_one("#log-status").render())
             panel = app.query_one(FindingsPanel)
             assert panel.root.rule == "python-exception" and panel.root.rank == 2
             view = app.query_one(LogView)

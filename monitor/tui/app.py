@@ -82,6 +82,7 @@ class MonitorApp(App[int]):
         self._unplaced = False  # some finding's line has not arrived yet
         self.finished_note = ""
         self.failed = False
+        self.files: list[str] = []  # every file followed so far
 
     # ----- layout
     def compose(self) -> ComposeResult:
@@ -191,6 +192,8 @@ class MonitorApp(App[int]):
     def _apply(self, batch: LogBatch) -> None:
         for problem in batch.problems:
             self.notify(problem, title="input problem", severity="warning", timeout=15, markup=False)
+        if batch.files:
+            self.files = batch.files
         if batch.lines:
             self._add_lines(batch.lines)
         if batch.findings is not None:
@@ -257,6 +260,8 @@ class MonitorApp(App[int]):
             if view.unseen:
                 status.append(f" +{view.unseen:,} new (End to follow)")
         status.append(f"  {len(self.store):,} lines")
+        if self.files:
+            status.append(f" from {len(self.files)} file{'s' if len(self.files) != 1 else ''}")
         line_filter = view.line_filter
         if line_filter.active:
             status.append(f"  showing {view.row_count:,}", style="bold")
