@@ -71,12 +71,20 @@ class TerminalTee:
             self.dropped_bytes += len(chunk)
 
     def close(self, timeout: float) -> None:
-        """Let the terminal catch up for at most ``timeout`` seconds, then give up on it."""
+        """Let the terminal catch up for at most ``timeout`` seconds, then give up on it (what
+        it did not get counts as dropped)."""
+        deadline = time.monotonic() + timeout
         try:
             self._queue.put(None, timeout=timeout)
         except queue.Full:
-            return
-        self._thread.join(timeout)
+            pass
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        while True:
+            try:
+                chunk = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            self.dropped_bytes += len(chunk or b"")
 
     def _copy(self) -> None:
         while (chunk := self._queue.get()) is not None:
