@@ -106,8 +106,6 @@ class ScriptedLogFeed:
 
 
 class FixedMetricsFeed:
-    simulated_gpus = False
-
     def __init__(self, sample: Sample, findings: list[Finding] | None = None) -> None:
         self._sample = sample
         self._findings = findings or []

@@ -152,10 +152,9 @@ class Replayer:
 class RecordedMetrics:
     """A metrics feed for the replay: the recorded sample for the replay's current moment."""
 
-    def __init__(self, recording: Recording, replayer: Replayer, *, simulated_gpus: bool = False) -> None:
+    def __init__(self, recording: Recording, replayer: Replayer) -> None:
         self._samples = recording.samples
         self._replayer = replayer
-        self.simulated_gpus = simulated_gpus
 
     def sample(self) -> tuple[Sample, list]:
         elapsed = self._replayer.elapsed()

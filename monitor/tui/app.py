@@ -88,7 +88,7 @@ class MonitorApp(App[int]):
     def compose(self) -> ComposeResult:
         yield Header()
         with Vertical(id="top"):
-            yield MetricsPanel(simulated_gpus=bool(self.metrics_feed and self.metrics_feed.simulated_gpus), id="metrics")
+            yield MetricsPanel(id="metrics")
             yield ProgressPanel(id="progress")
         with Container(id="middle"):
             with Vertical(id="logpane"):

@@ -56,9 +56,6 @@ class LogFeed(Protocol):
 
 
 class MetricsFeed(Protocol):
-    # True when GPU rows are a labelled synthetic track (no GPU here): the panel says so.
-    simulated_gpus: bool
-
     def sample(self) -> tuple[Sample, list[Finding]]:
         """Take one sample and the metric findings it raised. Called from one worker thread."""
 
@@ -110,8 +107,6 @@ class SessionFeed:
 
 class SamplerFeed:
     """The metrics Sampler, its History and the SignalDetector as a MetricsFeed."""
-
-    simulated_gpus = False
 
     def __init__(self, sampler, history=None, detector=None) -> None:
         from monitor.metrics.history import History

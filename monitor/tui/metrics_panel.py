@@ -21,11 +21,9 @@ class MetricsPanel(Widget):
     MetricsPanel { height: auto; max-height: 14; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
-    def __init__(self, *, simulated_gpus: bool = False, **kwargs) -> None:
+    def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.sample: Sample | None = None
-        # True when the GPU rows come from a labelled synthetic track (the demo on a machine without GPUs).
-        self.simulated_gpus = simulated_gpus
         self._gpu_util: dict[str, deque[float]] = {}
         self._cpu: deque[float] = deque(maxlen=HISTORY)
         self._rows = 0
@@ -67,8 +65,7 @@ class MetricsPanel(Widget):
         return rows
 
     def _gpu_row(self, gpu: GpuSample, width: int) -> Text:
-        label = gpu.label + (" (simulated)" if self.simulated_gpus else "")
-        row = Text(f"{label:<6} ", style="bold")
+        row = Text(f"{gpu.label:<6} ", style="bold")
         if gpu.status != "ok":
             row.append(f"{gpu.status}: {gpu.message}", style="bold red")
             return row
