@@ -89,3 +89,15 @@ def test_huge_lines_are_read_only_at_their_start(line):
     # Quadratic backtracking on a 64 KiB line would hang here; only the first MAX_PARSED characters count.
     event = parse_progress(line)
     assert event is None or event.step is not None or event.loss is not None
+
+
+def test_progress_and_replay_are_plain_python():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nimport monitor.progress, monitor.demo.replay, monitor.commands.demo, monitor.tui\n"
+        "print(sorted(m for m in ('textual', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
