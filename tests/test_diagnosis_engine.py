@@ -6,7 +6,7 @@ from diagnosis_helpers import OOM_TRACEBACK, RULES, VALUE_ERROR_TRACEBACK, catal
 
 from monitor.diagnosis.engine import Engine
 from monitor.diagnosis.model import LogLine
-from monitor.diagnosis.ranks import rank_from_path, split_prefix
+from monitor.diagnosis.ranks import rank_from_path, rank_in_text, split_prefix
 
 WATCHDOG = (
     "[rank{r}]:[E1218 20:27:2{r}.426415540 ProcessGroupNCCL.cpp:629] [Rank {r}] Watchdog caught collective "
@@ -229,6 +229,26 @@ def test_rank_prefixes_and_paths():
     assert rank_from_path("out/rank12.log") == 12
     assert rank_from_path("out/job-rank-4-of-8.out") == 4
     assert rank_from_path("out/train.log") is None
+
+
+def test_process_group_nccl_rank_tags_of_every_era():
+    assert rank_in_text("[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught") == 1
+    assert rank_in_text("[PG 3 Rank 4] NCCL watchdog thread terminated with exception") == 4  # 2.2
+    assert rank_in_text("[PG 0 (default_pg) Rank 1] Exception (either an error or timeout) detected") == 1  # 2.3, 2.4
+    assert rank_in_text("[PG ID 0 PG GUID 0(default_pg) Rank 3]  failure detected by watchdog") == 3  # 2.5+
+    assert rank_in_text("[PG ID 2 PG GUID 7(tensor parallel) Rank 6] Watchdog caught") == 6  # a user's group_desc
+    assert rank_in_text("[PG 1 (undefined) Rank 12] x") == 12
+    # Not a ProcessGroupNCCL tag.
+    assert rank_in_text("[deepspeed] OVERFLOW! Rank 0 Skipping step.") is None
+    assert rank_in_text("[PG 0] [Rank] x") is None
+
+
+def test_rank_of_an_unprefixed_line_comes_from_the_torch_2_4_tag(tmp_path):
+    line = ("[E1003 18:37:01.833575187 ProcessGroupNCCL.cpp:607] [PG 0 (default_pg) Rank 5] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=6463, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+            "ran for 600010 milliseconds before timing out.")
+    (finding,) = run_lines(Engine(catalogue_from(tmp_path)), line).findings
+    assert (finding.rule, finding.rank, finding.ranks) == ("nccl-watchdog-timeout", 5, [5])
 
 
 def test_terminal_wrapped_message_inside_a_traceback_is_joined(tmp_path):

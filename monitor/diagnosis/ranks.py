@@ -9,8 +9,8 @@ Prefixes recognised at the start of a line (removed before rules are matched):
 - ``[1,3]<stderr>:`` (Open MPI ``mpirun --tag-output``: job 1, rank 3),
 - ``(pid=123)`` / ``(RayTrainWorker pid=123, ip=...)`` (Ray: no rank, the pid keeps streams apart).
 
-Inside the text, NCCL/ProcessGroupNCCL tag their lines with ``[Rank 3]``, ``[PG 3 Rank 4]`` or
-``[PG ID 0 PG GUID 0(default_pg) Rank 3]``: ``rank_in_text`` reads those. NCCL's own
+Inside the text, ProcessGroupNCCL tags its lines with ``[Rank 3]``, ``[PG 3 Rank 4]``,
+``[PG 0 (default_pg) Rank 1]`` or ``[PG ID 0 PG GUID 0(default_pg) Rank 3]``: ``rank_in_text`` reads those. NCCL's own
 ``host:pid:tid [3] NCCL WARN`` carries the *CUDA device* in brackets, which is the local rank
 only under the usual one-GPU-per-process mapping and never the global rank on multi-node jobs:
 we do not read it as a rank, and use ``host:pid`` to keep such lines in their own stream.
@@ -32,7 +32,10 @@ _PREFIX = regex.compile(
     r"|\((?:[\w.-]+ )?pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s?"   # Ray
     r")"
 )
-_NCCL_TAG = regex.compile(r"\[(?:PG ID \d+ PG GUID \S+ |PG \d+ )?Rank (\d+)\]")
+# ProcessGroupNCCL's log prefix by era: ``[Rank 3]``; ``[PG 3 Rank 4]`` (2.2); ``[PG 0 (default_pg)
+# Rank 1]`` (2.3, 2.4); ``[PG ID 0 PG GUID 0(default_pg) Rank 3]`` (2.5+). The PG name or GUID can be
+# a user's group name, the description in parentheses any group_desc (spaces included).
+_NCCL_TAG = regex.compile(r"\[(?:PG (?:ID \d+ PG GUID )?[^\s()\[\]]+ ?(?:\([^()\[\]]*\) ?)?)?Rank (\d+)\]")
 _NCCL_HOST = regex.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL ")
 
 _PATH_RANK = regex.compile(r"(?i)(?:^|[^a-z0-9])rank[-_]?(\d+)(?:[^0-9]|$)")
