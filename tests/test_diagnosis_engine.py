@@ -259,3 +259,74 @@ def test_terminal_wrapped_message_inside_a_traceback_is_joined(tmp_path):
     (finding,) = run_lines(Engine(catalogue_from(tmp_path)), text).findings
     assert finding.rule == "cuda-oom" and finding.fields["tried"] == "2.00 GiB"
     assert finding.line == 3 and len(finding.evidence) == 2
+
+
+CONFIRM_RULES = r'''
+[[rule]]
+id = "killed"
+category = "host_oom"
+severity = "warning"
+role = "cascade"
+title = "Process {pid} was killed"
+confirmed_title = "The OOM killer killed rank {rank} ({confirm_anon_rss} resident)"
+patterns = ['Signal 9 \(SIGKILL\) received by PID (?P<pid>\d+)']
+remedy = """
+Process {pid} got SIGKILL.
+The kernel killed {confirm_process} (pid {confirm_pid}), confirmed by {confirmed_by}.
+"""
+
+[[rule]]
+id = "kernel-oom"
+category = "host_oom"
+severity = "error"
+role = "confirm"
+title = "The kernel killed a process for lack of host memory"
+patterns = ['Out of memory: Killed process (?P<pid>\d+) \((?P<process>[^)]+)\).*?anon-rss:(?P<anon_rss>\d+kB)']
+'''
+SIGKILL_SUMMARY = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2024-03-02_10:44:02
+  host      : gpu-node-04
+  rank      : 5 (local_rank: 5)
+  exitcode  : -9 (pid: 7015)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 7015
+============================================================"""
+KERNEL_OOM = "[Sat Mar  2 10:44:01 2024] Out of memory: Killed process 7015 (python3) total-vm:212841116kB, anon-rss:198234520kB, file-rss:0kB"
+
+
+def test_confirmation_promotes_a_warning_cascade_and_renders_it_again(tmp_path):
+    catalogue = catalogue_from(tmp_path, CONFIRM_RULES)
+    alone = run_lines(Engine(catalogue), SIGKILL_SUMMARY)
+    (killed,) = alone.findings
+    assert (killed.role, killed.severity, killed.title) == ("cascade", "warning", "Process 7015 was killed")
+    assert alone.root_cause() is None  # a warning is never the root cause
+    # The confirmation arrives after the finding (kern.log read later) or before it: same result.
+    for text in (SIGKILL_SUMMARY + "\n" + KERNEL_OOM, KERNEL_OOM + "\n" + SIGKILL_SUMMARY):
+        engine = run_lines(Engine(catalogue), text)
+        root = engine.root_cause()
+        assert (root.rule, root.role, root.severity, root.rank) == ("killed", "root", "error", 5)
+        assert root.title == "The OOM killer killed rank 5 (198234520kB resident)"
+        assert root.remedy == (
+            "Process 7015 got SIGKILL.\nThe kernel killed python3 (pid 7015), confirmed by kernel-oom.")
+        assert root.fields["confirmed_by"] == "kernel-oom" and root.fields["confirm_pid"] == "7015"
+        # The summary's rank/pid pair names the rank of the kernel's victim too.
+        confirm = next(f for f in engine.findings if f.role == "confirm")
+        assert confirm.rank == 5
+
+
+def test_a_confirmation_field_no_confirm_rule_captures_is_a_rule_error(tmp_path):
+    import pytest
+
+    from monitor.diagnosis.catalogue import RuleError
+
+    with pytest.raises(RuleError, match=r"rules\.toml:\d+: rule killed: \{confirm_anon_rsss\} names a field"):
+        catalogue_from(tmp_path, CONFIRM_RULES.replace("{confirm_anon_rss}", "{confirm_anon_rsss}"))
+    # Without any confirm rule of its category, confirmation fields cannot come either.
+    with pytest.raises(RuleError, match="no confirm rule of category host_oom"):
+        catalogue_from(tmp_path, CONFIRM_RULES[:CONFIRM_RULES.index('[[rule]]\nid = "kernel-oom"')])

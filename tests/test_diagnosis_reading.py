@@ -187,3 +187,17 @@ def test_cli_exit_2_when_no_log_could_be_read(tmp_path, capsys):
     (tmp_path / "core.log").write_bytes(b"\x7fELF" + bytes(range(256)) * 8)
     assert main(["diagnose", "--no-user-rules", str(tmp_path / "core.log")]) == 2
     assert capsys.readouterr().err == f"monitor: {tmp_path / 'core.log'}: binary file, skipped\n"
+
+
+@pytest.mark.parametrize("sample, title, quoted", [
+    ("host-oom-dmesg", "Host out of memory: the OOM killer killed rank 5 (SIGKILL)",
+     "The kernel's OOM killer killed python3 (pid 7015) holding 198234520kB of anonymous memory"),
+    ("host-oom-slurm.out", "Host out of memory: SLURM's OOM killer killed rank 3 on gpu-node-07",
+     "SLURM counted 1 OOM kill event(s) in StepId=81234.0."),
+])
+def test_host_oom_samples_end_with_the_oom_killer_and_its_numbers(sample, title, quoted):
+    diagnosis = diagnose_paths([SAMPLES / "documented" / sample], load_catalogue(include_user=False))
+    root = diagnosis.root_cause
+    assert (root.category, root.role, root.severity, root.fields["confirmed_by"]) == ("host_oom", "root", "error", "host-oom-kill")
+    assert root.title == title
+    assert quoted in root.remedy.splitlines()[1]

@@ -27,14 +27,18 @@ else:  # pragma: no cover - exercised on 3.10 only
 SEVERITIES = ("error", "warning", "info")
 ROLES = ("root", "cascade", "confirm")
 RULE_KEYS = {
-    "id", "category", "severity", "role", "title", "patterns", "prefilter", "remedy", "advice",
-    "examples",
+    "id", "category", "severity", "role", "title", "confirmed_title", "patterns", "prefilter", "remedy",
+    "advice", "examples",
 }
 REQUIRED_KEYS = ("id", "category", "severity", "role", "title", "patterns")
-ADVICE_KEYS = {"text", "when", "unless_log"}
+ADVICE_KEYS = {"text", "when", "unless_log", "if_log"}
 EXAMPLE_KEYS = {"match", "no_match"}
 # Fields every template may use without a pattern capturing them.
 BUILTIN_FIELDS = {"rank", "file", "line", "count", "ranks"}
+# Fields a finding gets when a confirm finding of its category confirms it: ``confirmed_by``
+# (the confirming rule's id) and ``confirm_<name>`` for each of the confirming finding's fields.
+CONFIRMED_BY = "confirmed_by"
+CONFIRM_PREFIX = "confirm_"
 _ID = regex.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _CATEGORY = regex.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -47,7 +51,9 @@ class RuleError(Exception):
 class Advice:
     text: str
     when: Condition | None = None
+    # Shown only when this regex was not / was found in the job's logs read so far.
     unless_log: regex.Pattern | None = None
+    if_log: regex.Pattern | None = None
 
 
 @dataclass(slots=True)
@@ -66,6 +72,8 @@ class Rule:
     # empty): checked after the prefilter, so a common prefilter word ("loss") stays cheap.
     conditions: tuple[tuple[frozenset[str], ...], ...] = ()
     remedy: str = ""
+    # The title once a confirm finding of the same category confirmed the finding ("": title).
+    confirmed_title: str = ""
     advice: tuple[Advice, ...] = ()
     examples_match: tuple[str, ...] = ()
     examples_no_match: tuple[str, ...] = ()
@@ -131,6 +139,7 @@ def load_catalogue(extra_dirs=(), include_user: bool = True, include_shipped: bo
         for rule in load_dir(directory):
             merged.pop(rule.id, None)  # a replacement takes the later place in the order
             merged[rule.id] = rule
+    _check_confirmation_fields(list(merged.values()))
     return Catalogue(list(merged.values()), [str(d) for d in dirs])
 
 
@@ -219,7 +228,7 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
     for key in REQUIRED_KEYS:
         if key not in table:
             raise fail(f"missing required key {key!r}")
-    for key in ("id", "category", "severity", "role", "title", "remedy"):
+    for key in ("id", "category", "severity", "role", "title", "confirmed_title", "remedy"):
         if key in table and not isinstance(table[key], str):
             raise fail(f"{key!r} must be a string", loc.key_line(key, start, end))
     if not _ID.match(table["id"]):
@@ -270,8 +279,8 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
     for pattern in patterns:
         groups |= set(pattern.groupindex)
     known = groups | BUILTIN_FIELDS
-    for key in ("title", "remedy"):
-        unknown = field_names(table.get(key, "")) - known
+    for key in ("title", "confirmed_title", "remedy"):
+        unknown = _unknown_fields(field_names(table.get(key, "")), known)
         if unknown:
             raise fail(f"{key} names {{{sorted(unknown)[0]}}} but no pattern captures it", loc.key_line(key, start, end))
 
@@ -283,7 +292,7 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
         # Explicit prefilter strings are matched as written: their author lists each spelling.
         prefilter_ignore_case=ignore_case and prefilter is None,
         conditions=tuple(tuple(frozenset(s) for s in required_sets(raw)) for raw in raw_patterns),
-        remedy=table.get("remedy", "").strip(), advice=advice, examples_match=match,
+        remedy=table.get("remedy", "").strip(), confirmed_title=table.get("confirmed_title", ""), advice=advice, examples_match=match,
         examples_no_match=no_match, source=str(loc.path), line=start,
     )
 
@@ -303,7 +312,7 @@ def _build_advice(item: dict, n: int, known: set[str], fail, loc: _Locator, star
     text = item.get("text")
     if not isinstance(text, str) or not text.strip():
         raise fail("advice needs a text", line)
-    unknown = field_names(text) - known
+    unknown = _unknown_fields(field_names(text), known)
     if unknown:
         raise fail(f"advice text names {{{sorted(unknown)[0]}}} but no pattern captures it", loc.key_line("text", line, end))
     when = None
@@ -314,21 +323,55 @@ def _build_advice(item: dict, n: int, known: set[str], fail, loc: _Locator, star
             when = Condition(item["when"])
         except ConditionError as exc:
             raise fail(str(exc), loc.key_line("when", line, end)) from None
-        unknown = when.names - known
+        unknown = _unknown_fields(when.names, known)
         if unknown:
             raise fail(f"advice when uses {sorted(unknown)[0]!r} but no pattern captures it", loc.key_line("when", line, end))
-    unless = None
-    if "unless_log" in item:
-        raw = item["unless_log"]
-        if not isinstance(raw, str):
-            raise fail("advice unless_log must be a string", loc.key_line("unless_log", line, end))
-        try:
-            unless = regex.compile(raw)
-        except regex.error as exc:
-            raise fail(f"bad unless_log pattern {raw!r}: {exc}", loc.key_line("unless_log", line, end)) from None
-        if not required_literals(raw):
-            raise fail(f"unless_log pattern {raw!r} needs literal text (at least 3 characters)", loc.key_line("unless_log", line, end))
-    return Advice(text=text.strip(), when=when, unless_log=unless)
+    unless = _log_condition(item, "unless_log", fail, loc, line, end)
+    only_if = _log_condition(item, "if_log", fail, loc, line, end)
+    return Advice(text=text.strip(), when=when, unless_log=unless, if_log=only_if)
+
+
+def _log_condition(item: dict, key: str, fail, loc: _Locator, line: int, end: int) -> regex.Pattern | None:
+    """An advice's ``unless_log``/``if_log`` regex; it needs literal text for the prefilter."""
+    if key not in item:
+        return None
+    raw = item[key]
+    if not isinstance(raw, str):
+        raise fail(f"advice {key} must be a string", loc.key_line(key, line, end))
+    try:
+        pattern = regex.compile(raw)
+    except regex.error as exc:
+        raise fail(f"bad {key} pattern {raw!r}: {exc}", loc.key_line(key, line, end)) from None
+    if not required_literals(raw):
+        raise fail(f"{key} pattern {raw!r} needs literal text (at least 3 characters)", loc.key_line(key, line, end))
+    return pattern
+
+
+def _unknown_fields(names: set[str], known: set[str]) -> set[str]:
+    """Names no pattern captures; confirmation fields are checked once the catalogue is whole."""
+    return {n for n in names - known if n != CONFIRMED_BY and not n.startswith(CONFIRM_PREFIX)}
+
+
+def _confirmation_fields(rule: Rule) -> set[str]:
+    texts = [rule.title, rule.confirmed_title, rule.remedy, *(a.text for a in rule.advice)]
+    names = set().union(*(field_names(t) for t in texts), *(a.when.names for a in rule.advice if a.when))
+    return {n for n in names if n.startswith(CONFIRM_PREFIX)}
+
+
+def _check_confirmation_fields(rules: list[Rule]) -> None:
+    """A ``{confirm_<name>}`` must be captured by a confirm rule of the same category."""
+    captured: dict[str, set[str]] = {}
+    for rule in rules:
+        if rule.role == "confirm":
+            names = captured.setdefault(rule.category, set())
+            names.update(CONFIRM_PREFIX + name for p in rule.patterns for name in p.groupindex)
+    for rule in rules:
+        unknown = _confirmation_fields(rule) - captured.get(rule.category, set())
+        if unknown:
+            raise RuleError(
+                f"{rule.where}: rule {rule.id}: {{{sorted(unknown)[0]}}} names a field that no confirm rule "
+                f"of category {rule.category} captures"
+            )
 
 
 def _nth_line(loc: _Locator, header: str, n: int, start: int, end: int) -> int:

@@ -15,8 +15,8 @@ from functools import cmp_to_key
 import regex
 
 from monitor.diagnosis import pyexc, records
-from monitor.diagnosis.catalogue import Catalogue, Rule
-from monitor.diagnosis.model import Diagnosis, Finding, LogLine
+from monitor.diagnosis.catalogue import CONFIRM_PREFIX, CONFIRMED_BY, Catalogue, Rule
+from monitor.diagnosis.model import SEVERITY_ORDER, Diagnosis, Finding, LogLine
 from monitor.diagnosis.ranks import parse_prefix, rank_in_text
 from monitor.diagnosis.records import Record
 from monitor.diagnosis.secrets import mask
@@ -34,6 +34,7 @@ TIMEOUT_CATEGORIES = ("nccl_timeout", "gloo_timeout")
 LAST_COMPLETED_FIELDS = ("last_completed", "completed", "done", "last_done")
 _WORLD_SIZE = regex.compile(r"(?i)\bworld[_ ]?size\s*[=:]\s*(\d+)")
 _SUMMARY_RANK = regex.compile(r"^\s*rank\s*:\s*(\d+)")
+_SUMMARY_PID = regex.compile(r"^\s*exitcode\s*:\s*-?\d+ \(pid: (\d+)\)")
 MAX_WORLD = 1 << 16
 
 
@@ -51,9 +52,11 @@ class Engine:
         self._pending: dict[tuple, Record] = {}
         self._pending_per_file: dict[str, int] = {}
         self._disabled: set[int] = set()
-        self._unless_seen: set[int] = set()
-        self._unless_disabled: set[int] = set()
-        self._confirmed: dict[str, str] = {}  # category -> confirming rule id
+        self._log_seen: set[int] = set()  # prefilter.log_patterns found in the logs so far
+        self._log_disabled: set[int] = set()
+        self._confirmed: dict[str, Finding] = {}  # category -> its first confirm finding
+        # torchelastic's summary pairs each failed rank with its pid: pid -> rank.
+        self._pid_ranks: dict[str, int] = {}
         self.known_ranks: set[int] = set()
         self.world_size: int | None = None  # from a world_size=N line, when one was seen
 
@@ -66,9 +69,9 @@ class Engine:
         if file_pending:
             self._expire(line, new)
             file_pending = self._pending_per_file.get(line.file, 0)
-        rule_hits, unless_hits, starter = self.prefilter.line_hits(line.text)
-        if unless_hits:
-            self._note_unless(line, unless_hits)
+        rule_hits, log_hits, starter = self.prefilter.line_hits(line.text)
+        if log_hits:
+            self._note_log_patterns(line, log_hits)
         if not (rule_hits or starter or file_pending or line.line <= EARLY_LINES):
             return new
         prefix = parse_prefix(line.text)
@@ -117,13 +120,13 @@ class Engine:
         return bool(self._pending_per_file.get(file))
 
     @property
-    def unless_seen(self) -> frozenset[int]:
-        """Indexes (``prefilter.unless_patterns``) of unless_log patterns found in the logs so far."""
-        return frozenset(self._unless_seen)
+    def log_seen(self) -> frozenset[int]:
+        """Indexes (``prefilter.log_patterns``) of unless_log/if_log patterns found in the logs so far."""
+        return frozenset(self._log_seen)
 
     @property
-    def unless_seen_count(self) -> int:
-        return len(self._unless_seen)
+    def log_seen_count(self) -> int:
+        return len(self._log_seen)
 
     def _expire(self, line: LogLine, new: list[Finding]) -> None:
         for key, record in list(self._pending.items()):
@@ -139,11 +142,15 @@ class Engine:
 
     def _classify(self, record: Record, new: list[Finding]) -> None:
         if record.kind == "summary" or record.state in ("summary", "done"):
-            # torchelastic's summary lists every failed rank: all of them exist.
+            # torchelastic's summary lists every failed rank (all of them exist) with its pid.
+            summary_rank = None
             for body in record.bodies:
                 match = _SUMMARY_RANK.match(body)
                 if match:
-                    self.known_ranks.add(int(match.group(1)))
+                    summary_rank = int(match.group(1))
+                    self.known_ranks.add(summary_rank)
+                elif summary_rank is not None and (match := _SUMMARY_PID.match(body)):
+                    self._learn_pid_rank(match.group(1), summary_rank)
         views = self._views(record)
         candidates = sorted(set().union(*(hits for _, _, hits in views)) - self._disabled)
         named = False
@@ -172,6 +179,19 @@ class Engine:
             self._add(rule, (rule.id,), record, matched, rank, fields, new)
         if not named and record.kind == "traceback":
             self._classify_exception(record, new)
+
+    def _learn_pid_rank(self, pid: str, rank: int) -> None:
+        """A pid's rank: findings that name only the pid (a SIGKILL, a kernel OOM kill) get it."""
+        if pid in self._pid_ranks:
+            return
+        self._pid_ranks[pid] = rank
+        for finding in self.findings:
+            if finding.rank is None and finding.fields.get("pid") == pid and id(finding) in self._finding_rule:
+                finding.rank = rank
+                if rank not in finding.ranks:
+                    finding.ranks = sorted([*finding.ranks, rank])
+                self._render(finding)
+                self.version += 1
 
     def _views(self, record: Record) -> list[tuple[tuple[int, ...], str, set[int]]]:
         """What patterns are tried on: each line of the record, then each pair of lines that a
@@ -215,6 +235,8 @@ class Engine:
     def _add(self, rule: Rule | None, key: tuple, record: Record, positions: list[int], rank: int | None,
              fields: dict[str, str], new: list[Finding], exception: pyexc.PythonException | None = None) -> None:
         fields = {name: mask(value) for name, value in fields.items()}
+        if rank is None and "pid" in fields:
+            rank = self._pid_ranks.get(fields["pid"])
         finding = self._by_key.get(key)
         if finding is not None:
             finding.count += 1
@@ -271,52 +293,69 @@ class Engine:
             finding.title = render(finding.title, values, missing="?") if "{" in finding.title else finding.title
             finding.remedy = render(template, values)
             return
-        finding.title = render(rule.title, values, missing="?")
+        confirmed = rule.confirmed_title and CONFIRMED_BY in finding.fields
+        finding.title = render(rule.confirmed_title if confirmed else rule.title, values, missing="?")
         lines = [render(rule.remedy, values)]
+        index = self.prefilter.log_pattern_index
         for advice in rule.advice:
             if advice.when is not None and not advice.when.holds(finding.fields):
                 continue
-            if advice.unless_log is not None and self.prefilter.unless_index[advice.unless_log.pattern] in self._unless_seen:
+            if advice.unless_log is not None and index[advice.unless_log.pattern] in self._log_seen:
+                continue
+            if advice.if_log is not None and index[advice.if_log.pattern] not in self._log_seen:
                 continue
             lines.append(render(advice.text, values))
         finding.remedy = "\n".join(line for line in lines if line)
 
-    def _note_unless(self, line: LogLine, hits: set[int]) -> None:
+    def _note_log_patterns(self, line: LogLine, hits: set[int]) -> None:
         changed = False
-        for index in hits - self._unless_seen - self._unless_disabled:
-            pattern = self.prefilter.unless_patterns[index]
+        for index in hits - self._log_seen - self._log_disabled:
+            pattern = self.prefilter.log_patterns[index]
             try:
                 found = pattern.search(line.text, timeout=self.regex_timeout)
             except TimeoutError:
-                self._unless_disabled.add(index)
+                self._log_disabled.add(index)
                 self.problems.append(
-                    f"unless_log pattern {pattern.pattern!r} took over {self.regex_timeout:g}s on "
+                    f"advice log pattern {pattern.pattern!r} took over {self.regex_timeout:g}s on "
                     f"{line.file}:{line.line} (catastrophic backtracking); pattern disabled"
                 )
                 continue
             if found:
-                self._unless_seen.add(index)
+                self._log_seen.add(index)
                 changed = True
         if changed:
             for finding in self.findings:
                 rule = self._finding_rule.get(id(finding))
-                if rule is not None and any(a.unless_log is not None for a in rule.advice):
+                if rule is not None and any(a.unless_log is not None or a.if_log is not None for a in rule.advice):
                     self._render(finding)
             self.version += 1
 
     def _apply_confirmation(self, finding: Finding) -> None:
-        """A confirm finding promotes the cascades of its category to roots (e.g. a kernel
-        OOM-kill line turns a bare SIGKILL into a host-OOM root cause)."""
+        """A confirm finding confirms the other findings of its category (e.g. a kernel OOM-kill
+        line, a bare SIGKILL): their fields get ``confirmed_by`` and ``confirm_<name>`` for each
+        of the confirming finding's fields, a cascade becomes a root, the severity rises to the
+        confirm finding's, and title (``confirmed_title``) and remedy are rendered again."""
         if finding.role == "confirm":
-            self._confirmed.setdefault(finding.category, finding.rule)
-            targets = [f for f in self.findings if f.category == finding.category and f.role == "cascade"]
-        elif finding.role == "cascade" and finding.category in self._confirmed:
+            if finding.category in self._confirmed:
+                return
+            self._confirmed[finding.category] = finding
+            targets = [f for f in self.findings if f.category == finding.category and f.role != "confirm"]
+        elif finding.category in self._confirmed:
             targets = [finding]
         else:
             return
+        confirm = self._confirmed[finding.category]
         for target in targets:
-            target.role = "root"
-            target.fields["confirmed_by"] = self._confirmed[finding.category]
+            if id(target) not in self._finding_rule:
+                continue  # added from outside (a live stall finding): not the engine's to rewrite
+            if target.role == "cascade":
+                target.role = "root"
+            if SEVERITY_ORDER[confirm.severity] < SEVERITY_ORDER[target.severity]:
+                target.severity = confirm.severity
+            target.fields[CONFIRMED_BY] = confirm.rule
+            for name, value in confirm.fields.items():
+                target.fields.setdefault(CONFIRM_PREFIX + name, value)
+            self._render(target)
 
     # ---- results -------------------------------------------------------------------------
 

@@ -1,10 +1,11 @@
 """Aho-Corasick automata over every literal the engine cares about.
 
 Literals: the rules' prefilters (a rule is *triggered* by a line holding one), the literal
-text of the advice ``unless_log`` regexes, and the record starters. Once triggered, a rule
+text of the advice's log conditions (``unless_log``/``if_log`` regexes), and the record
+starters. Once triggered, a rule
 also needs the literals one of its patterns' matches must hold (its *conditions*: ``loss``
 and one of ``nan``/``inf``; plain substring tests, exact for ``(?i)`` on the lowered line). Used two ways with the same tables, so both give the same answer: per line (which
-rules and unless patterns a line can match) and over big byte chunks (where candidate lines
+rules and log-condition patterns a line can match) and over big byte chunks (where candidate lines
 are, for the fast path in ``scan.py``; the chunk automaton holds only the trigger literals).
 
 Literals derived from patterns that ignore case are searched in a few spellings: as written,
@@ -43,11 +44,11 @@ def spellings(literal: str, ignore_case: bool) -> set[str]:
 
 class Prefilter:
     def __init__(self, catalogue: Catalogue) -> None:
-        self.unless_patterns: list[regex.Pattern] = []
-        self.unless_index: dict[str, int] = {}  # an unless_log's source text -> its index
+        self.log_patterns: list[regex.Pattern] = []
+        self.log_pattern_index: dict[str, int] = {}  # an unless_log/if_log source text -> its index
         self._ids: dict[bytes, int] = {}
         self._triggers: dict[int, set[int]] = {}  # literal id -> rules it triggers
-        self._unless_of: dict[int, set[int]] = {}  # literal id -> unless patterns
+        self._log_pattern_of: dict[int, set[int]] = {}  # literal id -> log-condition patterns
         self._starters: set[int] = set()
         # Per rule, per pattern: (groups of literals, each group needing one in the line; whether
         # they are lowercased and looked for in the lowercased line: the pattern ignores case).
@@ -66,16 +67,15 @@ class Prefilter:
                 )
                 per_pattern.append((groups, lower))
             self._conditions.append(per_pattern)
-            for advice in rule.advice:
-                pattern = advice.unless_log
-                if pattern is None or pattern.pattern in self.unless_index:
+            for pattern in (p for advice in rule.advice for p in (advice.unless_log, advice.if_log)):
+                if pattern is None or pattern.pattern in self.log_pattern_index:
                     continue
-                number = self.unless_index[pattern.pattern] = len(self.unless_patterns)
-                self.unless_patterns.append(pattern)
+                number = self.log_pattern_index[pattern.pattern] = len(self.log_patterns)
+                self.log_patterns.append(pattern)
                 ignore_case = bool(pattern.flags & regex.IGNORECASE)
                 for literal in required_literals(pattern.pattern) or ():
                     for spelling in spellings(literal, ignore_case):
-                        self._add(spelling, self._unless_of, number)
+                        self._add(spelling, self._log_pattern_of, number)
         for literal in STARTER_LITERALS:
             ident = self._id(literal)
             self._starters.add(ident)
@@ -94,20 +94,20 @@ class Prefilter:
         return ident
 
     def hits(self, data: bytes) -> tuple[set[int], set[int], bool]:
-        """(rule indexes, unless-pattern indexes, whether a starter literal occurs) for one
+        """(rule indexes, log-condition pattern indexes, whether a starter literal occurs) for one
         line's bytes: a rule counts when triggered and one of its patterns' conditions hold."""
         matches = self._line_ac.find_matches_as_indexes(data, overlapping=True)
         if not matches:
             return set(), set(), False
         present = {ident for ident, _, _ in matches}
         triggered: set[int] = set()
-        unless: set[int] = set()
-        triggers, unless_of = self._triggers, self._unless_of
+        logged: set[int] = set()
+        triggers, log_pattern_of = self._triggers, self._log_pattern_of
         for ident in present:
             if ident in triggers:
                 triggered |= triggers[ident]
-            if ident in unless_of:
-                unless |= unless_of[ident]
+            if ident in log_pattern_of:
+                logged |= log_pattern_of[ident]
         rules = set()
         lowered = None
         for index in triggered:
@@ -118,7 +118,7 @@ class Prefilter:
                 if all(any(literal in haystack for literal in group) for group in groups):
                     rules.add(index)
                     break
-        return rules, unless, not self._starters.isdisjoint(present)
+        return rules, logged, not self._starters.isdisjoint(present)
 
     def triggers(self, data: bytes, rule_index: int) -> bool:
         """Whether one of the rule's prefilter literals occurs in ``data`` (before conditions)."""
@@ -129,31 +129,31 @@ class Prefilter:
         """``hits`` for a clean line of text."""
         return self.hits(text.encode("utf-8", "surrogatepass"))
 
-    def raw_line_matters(self, raw: bytes, seen_unless: frozenset[int] = frozenset(), check_control: bool = True) -> bool:
+    def raw_line_matters(self, raw: bytes, seen_patterns: frozenset[int] = frozenset(), check_control: bool = True) -> bool:
         """Whether a raw line may matter once cleaned: it holds what ``hits`` looks for (an
-        unless pattern not seen yet counts), or control bytes whose removal could join text
+        log-condition pattern not seen yet counts), or control bytes whose removal could join text
         into a literal (``check_control=False`` when the caller knows there are none)."""
         if check_control and has_control(raw):
             return True
-        rules, unless, starter = self.hits(raw)
-        return bool(rules or starter or unless - seen_unless)
+        rules, logged, starter = self.hits(raw)
+        return bool(rules or starter or logged - seen_patterns)
 
-    def chunk_hits(self, chunk, seen_unless: frozenset[int] = frozenset()) -> tuple[list[int], set[int]]:
-        """(start offsets, ascending, of trigger, starter and control-byte hits and of unless
+    def chunk_hits(self, chunk, seen_patterns: frozenset[int] = frozenset()) -> tuple[list[int], set[int]]:
+        """(start offsets, ascending, of trigger, starter and control-byte hits and of log-condition
         literals whose patterns were not seen yet (once seen, the engine no longer looks);
         the offsets of the control-byte hits among them). ``chunk``: bytes or a memoryview."""
-        if seen_unless not in self._chunk_acs:
+        if seen_patterns not in self._chunk_acs:
             wanted = [
                 literal for ident, literal in enumerate(self._literals)
                 if ident in self._triggers or ident in self._starters
-                or (self._unless_of.get(ident, set()) - seen_unless)
+                or (self._log_pattern_of.get(ident, set()) - seen_patterns)
             ]
             # Leftmost-first, non-overlapping is enough over chunks: it only has to report
             # some hit inside every candidate line. Control bytes come last: ids >= len(wanted).
             automaton = ahocorasick_rs.BytesAhoCorasick(
                 wanted + CONTROL_BYTES, matchkind=ahocorasick_rs.MatchKind.LeftmostFirst,
                 implementation=ahocorasick_rs.Implementation.DFA)
-            self._chunk_acs[seen_unless] = (automaton, len(wanted))
-        automaton, first_control = self._chunk_acs[seen_unless]
+            self._chunk_acs[seen_patterns] = (automaton, len(wanted))
+        automaton, first_control = self._chunk_acs[seen_patterns]
         matches = automaton.find_matches_as_indexes(chunk)
         return [start for _, start, _ in matches], {start for ident, start, _ in matches if ident >= first_control}

@@ -85,13 +85,13 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
             if len(carry) > MAX_LINE_BYTES:
                 carry, overflow = carry[:MAX_LINE_BYTES], True
             view = memoryview(block)
-            seen = engine.unless_seen
+            seen = engine.log_seen
             hits, controls = prefilter.chunk_hits(view[:size], seen)
             pos = hit = 0
             while pos < size:
-                if engine.unless_seen_count != len(seen):
-                    # An unless_log pattern was found: stop looking for its literals.
-                    seen = engine.unless_seen
+                if engine.log_seen_count != len(seen):
+                    # A log-condition pattern was found: stop looking for its literals.
+                    seen = engine.log_seen
                     found, more = prefilter.chunk_hits(view[pos:size], seen)
                     hits, hit = [pos + h for h in found], 0
                     controls = controls | {pos + c for c in more}
