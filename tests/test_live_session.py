@@ -81,7 +81,7 @@ def test_traceback_completes_after_idle_without_a_following_line(tmp_path, catal
             "    main()\n"
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.02 GiB is free.\n"
         )
-    _, new, _ = step_until_quiet(session, quiet=1.5)
+    _, new, _ = step_until_quiet(session, quiet=1.0)
     session.close()
     assert [f.category for f in new] == ["cuda_oom"]
     assert new[0].rank == 0 and new[0].line == 5

@@ -23,7 +23,9 @@ import time
 from dataclasses import dataclass, field
 
 from monitor.diagnosis.model import LogLine
-from monitor.logs.followed import DescriptorCache, FollowedFile, Identity, ReadOutput, is_rotated_name
+from monitor.logs.followed import (
+    FROM_START, DescriptorCache, FollowedFile, Identity, ReadOutput, ReadUpTo, is_rotated_name,
+)
 from monitor.logs.fs_events import RESCAN, FileEvents
 from monitor.logs.sources import Source, parse_source
 
@@ -70,7 +72,7 @@ class Follower:
         self._by_identity: dict[Identity, FollowedFile] = {}  # may be stale: check .identity
         self._evented: set[str] = set()  # files announced by an event since the last safety poll
         self._unannounced: set[str] = set()
-        self._consumed: dict[Identity, tuple[int, int]] = {}
+        self._consumed: dict[Identity, ReadUpTo] = {}
         self._dirty: set[str] = set()
         self._fds = DescriptorCache(max_open or _default_max_open())
         self._problems: list[str] = []
@@ -174,19 +176,20 @@ class Follower:
         self._dirty.add(path)
         self._new_files.append(path)
 
-    def _start_for(self, path: str, identity: Identity) -> tuple[int, int] | None:
+    def _start_for(self, path: str, identity: Identity) -> ReadUpTo | None:
         """Where to read a new inode at ``path`` from (see ``FollowedFile.visit``)."""
-        if identity in self._consumed:
-            return self._consumed.pop(identity)  # renamed or copied: read up to there already
+        consumed = self._consumed.pop(identity, None)
+        if consumed is not None and _starts_with(path, consumed):
+            return consumed  # renamed or copied: read up to there already
         holder = self._by_identity.get(identity)
         if holder is not None and holder.path != path and holder.identity == identity:
             return None  # renamed while followed: the old path's next visit drains it first
         copy_of = self._copy_start(path)
         if copy_of is False:
             return None  # logrotate's copy of a file not yet truncated: its lines are read there
-        return copy_of or (0, 0)
+        return copy_of or FROM_START
 
-    def _copy_start(self, path: str) -> tuple[int, int] | bool | None:
+    def _copy_start(self, path: str) -> ReadUpTo | bool | None:
         """For a rotated copy (copytruncate) of a followed file: False while the original still
         holds the same bytes (or the copy is too short to tell), or where the copy's unread part
         starts; None if not a copy."""
@@ -203,6 +206,7 @@ class Follower:
         try:
             with open(path, "rb") as handle:
                 head = handle.read(256)
+                size = os.fstat(handle.fileno()).st_size
         except OSError:
             return None
         for original in originals:
@@ -211,7 +215,8 @@ class Follower:
                 return False
             for ended in original.ended:
                 if ended.head and head.startswith(ended.head):
-                    return (ended.offset, ended.lines)
+                    # A copy holds at most what the original had when it was copied.
+                    return ended if size >= ended.offset else ReadUpTo(size, ended.lines, ended.head)
                 if ended.head.startswith(head):
                     return False
         return None
@@ -307,6 +312,17 @@ class Follower:
         update.new_files.extend(self._new_files)
         self._problems.clear()
         self._new_files.clear()
+
+
+def _starts_with(path: str, read: ReadUpTo) -> bool:
+    """Whether the file at ``path`` is (still) what was read: as long, with the same first
+    bytes. A deleted file's inode number is soon given to a new file."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(read.head))
+            return head == read.head and os.fstat(handle.fileno()).st_size >= read.offset
+    except OSError:
+        return False
 
 
 def _default_max_open() -> int:

@@ -32,7 +32,6 @@ from monitor.logs.decode import LineAssembler, clean
 from monitor.logs.sources import COMPRESSED_SUFFIXES
 
 Identity = tuple[int, int]
-StartFor = Callable[[str, Identity], "tuple[int, int] | None"]
 
 READ_CHUNK = 1024 * 1024
 # Bytes kept from the start of a generation and from the end of what was read: enough to tell
@@ -51,19 +50,26 @@ class ReadOutput:
     # read before that end: their open records are complete there.
     ended: list[tuple[int, str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    # Inodes read under another name up to (offset, lines): a later discovery of them resumes
-    # there. The follower passes its own map, so that a visit later in the same round sees it.
-    consumed: dict[Identity, tuple[int, int]] = field(default_factory=dict)
+    # Inodes read under another name: a later discovery of them resumes there. The follower
+    # passes its own map, so that a visit later in the same round sees it.
+    consumed: dict[Identity, ReadUpTo] = field(default_factory=dict)
     # Inodes that left a followed path (renamed by rotation, or copied before a truncation),
     # with that path: the follower looks for them beside it.
     rotated_from: dict[Identity, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
-class EndedGeneration:
-    head: bytes
+class ReadUpTo:
+    """How far an inode was read: ``offset`` bytes, ``lines`` lines; ``head`` (its first bytes)
+    tells it from a later file that got the same inode number."""
+
     offset: int
     lines: int
+    head: bytes
+
+
+FROM_START = ReadUpTo(0, 0, b"")
+StartFor = Callable[[str, Identity], "ReadUpTo | None"]
 
 
 class DescriptorCache:
@@ -73,6 +79,10 @@ class DescriptorCache:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._open: OrderedDict[int, int] = OrderedDict()  # id(FollowedFile) -> fd
+
+    @property
+    def full(self) -> bool:
+        return len(self._open) >= self.limit
 
     def held(self, followed: FollowedFile) -> int | None:
         return self._open.get(id(followed))
@@ -115,7 +125,8 @@ class FollowedFile:
         self.assembler = LineAssembler(max_line_bytes) if max_line_bytes else LineAssembler()
         self.head = b""
         self.tail = b""
-        self.ended: deque[EndedGeneration] = deque(maxlen=3)
+        self.line_start = 0  # offset where the partial last line starts
+        self.ended: deque[ReadUpTo] = deque(maxlen=3)
         self.binary = False
         self.problem: str | None = None
         self.mtime = 0.0  # of the last stat: when the file was last written
@@ -124,7 +135,7 @@ class FollowedFile:
     def visit(self, fds: DescriptorCache, out: ReadOutput, start_for: StartFor, budget: int = READ_CHUNK) -> bool:
         """Read what is new; returns True if more is waiting (the budget was used up).
         ``start_for(path, identity)`` says where a new inode at the path is to be read from:
-        (offset, lines) already read of it under another name, or None to leave it for now."""
+        how far it was read under another name, or None to leave it for now."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -138,7 +149,10 @@ class FollowedFile:
         identity = (st.st_dev, st.st_ino) if st is not None else None
         if self.identity is not None and identity != self.identity:
             self._drain_replaced(fds, out)
-            self._end_generation(fds, out, keep_identity=False)
+            # Renamed beside us (app.log.1): it is followed on under that name from the start
+            # of its partial last line, which its writer may complete there.
+            carry = self._find_beside(lambda st: (st.st_dev, st.st_ino) == self.identity, close=True)
+            self._end_generation(fds, out, keep_identity=False, carry=carry is not None)
         if st is None:
             return False
         self.mtime = st.st_mtime
@@ -147,8 +161,8 @@ class FollowedFile:
             if start is None:
                 return False
             self._start_generation(identity, start)
-        if st.st_size == self.offset and fds.held(self) is None:
-            return False  # unchanged: no need to open it (most of thousands of idle files)
+        if st.st_size == self.offset and fds.held(self) is None and fds.full:
+            return False  # unchanged, and no descriptor to spare: thousands of idle files
         try:
             fd = fds.open(self)
         except OSError as exc:
@@ -160,7 +174,7 @@ class FollowedFile:
         if st.st_size < self.offset or (st.st_size > self.offset and not self._same_head(fd)):
             self._recover_from_copy(out)
             self._end_generation(fds, out, keep_identity=True)
-            self._start_generation(identity, (0, 0))
+            self._start_generation(identity, FROM_START)
             fd = fds.open(self)
             if fd is None:
                 return True
@@ -175,22 +189,26 @@ class FollowedFile:
         self._end_generation(fds, out, keep_identity=True)
 
     # -- generations -----------------------------------------------------------------------
-    def _start_generation(self, identity: Identity | None, start: tuple[int, int]) -> None:
+    def _start_generation(self, identity: Identity | None, start: ReadUpTo) -> None:
         self.identity = identity
-        self.offset, self.lines = start
+        self.offset, self.lines, self.head = start.offset, start.lines, start.head
+        self.line_start = start.offset
         self.assembler.reset()
-        self.head = self.tail = b""
+        self.tail = b""
         self.binary = False
 
-    def _end_generation(self, fds: DescriptorCache, out: ReadOutput, *, keep_identity: bool) -> None:
+    def _end_generation(self, fds: DescriptorCache, out: ReadOutput, *, keep_identity: bool, carry: bool = False) -> None:
+        """``carry``: the partial last line is not emitted here; the inode is read on (under its
+        new name) from where that line starts."""
         last = self.assembler.flush()
-        if last is not None and not self.binary:
+        if last is not None and not self.binary and not carry:
             self._emit([last], out)
         if self.identity is not None and (self.offset or self.lines):
             out.ended.append((len(out.lines), self.path))
-            self.ended.append(EndedGeneration(self.head, self.offset, self.lines))
+            self.ended.append(ReadUpTo(self.offset, self.lines, self.head))
             if not keep_identity:
-                out.consumed[self.identity] = (self.offset, self.lines)
+                resume = self.line_start if carry else self.offset
+                out.consumed[self.identity] = ReadUpTo(resume, self.lines, self.head)
                 out.rotated_from[self.identity] = self.path
         fds.close(self)
         if not keep_identity:
@@ -232,13 +250,14 @@ class FollowedFile:
             st = os.fstat(fd)
             while self._read(fd, st.st_size, out, READ_CHUNK):
                 pass
-            out.consumed[(st.st_dev, st.st_ino)] = (self.offset, self.lines)
+            out.consumed[(st.st_dev, st.st_ino)] = ReadUpTo(self.offset, self.lines, self.head)
             out.rotated_from[(st.st_dev, st.st_ino)] = self.path
         finally:
             os.close(fd)
 
-    def _find_beside(self, wanted, confirm=None) -> int | None:
-        """An open descriptor on a rotated sibling (``app.log.1``, ``app.log-20250101``...)."""
+    def _find_beside(self, wanted, confirm=None, close: bool = False) -> int | None:
+        """An open descriptor on a rotated sibling (``app.log.1``, ``app.log-20250101``...);
+        with ``close``, only whether there is one (the descriptor is closed: -1)."""
         folder, base = os.path.split(self.path)
         try:
             names = os.listdir(folder or os.curdir)
@@ -255,6 +274,9 @@ class FollowedFile:
             try:
                 st = os.fstat(fd)
                 if stat.S_ISREG(st.st_mode) and wanted(st) and (confirm is None or confirm(st, fd)):
+                    if close:
+                        os.close(fd)
+                        return -1
                     return fd
             except OSError:
                 pass
@@ -278,6 +300,9 @@ class FollowedFile:
             return False
         if self.offset < HEAD_BYTES:
             self.head = (self.head + data)[:HEAD_BYTES]
+        newline = data.rfind(b"\n")
+        if newline >= 0:
+            self.line_start = self.offset + newline + 1
         self.offset += len(data)
         self.tail = data[-TAIL_BYTES:] if len(data) >= TAIL_BYTES else (self.tail + data)[-TAIL_BYTES:]
         if b"\0" in data:
