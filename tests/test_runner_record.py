@@ -164,3 +164,24 @@ def test_without_a_terminal_the_ui_is_skipped(tmp_path: Path):
     result = subprocess.run(command, capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
     assert result.returncode == 0 and result.stdout == b"batch\n"
     assert b"not attached to a terminal" in result.stderr
+
+
+def test_a_log_write_failure_never_blocks_or_kills_the_job(tmp_path: Path):
+    # The recorder may only write 1000 bytes (RLIMIT_FSIZE: what a full disk looks like to it);
+    # the job writes 200 kB through a pipe, which the limit does not touch. The job must finish
+    # normally and the failure must be reported.
+    import resource
+
+    from monitor.runner.job import RECORDER_BOOT
+    log, state = tmp_path / "run.log", tmp_path / "run.job.json"
+    job = "import sys\nfor i in range(2000):\n    sys.stdout.write('x' * 99 + '\\n')\n"
+    recorder = subprocess.run(
+        [sys.executable, "-c", RECORDER_BOOT, "--log", str(log), "--state", str(state), "--",
+         sys.executable, "-c", job],
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000)),
+        capture_output=True, timeout=60)
+    assert recorder.returncode == 0, recorder.stderr.decode()
+    result = read_json(state)
+    assert result["exit_code"] == 0 and result["bytes"] == 200_000
+    assert "File too large" in result["log_error"]
+    assert log.stat().st_size == 1000

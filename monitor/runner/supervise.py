@@ -158,6 +158,8 @@ def _explain(job: Job, code: int, catalogue, extra: list[Finding]) -> Diagnosis:
     diagnosis = explain.diagnose_run([job.log_path, *job.extra_log_paths()], catalogue, extra)
     if job.recorder_lost:
         diagnosis.problems.append("the recorder died before the job ended: the log may be incomplete")
+    if log_error := job.state().get("log_error"):
+        diagnosis.problems.append(f"the log is incomplete, writing it failed: {log_error}")
     return diagnosis
 
 
