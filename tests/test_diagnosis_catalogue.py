@@ -151,3 +151,16 @@ def test_templates_drop_lines_with_missing_fields_and_titles_show_question_marks
     remedy = "Tried to allocate {tried}.\nOnly {free} was free.\nUse {{braces}} literally."
     assert render(remedy, {"tried": "2.00 GiB"}) == "Tried to allocate 2.00 GiB.\nUse {braces} literally."
     assert render("OOM on rank {rank} ({tried})", {"rank": "3"}, missing="?") == "OOM on rank 3 (?)"
+
+
+@pytest.mark.parametrize("value, message", [
+    ("'(unclosed'", "bad if_log pattern"),
+    ("'\\d+'", "if_log pattern '\\\\d+' needs literal text"),
+    ("3", "advice if_log must be a string"),
+])
+def test_advice_if_log_is_validated_like_unless_log(tmp_path, value, message):
+    path = write_rules(tmp_path / "pack", MINIMAL + f'[[rule.advice]]\ntext = "x"\nif_log = {value}\n')
+    with pytest.raises(RuleError) as caught:
+        load_catalogue([path.parent], include_user=False, include_shipped=False)
+    assert str(caught.value).startswith(f"{path}:12: rule disk-full: ")  # the if_log line
+    assert message in str(caught.value)

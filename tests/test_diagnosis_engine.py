@@ -330,3 +330,52 @@ def test_a_confirmation_field_no_confirm_rule_captures_is_a_rule_error(tmp_path)
     # Without any confirm rule of its category, confirmation fields cannot come either.
     with pytest.raises(RuleError, match="no confirm rule of category host_oom"):
         catalogue_from(tmp_path, CONFIRM_RULES[:CONFIRM_RULES.index('[[rule]]\nid = "kernel-oom"')])
+
+
+IF_LOG_RULES = r'''
+[[rule]]
+id = "disk-full"
+category = "disk_full"
+severity = "error"
+role = "root"
+title = "Disk full"
+patterns = ['No space left on device']
+remedy = "Free space."
+
+[[rule.advice]]
+text = "The checkpoint goes to /dev/shm, which is RAM: save to a real disk."
+if_log = 'save_dir\s*=\s*/dev/shm'
+
+[[rule.advice]]
+text = "Saving without /dev/shm involved."
+unless_log = 'save_dir\s*=\s*/dev/shm'
+'''
+
+
+def test_advice_if_log_shows_only_when_its_regex_is_in_the_logs(tmp_path):
+    catalogue = catalogue_from(tmp_path, IF_LOG_RULES)
+    error = "OSError: [Errno 28] No space left on device"
+    assert run_lines(Engine(catalogue), error).findings[0].remedy == "Free space.\nSaving without /dev/shm involved."
+    shown = "Free space.\nThe checkpoint goes to /dev/shm, which is RAM: save to a real disk."
+    assert run_lines(Engine(catalogue), "args: save_dir = /dev/shm/ckpt\n" + error).findings[0].remedy == shown
+    # Found after the finding, in another file: rendered again.
+    engine = run_lines(Engine(catalogue), error)
+    engine.feed(LogLine("launch.log", 1, "save_dir=/dev/shm/ckpt"))
+    assert engine.findings[0].remedy == shown
+
+
+def test_if_log_advice_of_a_shipped_rule_found_far_into_a_big_log(tmp_path):
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.diagnosis.diagnose import diagnose_paths
+
+    error = "torch.distributed.DistStoreError: use_libuv was requested but PyTorch was built without libuv support, run with USE_LIBUV=0 to disable it."
+    path = tmp_path / "job.log"
+    catalogue = load_catalogue(include_user=False)
+    path.write_text("".join(f"step {n} loss 1.0\n" for n in range(5000)) + error + "\n")
+    for fast in (True, False):
+        remedy = diagnose_paths([path], catalogue, fast=fast).root_cause.remedy
+        assert "Simplest: set the environment variable USE_LIBUV=0" in remedy and "already set" not in remedy
+    path.write_text("".join(f"step {n} loss 1.0\n" for n in range(5000)) + "+ export USE_LIBUV=0\n" + error + "\n")
+    for fast in (True, False):
+        remedy = diagnose_paths([path], catalogue, fast=fast).root_cause.remedy
+        assert "USE_LIBUV=0 is already set and it still fails" in remedy and "Simplest" not in remedy
