@@ -185,3 +185,19 @@ def test_a_log_write_failure_never_blocks_or_kills_the_job(tmp_path: Path):
     assert result["exit_code"] == 0 and result["bytes"] == 200_000
     assert "File too large" in result["log_error"]
     assert log.stat().st_size == 1000
+
+
+def test_a_100_mb_line_is_recorded_whole_and_diagnosed(tmp_path: Path):
+    job = ("import sys\nsys.stdout.write('[rank0]: ' + 'x' * 100_000_000)\n"
+           "sys.stdout.write('\\nRuntimeError: CUDA error: an illegal memory access was encountered\\n')\n"
+           "sys.exit(1)\n")
+    result = run_monitor(tmp_path, *python_job(job), timeout=120)
+    assert result.returncode == 1
+    log = only_log(tmp_path)
+    tail = b"\nRuntimeError: CUDA error: an illegal memory access was encountered\n"
+    assert log.stat().st_size == len(b"[rank0]: ") + 100_000_000 + len(tail)
+    with log.open("rb") as f:
+        f.seek(-len(tail), 2)
+        assert f.read() == tail
+    diagnosis = read_json(log.with_suffix(".diagnosis.json"))
+    assert diagnosis["run"]["exit_code"] == 1 and diagnosis["root_cause"] is not None
