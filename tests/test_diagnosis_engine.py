@@ -379,3 +379,39 @@ def test_if_log_advice_of_a_shipped_rule_found_far_into_a_big_log(tmp_path):
     for fast in (True, False):
         remedy = diagnose_paths([path], catalogue, fast=fast).root_cause.remedy
         assert "USE_LIBUV=0 is already set and it still fails" in remedy and "Simplest" not in remedy
+
+
+def test_first_seen_is_the_time_written_in_the_log_line_else_none(tmp_path):
+    import calendar
+    import time
+
+    from monitor.diagnosis.timestamps import parse_timestamp
+
+    year = time.gmtime().tm_year
+    glog = calendar.timegm((year, 1, 2, 10, 40, 2, 0, 0, 0))
+    text = "\n".join([
+        # glog header inside the rank prefix (PyTorch C++ logs).
+        "[rank2]:[E0102 10:40:02.118000 ProcessGroupNCCL.cpp:1834] [PG 0 (default_pg) Rank 2] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds",
+        # torchelastic's glog-style header with microseconds.
+        "E0102 10:40:03.644000 12047 torch/distributed/elastic/multiprocessing/api.py:869] failed: Signal 9 (SIGKILL) received by PID 7015",
+        # A python traceback carries no time.
+        *VALUE_ERROR_TRACEBACK.splitlines(),
+    ])
+    engine = run_lines(Engine(catalogue_from(tmp_path)), text)
+    seen = {f.rule: f.first_seen for f in engine.findings}
+    assert seen["nccl-watchdog-timeout"] == glog + 0.118
+    assert seen["sigkill"] == glog + 1.644
+    assert seen["python-exception"] is None
+    iso = run_lines(Engine(catalogue_from(tmp_path)), "2024-12-26 02:11:16,123 ERROR OSError: Signal 9 (SIGKILL) received by PID 1")
+    assert iso.findings[0].first_seen == calendar.timegm((2024, 12, 26, 2, 11, 16, 0, 0, 0)) + 0.123
+    # Kernel logs: syslog and dmesg -T; impossible dates and bare clock times are no timestamps.
+    assert parse_timestamp("[Sat Mar  2 11:04:18 2024] Out of memory: Killed process 7015") == calendar.timegm((2024, 3, 2, 11, 4, 18, 0, 0, 0))
+    assert parse_timestamp("Mar 02 10:44:01 gpu-node-04 kernel: Out of memory") is not None
+    assert parse_timestamp("2024-12-26T02:11:16+02:00 x") == calendar.timegm((2024, 12, 26, 0, 11, 16, 0, 0, 0))
+    assert parse_timestamp("I0230 10:00:00 x") is None and parse_timestamp("0000-01-01 00:00:00") is None
+    assert parse_timestamp("step 3 at 12:00:00") is None
+    # A year-less date never lands in the future: last year's December read in January.
+    future = time.gmtime(time.time() + 3 * 86400)
+    stamp = parse_timestamp(f"E{future.tm_mon:02d}{future.tm_mday:02d} 10:00:00.000 x")
+    assert stamp is not None and stamp < time.time()

@@ -55,7 +55,11 @@ class Finding:
     remedy: str
     # Order in which the engine first saw this finding (0, 1, 2, ...): "earliest" for root cause.
     seq: int = 0
-    # Wall-clock time (time.time()) when first seen live, or a timestamp parsed from the log.
+    # When the first occurrence happened, in seconds since the epoch. From the engine (diagnose
+    # and live alike): the time written in the log line (glog/torchelastic ``E1121 10:40:02.118``,
+    # ISO dates, syslog; see ``diagnosis/timestamps.py``), else None, never the time it was read.
+    # Findings with no log line behind them (metrics, a live stall) carry wall-clock time. A UI
+    # that fills a None with the time it saw the finding should show that it did.
     first_seen: float | None = None
 
     def to_json(self) -> dict:

@@ -1,10 +1,14 @@
 """Reading the time a log line was written, when the line says so.
 
 Used to order root causes found in different files (per-rank logs are read one after the
-other, so arrival order means nothing across files). Understood: ISO-like dates
-(``2024-12-26 02:11:16,123``, ``2024-12-26T02:11:16.5Z``, torchelastic's ``2024-12-26_02:11:16``)
-and glog headers (``[E1218 20:27:21.426415540 ...]``, which have no year: the current UTC
-year is assumed). Times without a zone are taken as UTC: only differences matter.
+other, so arrival order means nothing across files) and as ``Finding.first_seen``. Understood,
+near the start of the line: ISO-like dates (``2024-12-26 02:11:16,123``,
+``2024-12-26T02:11:16.5+02:00``, torchelastic's ``2024-12-26_02:11:16``), glog headers
+(``E1121 10:40:02.118``, torchelastic's ``W1121 10:10:35.644000``, ``[E1218 20:27:21.426415540``),
+syslog (``Mar 02 10:44:01 host kernel: ...``) and ``dmesg -T`` (``[Sat Mar  2 11:04:18 2024]``).
+A date without a year (glog, syslog) is taken in the current UTC year, or the one before when
+that would put it more than a day in the future. Times without a zone are taken as UTC: only
+differences matter. Impossible dates (``I0230``) are not timestamps.
 """
 
 from __future__ import annotations
@@ -16,28 +20,54 @@ import regex
 
 _ISO = regex.compile(
     r"(?<!\d)(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[ T_](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d{1,9}))?"
+    r"(?:(?P<utc>Z)|(?P<sign>[+-])(?P<oh>\d\d):?(?P<om>\d\d))?"
 )
 _GLOG = regex.compile(r"(?:^|[\[\s:])[IWEF](?P<mo>\d\d)(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:\.(?P<f>\d{1,9}))?\b")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+# syslog "Mar 02 10:44:01" at the line's start; dmesg -T "[Sat Mar  2 11:04:18 2024]".
+_SYSLOG = regex.compile(
+    r"^\[?(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) )?(?P<mon>" + "|".join(_MONTHS) + r") {1,2}(?P<d>\d{1,2}) "
+    r"(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?: (?P<y>\d{4}))?\b"
+)
 # Only look near the start of a line: a date later in the text is usually data, not a header.
 _HEAD = 80
+_DAY = 86400
 
 
 def parse_timestamp(text: str) -> float | None:
     """Seconds since the epoch for the timestamp at the head of ``text``, or None."""
     head = text[:_HEAD]
     match = _ISO.search(head)
-    year = None
-    if match is None:
-        match = _GLOG.search(head)
-        if match is None:
-            return None
-        year = time.gmtime().tm_year
-    try:
-        seconds = calendar.timegm((
-            year or int(match["y"]), int(match["mo"]), int(match["d"]),
-            int(match["h"]), int(match["mi"]), int(match["s"]), 0, 0, 0,
-        ))
-    except (ValueError, OverflowError):
+    if match is not None:
+        seconds = _seconds(int(match["y"]), int(match["mo"]), match)
+        if seconds is not None and match["sign"]:
+            offset = int(match["oh"]) * 3600 + int(match["om"]) * 60
+            seconds -= offset if match["sign"] == "+" else -offset
+        return seconds
+    match = _GLOG.search(head)
+    if match is not None:
+        return _without_year(int(match["mo"]), match)
+    match = _SYSLOG.match(head)
+    if match is not None:
+        month = _MONTHS.index(match["mon"]) + 1
+        return _seconds(int(match["y"]), month, match) if match["y"] else _without_year(month, match)
+    return None
+
+
+def _without_year(month: int, match: regex.Match) -> float | None:
+    now = time.time()
+    year = time.gmtime(now).tm_year
+    seconds = _seconds(year, month, match)
+    if seconds is not None and seconds > now + _DAY:
+        seconds = _seconds(year - 1, month, match)
+    return seconds
+
+
+def _seconds(year: int, month: int, match: regex.Match) -> float | None:
+    day, hour, minute, second = int(match["d"]), int(match["h"]), int(match["mi"]), int(match["s"])
+    if not (1 <= year and 1 <= month <= 12 and 1 <= day <= calendar.monthrange(year, month)[1]
+            and hour < 24 and minute < 60 and second < 61):
         return None
-    fraction = match["f"]
+    seconds = calendar.timegm((year, month, day, hour, minute, min(second, 59), 0, 0, 0))
+    fraction = match.groupdict().get("f")
     return seconds + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)
