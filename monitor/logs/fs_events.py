@@ -8,6 +8,7 @@ inotify watch limit), the follower polls; it also keeps a slow safety poll when 
 from __future__ import annotations
 
 import queue
+import warnings
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -30,6 +31,10 @@ WATCHED_EVENTS = [
 
 # Put on the queue when a directory appeared or moved: its files must be discovered.
 RESCAN = ""
+
+# watchdog warns when a directory tree appears faster than its recursive watch adds sub-watches
+# (torchrun creating attempt_0/<rank>/): the watch is re-added, nothing is lost.
+warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning, module=r"watchdog\.")
 
 
 class _Enqueue(FileSystemEventHandler):
