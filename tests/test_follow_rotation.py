@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import pytest
 
@@ -118,3 +119,32 @@ def test_polling_mode_follows_rotation(tmp_path):
     follower = Follower([str(tmp_path)], poll=True, poll_interval=0.02)
     lines, _ = follow_until_done(follower, [writer])
     assert_each_once(lines)
+
+
+@pytest.mark.parametrize("finished", ["before the rename is seen", "after the rename is seen"])
+def test_line_cut_by_a_rename_is_reported_whole(tmp_path, finished):
+    """A block-buffered writer flushes mid-line; logrotate renames and creates a new file; the
+    writer finishes the line in the renamed file before it reopens the log. Finished before we
+    notice the rename, the line is drained under the old name; after, it is completed under the
+    new name (from the start of the line, which we had not emitted)."""
+    path = tmp_path / "train.log"
+    writer = open(path, "ab", buffering=0)
+    writer.write(b"complete\npart")
+    follower = Follower([str(path)])
+    lines = follower.read(0.5).lines
+    os.rename(path, str(path) + ".1")
+    if finished == "before the rename is seen":
+        writer.write(b"ial line\n")
+    path.write_bytes(b"fresh\n")
+    deadline = time.monotonic() + 5
+    while len(lines) < 2 and time.monotonic() < deadline:
+        lines += follower.read(0.2).lines
+    if finished == "after the rename is seen":
+        writer.write(b"ial line\n")
+    writer.close()
+    while len(lines) < 3 and time.monotonic() < deadline:
+        lines += follower.read(0.2).lines
+    lines += follower.close().lines
+    got = sorted((os.path.basename(l.file), l.line, l.text) for l in lines)
+    name = "train.log" if finished == "before the rename is seen" else "train.log.1"
+    assert got == sorted([("train.log", 1, "complete"), (name, 2, "partial line"), ("train.log", 1, "fresh")])
