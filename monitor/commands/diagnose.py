@@ -35,9 +35,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(diagnosis.to_json(), indent=2, ensure_ascii=False))
     else:
-        from rich.console import Console
+        import sys
 
-        from monitor.diagnosis.report import build
+        from monitor.diagnosis.report import write_report
 
-        Console(highlight=False, emoji=False).print(build(diagnosis))
+        write_report(diagnosis, sys.stdout)
     return 1 if diagnosis.failed else 0

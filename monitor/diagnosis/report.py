@@ -8,7 +8,9 @@ line holding ``[bold]`` or ``[/]`` prints as written.
 from __future__ import annotations
 
 import io
+import os
 from collections import defaultdict
+from typing import TextIO
 
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
@@ -19,6 +21,9 @@ from monitor.diagnosis.model import Diagnosis, Finding
 
 TIMELINE_ENTRIES = 12
 EVIDENCE_LINES = 6
+# Width of the plain-text report (not a terminal) unless $COLUMNS says otherwise.
+PLAIN_WIDTH = 100
+MIN_WIDTH = 40
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
@@ -100,8 +105,21 @@ def build(diagnosis: Diagnosis) -> Group:
 
 
 def render_text(diagnosis: Diagnosis, width: int | None = None) -> str:
-    """The report as plain text (no colour codes), wrapped at ``width`` (default 100)."""
+    """The report as plain text (no colour codes, no trailing spaces), wrapped at ``width``
+    (default 100)."""
     buffer = io.StringIO()
-    console = Console(file=buffer, width=width or 100, color_system=None, highlight=False, emoji=False)
+    console = Console(file=buffer, width=width or PLAIN_WIDTH, color_system=None, highlight=False, emoji=False)
     console.print(build(diagnosis))
     return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
+
+
+def write_report(diagnosis: Diagnosis, stream: TextIO) -> None:
+    """The report on ``stream``: styled and fitted to the terminal when it is one; else plain
+    text (a file, a pipe, CI logs) at ``$COLUMNS`` or 100 columns, without the spaces rich pads
+    lines with."""
+    if stream.isatty():
+        Console(file=stream, highlight=False, emoji=False).print(build(diagnosis))
+        return
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) >= MIN_WIDTH else PLAIN_WIDTH
+    stream.write(render_text(diagnosis, width))
