@@ -68,7 +68,6 @@ class SessionFeed:
         self.session = session
         self._ended = ended
         self._version = -1
-        self._first_seen: dict[tuple[str, int], float] = {}
 
     def poll(self, timeout: float) -> LogBatch:
         note = self._ended() if self._ended is not None else None
@@ -88,15 +87,9 @@ class SessionFeed:
             batch.root_cause = self._snapshot(root) if root is not None else None
         return batch
 
-    def _snapshot(self, finding: Finding) -> Finding:
-        # Without a timestamp in the log, "first seen" is when this session first saw it.
-        first_seen = finding.first_seen
-        if first_seen is None:
-            first_seen = self._first_seen.setdefault((finding.rule, finding.seq), time.time())
-        return replace(
-            finding, ranks=list(finding.ranks), evidence=list(finding.evidence), fields=dict(finding.fields),
-            first_seen=first_seen,
-        )
+    @staticmethod
+    def _snapshot(finding: Finding) -> Finding:
+        return replace(finding, ranks=list(finding.ranks), evidence=list(finding.evidence), fields=dict(finding.fields))
 
     def diagnosis(self) -> Diagnosis:
         return self.session.diagnosis()

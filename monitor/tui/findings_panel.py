@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from rich.text import Text
 from textual.containers import Container, VerticalScroll
 from textual.message import Message
@@ -12,7 +15,7 @@ from monitor.diagnosis.model import SEVERITY_ORDER, Finding
 from monitor.tui import text_format as fmt
 
 COLUMNS = ("mark", "sev", "category", "ranks", "count", "first", "title")
-WIDTHS = (1, 5, None, None, None, 8, None)
+WIDTHS = (1, 5, None, None, None, 9, None)
 SEVERITY_LABEL = {"error": "error", "warning": "warn", "info": "info"}
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -34,7 +37,7 @@ def order(findings: list[Finding], root: Finding | None) -> list[Finding]:
     )
 
 
-def describe(finding: Finding, is_root: bool) -> Text:
+def describe(finding: Finding, is_root: bool, first: str) -> Text:
     """The full story of one finding: where, evidence (literal text), and the remedy."""
     text = Text()
     if is_root:
@@ -44,7 +47,8 @@ def describe(finding: Finding, is_root: bool) -> Text:
     where = f"{finding.file}:{finding.line}"
     if finding.rank is not None:
         where += f" (rank {finding.rank})"
-    text.append(f"\nfirst at {where}")
+    when = f"seen {first[1:]} (the line has no time)" if first.startswith("~") else f"logged {first}"
+    text.append(f"\nfirst at {where}, {when}")
     if finding.count > 1 or len(finding.ranks) > 1:
         text.append(f"; {finding.count}× on ranks {fmt.ranks(finding.ranks)}")
     if finding.evidence:
@@ -73,8 +77,11 @@ class FindingsPanel(Container):
             super().__init__()
             self.finding = finding
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.time, **kwargs) -> None:
         super().__init__(**kwargs)
+        self._clock = clock
+        # When this panel first showed each finding: its "first" time when the log line has none.
+        self._seen: dict[str, float] = {}
         self.findings: list[Finding] = []
         self.root: Finding | None = None
         self._by_key: dict[str, Finding] = {}
@@ -100,6 +107,9 @@ class FindingsPanel(Container):
         self.root = root
         self._by_key = {finding_key(f): f for f in self.findings}
         root_key = finding_key(root) if root else None
+        now = self._clock()
+        for key in self._by_key:
+            self._seen.setdefault(key, now)
         rows = [(finding_key(f), self._cells(f, finding_key(f) == root_key)) for f in self.findings]
         if [key for key, _ in rows] == self._keys:
             # The same findings in the same order (counts grew): change only the cells that differ.
@@ -117,8 +127,14 @@ class FindingsPanel(Container):
         self._shown = dict(rows)
         self._show_detail()
 
-    @staticmethod
-    def _cells(finding: Finding, is_root: bool) -> tuple:
+    def first_time(self, finding: Finding) -> str:
+        """The log line's time, or "~" and the time this panel first showed the finding."""
+        if finding.first_seen is not None:
+            return fmt.clock(finding.first_seen)
+        seen = self._seen.get(finding_key(finding))
+        return "—" if seen is None else "~" + fmt.clock(seen)
+
+    def _cells(self, finding: Finding, is_root: bool) -> tuple:
         # Every cell is a Text: DataTable reads plain strings as markup, and these come from logs and rules.
         return (
             Text("★", style="bold red") if is_root else Text(""),
@@ -126,7 +142,7 @@ class FindingsPanel(Container):
             Text(finding.category),
             Text(fmt.ranks(finding.ranks) if finding.ranks else ("—" if finding.rank is None else str(finding.rank))),
             Text(str(finding.count)),
-            Text(fmt.clock(finding.first_seen)),
+            Text(self.first_time(finding)),
             Text(finding.title),
         )
 
@@ -155,7 +171,8 @@ class FindingsPanel(Container):
         if finding is None:
             detail.update(Text("no findings yet", style="dim"))
             return
-        detail.update(describe(finding, self.root is not None and finding_key(finding) == finding_key(self.root)))
+        is_root = self.root is not None and finding_key(finding) == finding_key(self.root)
+        detail.update(describe(finding, is_root, self.first_time(finding)))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()

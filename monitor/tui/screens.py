@@ -45,6 +45,7 @@ class HelpScreen(ModalScreen[None]):
             yield Static(table)
             yield Static(Text(
                 "\nRank badges: each rank has its own colour. Gutter: ★ root cause, ● error, ▲ warning.\n"
+                "Findings' first time: the log line's own time; ~HH:MM:SS when the line has none (when the monitor saw it).\n"
                 "Log text is shown literally: markup and escape codes in a log never change the display.",
                 style="dim",
             ))
