@@ -42,6 +42,7 @@ class Engine:
     def __init__(self, catalogue: Catalogue, regex_timeout: float = REGEX_TIMEOUT_S) -> None:
         self.catalogue = catalogue
         self.prefilter = catalogue.prefilter
+        self._hits = self.prefilter.hits  # Prefilter.line_hits without a call per line
         self.regex_timeout = regex_timeout
         self.findings: list[Finding] = []
         self.problems: list[str] = []
@@ -69,7 +70,7 @@ class Engine:
         if file_pending:
             self._expire(line, new)
             file_pending = self._pending_per_file.get(line.file, 0)
-        rule_hits, log_hits, starter = self.prefilter.line_hits(line.text)
+        rule_hits, log_hits, starter = self._hits(line.text.encode("utf-8", "surrogatepass"))
         if log_hits:
             self._note_log_patterns(line, log_hits)
         if not (rule_hits or starter or file_pending or line.line <= EARLY_LINES):

@@ -16,6 +16,8 @@ search itself). A rule's explicit ``prefilter`` strings are searched exactly as 
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 import ahocorasick_rs
 import regex
 
@@ -27,6 +29,10 @@ from monitor.diagnosis.records import STARTER_LITERALS
 # around them into a literal, so lines holding any are always candidates in the fast path.
 CONTROL_BYTES = [bytes([b]) for b in (*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F)] + [b"\xc2\x9b"]
 _SINGLE_CONTROLS = b"".join(b for b in CONTROL_BYTES if len(b) == 1)
+
+
+# What ``hits`` returns for a line holding none of the literals (shared: never mutated).
+_NO_HITS: tuple[frozenset[int], frozenset[int], bool] = (frozenset(), frozenset(), False)
 
 
 def has_control(data: bytes) -> bool:
@@ -93,12 +99,12 @@ class Prefilter:
         table.setdefault(ident, set()).add(owner)
         return ident
 
-    def hits(self, data: bytes) -> tuple[set[int], set[int], bool]:
+    def hits(self, data: bytes) -> tuple[AbstractSet[int], AbstractSet[int], bool]:
         """(rule indexes, log-condition pattern indexes, whether a starter literal occurs) for one
         line's bytes: a rule counts when triggered and one of its patterns' conditions hold."""
         matches = self._line_ac.find_matches_as_indexes(data, overlapping=True)
         if not matches:
-            return set(), set(), False
+            return _NO_HITS  # most lines: nothing to allocate
         present = {ident for ident, _, _ in matches}
         triggered: set[int] = set()
         logged: set[int] = set()
@@ -125,7 +131,7 @@ class Prefilter:
         return any(rule_index in self._triggers.get(ident, ())
                    for ident, _, _ in self._line_ac.find_matches_as_indexes(data, overlapping=True))
 
-    def line_hits(self, text: str) -> tuple[set[int], set[int], bool]:
+    def line_hits(self, text: str) -> tuple[AbstractSet[int], AbstractSet[int], bool]:
         """``hits`` for a clean line of text."""
         return self.hits(text.encode("utf-8", "surrogatepass"))
 

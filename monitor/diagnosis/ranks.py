@@ -50,20 +50,28 @@ class Prefix:
     body: str
 
 
+def _may_have_prefix(text: str) -> bool:
+    """Whether ``text`` starts as one of ``_PREFIX``'s alternatives can (``[``, ``(``, a digit or
+    whitespace): this runs on every line, and a plain line then skips the regex."""
+    first = text[:1]
+    return first == "[" or first == "(" or first.isdigit() or first.isspace()
+
+
 def parse_prefix(text: str) -> Prefix:
     """The rank or stream tag at the start of ``text``, and the text without the prefix."""
-    match = _PREFIX.match(text)
+    match = _PREFIX.match(text) if _may_have_prefix(text) else None
     if match is None:
-        host = _NCCL_HOST.match(text)
+        host = _NCCL_HOST.match(text) if " NCCL " in text else None
         return Prefix(None, f"{host['host']}:{host['pid']}" if host else None, text)
     body = text[match.end():]
+    kind = match.lastgroup  # each alternative of _PREFIX has one group
+    rank_text = match[kind]
     # Prefixes can stack: srun --label around torchrun --tee around the excepthook's [rankN]:.
-    inner = _PREFIX.match(body)
-    rank_text = match["rank"] or match["role_rank"] or match["mpi"] or match["label"]
-    if inner is not None and (inner["rank"] or inner["role_rank"] or inner["mpi"] or inner["label"]):
-        rank_text = inner["rank"] or inner["role_rank"] or inner["mpi"] or inner["label"]
+    inner = _PREFIX.match(body) if _may_have_prefix(body) else None
+    if inner is not None and inner.lastgroup != "pid":
+        rank_text = inner[inner.lastgroup]
         body = body[inner.end():]
-    if match["pid"]:
+    if kind == "pid":
         return Prefix(None, f"pid={match['pid']}", body)
     return Prefix(int(rank_text), None, body)
 
