@@ -148,3 +148,17 @@ def test_line_cut_by_a_rename_is_reported_whole(tmp_path, finished):
     got = sorted((os.path.basename(l.file), l.line, l.text) for l in lines)
     name = "train.log" if finished == "before the rename is seen" else "train.log.1"
     assert got == sorted([("train.log", 1, "complete"), (name, 2, "partial line"), ("train.log", 1, "fresh")])
+
+
+def test_file_with_the_same_banner_is_not_taken_for_a_copy(tmp_path):
+    banner = "=" * 80 + "\nrun 42: model=llama-7b world_size=8 seed=1\n" + "=" * 80 + "\n" + "config " * 40 + "\n"
+    (tmp_path / "train.log").write_text(banner + "rank 0 step 1\n")
+    follower = Follower([str(tmp_path / "*")])
+    first = follower.read(0.5).lines
+    (tmp_path / "train.log-rank1.log").write_text(banner + "rank 1 step 1\n")
+    lines = first
+    deadline = time.monotonic() + 5
+    while not any(l.text == "rank 1 step 1" for l in lines) and time.monotonic() < deadline:
+        lines += follower.read(0.2).lines
+    follower.close()
+    assert [l.text for l in lines if l.text.startswith("rank")] == ["rank 0 step 1", "rank 1 step 1"]

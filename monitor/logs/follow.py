@@ -211,7 +211,9 @@ class Follower:
             return None
         for original in originals:
             # A copy still being written (shorter than the head) cannot be told apart yet.
-            if original.head and (head.startswith(original.head) or original.head.startswith(head)):
+            if original.head.startswith(head) or (
+                original.head and head.startswith(original.head) and _same_bytes_at_end(path, original.path, size)
+            ):
                 return False
             for ended in original.ended:
                 if ended.head and head.startswith(ended.head):
@@ -312,6 +314,17 @@ class Follower:
         update.new_files.extend(self._new_files)
         self._problems.clear()
         self._new_files.clear()
+
+
+def _same_bytes_at_end(copy: str, original: str, size: int) -> bool:
+    """Whether ``original`` holds the last bytes of ``copy`` (``size`` long) at the same place:
+    a copy, not a file that merely starts with the same banner."""
+    tail = min(256, size)
+    try:
+        with open(copy, "rb") as a, open(original, "rb") as b:
+            return os.pread(a.fileno(), tail, size - tail) == os.pread(b.fileno(), tail, size - tail)
+    except OSError:
+        return False
 
 
 def _starts_with(path: str, read: ReadUpTo) -> bool:
