@@ -210,16 +210,15 @@ class Follower:
         except OSError:
             return None
         for original in originals:
-            # A copy still being written (shorter than the head) cannot be told apart yet.
-            if original.head.startswith(head) or (
-                original.head and head.startswith(original.head) and _same_bytes_at_end(path, original.path, size)
-            ):
+            if len(head) < len(original.head) and original.head.startswith(head):
+                return False  # a copy still being written (shorter than the head): not yet
+            if original.head and head.startswith(original.head) and _is_copy_of_current(path, size, original):
                 return False
             for ended in original.ended:
                 if ended.head and head.startswith(ended.head):
                     # A copy holds at most what the original had when it was copied.
                     return ended if size >= ended.offset else ReadUpTo(size, ended.lines, ended.head)
-                if ended.head.startswith(head):
+                if len(head) < len(ended.head) and ended.head.startswith(head):
                     return False
         return None
 
@@ -316,13 +315,21 @@ class Follower:
         self._new_files.clear()
 
 
-def _same_bytes_at_end(copy: str, original: str, size: int) -> bool:
-    """Whether ``original`` holds the last bytes of ``copy`` (``size`` long) at the same place:
-    a copy, not a file that merely starts with the same banner."""
-    tail = min(256, size)
+def _is_copy_of_current(path: str, size: int, original: FollowedFile) -> bool:
+    """Whether ``path`` (same first bytes as ``original``) is a copy of what ``original`` holds
+    now, rather than a file that merely starts with the same banner: its bytes where we stopped
+    reading the original are those we read, or its last bytes are in the original at the same
+    place. While the original looks truncated and we have not seen that yet, it may be a copy."""
     try:
-        with open(copy, "rb") as a, open(original, "rb") as b:
-            return os.pread(a.fileno(), tail, size - tail) == os.pread(b.fileno(), tail, size - tail)
+        with open(path, "rb") as copy:
+            if size >= original.offset and original.tail:
+                start = original.offset - len(original.tail)
+                return os.pread(copy.fileno(), len(original.tail), start) == original.tail
+            with open(original.path, "rb") as source:
+                if os.fstat(source.fileno()).st_size < original.offset or original.rewritten(source.fileno()):
+                    return True  # truncated since our last visit: decided after the next one
+                tail = min(256, size)
+                return os.pread(copy.fileno(), tail, size - tail) == os.pread(source.fileno(), tail, size - tail)
     except OSError:
         return False
 

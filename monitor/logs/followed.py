@@ -39,6 +39,7 @@ READ_CHUNK = 1024 * 1024
 HEAD_BYTES = 256
 TAIL_BYTES = 256
 SNIFF_BYTES = 4096
+MARK_BYTES = 64
 
 
 @dataclass(slots=True)
@@ -124,6 +125,8 @@ class FollowedFile:
         self.offset = self.lines = 0
         self.assembler = LineAssembler(max_line_bytes) if max_line_bytes else LineAssembler()
         self.head = b""
+        # Where the first text (not NUL) of this generation was read, and its first bytes.
+        self.mark: tuple[int, bytes] | None = None
         self.tail = b""
         self.line_start = 0  # offset where the partial last line starts
         self.ended: deque[ReadUpTo] = deque(maxlen=3)
@@ -171,7 +174,7 @@ class FollowedFile:
         if fd is None:
             return True  # replaced between stat and open: the next visit sees the new inode
         self.problem = None
-        if st.st_size < self.offset or (st.st_size > self.offset and not self._same_head(fd)):
+        if st.st_size > self.offset and self.rewritten(fd) or st.st_size < self.offset:
             self._recover_from_copy(out)
             self._end_generation(fds, out, keep_identity=True)
             self._start_generation(identity, FROM_START)
@@ -192,6 +195,7 @@ class FollowedFile:
     def _start_generation(self, identity: Identity | None, start: ReadUpTo) -> None:
         self.identity = identity
         self.offset, self.lines, self.head = start.offset, start.lines, start.head
+        self.mark = None
         self.line_start = start.offset
         self.assembler.reset()
         self.tail = b""
@@ -284,9 +288,12 @@ class FollowedFile:
         return None
 
     # -- reading ---------------------------------------------------------------------------
-    def _same_head(self, fd: int) -> bool:
-        """Whether the file still starts as it did (else it was truncated and rewritten)."""
-        return not self.head or os.pread(fd, len(self.head), 0) == self.head
+    def rewritten(self, fd: int) -> bool:
+        """Whether the first text read of this generation is no longer where it was: truncated
+        and written again (by a writer without O_APPEND, over a hole of NUL bytes)."""
+        if self.mark is not None:
+            return os.pread(fd, len(self.mark[1]), self.mark[0]) != self.mark[1]
+        return bool(self.head) and os.pread(fd, len(self.head), 0) != self.head
 
     def _read(self, fd: int, size: int, out: ReadOutput, budget: int) -> bool:
         if size <= self.offset:
@@ -300,6 +307,8 @@ class FollowedFile:
             return False
         if self.offset < HEAD_BYTES:
             self.head = (self.head + data)[:HEAD_BYTES]
+        if self.mark is None and (text_at := len(data) - len(data.lstrip(b"\0"))) < len(data):
+            self.mark = (self.offset + text_at, data[text_at:text_at + MARK_BYTES])
         newline = data.rfind(b"\n")
         if newline >= 0:
             self.line_start = self.offset + newline + 1
