@@ -78,7 +78,9 @@ def test_cli_sigterm_prints_summary_and_exit_code(tmp_path):
         [sys.executable, "-m", "monitor", "watch", "--headless", "--no-user-rules", str(log)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
-    time.sleep(1.5)
+    # Wait until the watch says it is up (a loaded machine can take seconds to import).
+    ready = proc.stderr.readline()
+    assert ready.startswith("monitor: watching 1 file(s)"), ready
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err

@@ -33,6 +33,10 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
     try:
         for problem in session.problems:
             print(f"monitor: {problem}", file=sys.stderr, flush=True)
+        # On stderr so that stdout stays one finding per line; also tells a supervising script
+        # that the watch is up and a SIGTERM now gets the summary.
+        print(f"monitor: watching {len(session.follower.files)} file(s); Ctrl-C or SIGTERM ends the watch with a summary",
+              file=sys.stderr, flush=True)
         while not stop.is_set():
             update = session.step(timeout=0.25)
             for problem in update.problems:
