@@ -9,6 +9,8 @@ the engine learns which ranks exist, for finding the rank that hung).
 
 from __future__ import annotations
 
+import itertools
+
 from dataclasses import replace
 from functools import cmp_to_key
 
@@ -47,6 +49,7 @@ class Engine:
         self.findings: list[Finding] = []
         self.problems: list[str] = []
         self.version = 0
+        self._seq = itertools.count()  # Finding.seq: arrival order, unique even after a withdrawal
         self._by_key: dict[tuple, Finding] = {}
         self._occurrences: dict[int, list[tuple[int | None, dict[str, str]]]] = {}
         self._finding_rule: dict[int, Rule | None] = {}
@@ -265,7 +268,7 @@ class Engine:
             rule=rule.id if rule else pyexc.RULE_ID, category=category, severity=severity, role=role,
             title=title, rank=rank, ranks=[rank] if rank is not None else [], file=first.file,
             line=first.line, count=1, evidence=evidence, fields=fields, remedy="",
-            seq=len(self.findings), first_seen=parse_timestamp(record.bodies[0]) or parse_timestamp(record.bodies[positions[0]]),
+            seq=next(self._seq), first_seen=parse_timestamp(record.bodies[0]) or parse_timestamp(record.bodies[positions[0]]),
         )
         self._by_key[key] = finding
         self._occurrences[id(finding)] = [(rank, fields)]
@@ -275,6 +278,24 @@ class Engine:
         self._apply_confirmation(finding)
         self.version += 1
         new.append(finding)
+
+    # ---- findings from outside the logs ----------------------------------------------------
+
+    def add_external(self, finding: Finding) -> None:
+        """A finding that no log line made (a stall, a metric signal): it is reported, counted in
+        ``version`` and weighed for the root cause like the others."""
+        finding.seq = next(self._seq)
+        self.findings.append(finding)
+        self.version += 1
+
+    def withdraw(self, finding: Finding) -> bool:
+        """Remove a finding added with ``add_external`` whose condition has ended (output resumed)."""
+        for index, candidate in enumerate(self.findings):
+            if candidate is finding:
+                del self.findings[index]
+                self.version += 1
+                return True
+        return False
 
     # ---- remedies, advice, confirmation ----------------------------------------------------
 

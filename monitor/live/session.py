@@ -9,7 +9,7 @@ truncation) or stays idle for ``IDLE_FLUSH_S``. A follow of a file therefore fin
 ``step(timeout)`` is called from one thread (the TUI's worker, the headless loop); watchdog's
 observer thread only queues paths and never touches the engine.
 
-The stall finding (``possible-hang``, a warning) is added to ``engine.findings`` while the
+The stall finding (``possible-hang``, a warning) is added with ``engine.add_external`` while the
 silence lasts and removed when output resumes; the engine never picks a warning as the root
 cause, so it cannot outrank a real root. It is raised only while no error explains the silence
 (a crashed job is silent because it is dead, not hung).
@@ -128,23 +128,14 @@ class LiveSession:
     def _update_stall(self, live: LiveUpdate, now: float) -> None:
         cleared = self.stall.observe(live.lines, now)
         if cleared is not None:
-            self._withdraw(cleared)
+            self.engine.withdraw(cleared)
             live.cleared.append(finding_id(cleared))
         if self.stall.active is None and not live.lines and self._silence_unexplained():
             finding = self.stall.check(now)
             if finding is not None:
-                finding.seq = len(self.engine.findings)
-                self.engine.findings.append(finding)
-                self.engine.version += 1
+                self.engine.add_external(finding)
                 live.new_findings.append(finding)
 
     def _silence_unexplained(self) -> bool:
         return not any(f.severity == "error" for f in self.engine.findings)
 
-    def _withdraw(self, finding: Finding) -> None:
-        findings = self.engine.findings
-        for index, candidate in enumerate(findings):
-            if candidate is finding:
-                del findings[index]
-                self.engine.version += 1
-                return
