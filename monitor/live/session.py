@@ -58,6 +58,10 @@ class LiveSession:
         self._quiet_since: dict[str, float] = {}  # files fed since their records were completed
         self._closed = False
 
+    def follow(self, paths: list[str]) -> None:
+        """Follow more files from now on (see ``Follower.add``)."""
+        self.follower.add(paths)
+
     def step(self, timeout: float = 0.2) -> LiveUpdate:
         """Read what is new (blocking at most ``timeout`` s) and diagnose it."""
         update = self.follower.read(timeout)

@@ -96,6 +96,20 @@ class Follower:
         to be copied by a caller that keeps it."""
         return self._names
 
+    def add(self, paths: list[str]) -> None:
+        """Follow more PATHs from now on: the per-rank files a launcher (torchrun --log-dir)
+        creates after the job started. A file already followed is not read twice."""
+        known = {source.spec for source in self.sources}
+        fresh = [parse_source(str(p)) for p in paths if str(p) not in known]
+        if not fresh:
+            return
+        self.sources.extend(fresh)
+        if self._events is not None:
+            # The new files may sit under directories not watched yet.
+            self._events.close()
+            self._events = FileEvents(self._watches())
+        self._discover()
+
     def pending(self) -> dict[str, str]:
         """Each file's partial last line (no newline yet), cleaned, for display only."""
         return {path: text for path, f in self._files.items() if (text := f.pending_text())}

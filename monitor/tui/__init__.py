@@ -48,7 +48,7 @@ def run_app(job, *, catalogue):
 
     session = LiveSession([job.log_path, *job.extra_log_paths()], catalogue)
     metrics = SamplerFeed(Sampler(job_pids=job.pids, watch_dirs=[str(Path(job.log_path).parent)]))
-    feed = SessionFeed(session, ended=lambda: job_ending(job.exit_code()))
+    feed = SessionFeed(session, ended=lambda: job_ending(job.exit_code()), more_paths=job.extra_log_paths)
     return MonitorApp(feed, metrics, title=" ".join(job.command), job=job)
 
 

@@ -14,6 +14,9 @@ from typing import Protocol
 from monitor.diagnosis.model import Diagnosis, Finding, LogLine
 from monitor.metrics.model import Sample
 
+# How often a running job is asked for per-rank log files it has created since the start.
+MORE_PATHS_EVERY_S = 2.0
+
 
 @dataclass(slots=True)
 class LogBatch:
@@ -64,13 +67,21 @@ class SessionFeed:
     """A LiveSession as a LogFeed. ``ended`` says (in words) when the source has stopped for good
     (the job exited, the replay ended); after that, the first poll that brings no line finishes."""
 
-    def __init__(self, session, *, ended: Callable[[], str | None] | None = None) -> None:
+    def __init__(self, session, *, ended: Callable[[], str | None] | None = None,
+                 more_paths: Callable[[], list] | None = None) -> None:
+        """``more_paths``: asked every few seconds for files to follow that appeared since the
+        start (a job's per-rank files under torchrun --log-dir)."""
         self.session = session
         self._ended = ended
+        self._more_paths = more_paths
+        self._next_more_paths = 0.0
         self._version = -1
 
     def poll(self, timeout: float) -> LogBatch:
         note = self._ended() if self._ended is not None else None
+        if self._more_paths is not None and time.monotonic() >= self._next_more_paths:
+            self.session.follow([str(p) for p in self._more_paths()])
+            self._next_more_paths = time.monotonic() + MORE_PATHS_EVERY_S
         update = self.session.step(timeout=timeout)
         batch = LogBatch(lines=list(update.lines), files=[str(f) for f in update.files], problems=list(update.problems))
         if note is not None and not update.lines:
