@@ -110,20 +110,27 @@ class SessionFeed:
 
 
 class SamplerFeed:
-    """The metrics Sampler, its History and the SignalDetector as a MetricsFeed."""
+    """The metrics Sampler, its History and the SignalDetector as a MetricsFeed. With a
+    ``recorder`` (monitor.metrics.record.Recorder) every sample is also kept on disk, so a
+    post-mortem (or a replay) has the metrics too."""
 
-    def __init__(self, sampler, history=None, detector=None) -> None:
+    def __init__(self, sampler, history=None, detector=None, recorder=None) -> None:
         from monitor.metrics.history import History
         from monitor.metrics.signals import SignalDetector
 
         self.sampler = sampler
         self.history = history if history is not None else History()
         self.detector = detector if detector is not None else SignalDetector()
+        self.recorder = recorder
 
     def sample(self) -> tuple[Sample, list[Finding]]:
         sample = self.sampler.sample()
         self.history.add(sample)
+        if self.recorder is not None:
+            self.recorder.write(sample)
         return sample, self.detector.update(sample, self.history)
 
     def close(self) -> None:
         self.sampler.close()
+        if self.recorder is not None:
+            self.recorder.close()
