@@ -8,7 +8,7 @@ import tracemalloc
 
 import pytest
 
-from monitor.logs.decode import MAX_LINE_BYTES, TRUNCATION_MARK
+from monitor.logs.decode import MAX_LINE_BYTES, TRUNCATION_MARK, clean
 from monitor.logs.follow import Follower
 from monitor.logs.sources import SourceError
 
@@ -216,3 +216,11 @@ def test_switches_to_polling_when_file_events_do_not_arrive(tmp_path, monkeypatc
     append(log, b"three\n")
     assert [l.text for l in read_until(follower, 1, limit=2)] == ["three"]
     follower.close()
+
+
+def test_clean_drops_invisible_characters_that_change_how_a_line_reads():
+    # A right-to-left override can make a log line display differently from what it holds
+    # ("Trojan Source"); zero-width characters hide inside words; none of them may reach a
+    # report or the screen. Tabs stay.
+    raw = "[rank0]: loss \u202enan\u202c ok\u200b \ufeffstep\t3 \u2066x\u2069\x85".encode()
+    assert clean(raw) == "[rank0]: loss nan ok step\t3 x"

@@ -24,8 +24,10 @@ _ESCAPES = regex.compile(
     r"|\x1b[@-Z\\-_]"                    # other Fe escapes
     r"|\x9b[0-?]*[ -/]*[@-~]"            # 8-bit CSI
 )
-# Control characters other than tab; NUL and DEL included.
-_CONTROLS = regex.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# Control characters other than tab (NUL and DEL included), C1 controls, and the invisible
+# format characters that can make a line read differently from what it holds: bidirectional
+# overrides and isolates (a "Trojan Source" line), zero-width spaces and joiners, the BOM.
+_CONTROLS = regex.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 
 
 def clean(raw: bytes | str) -> str:
