@@ -248,6 +248,9 @@ class Engine:
                 finding.ranks.append(rank)
                 finding.ranks.sort()
             self._occurrences[id(finding)].append((rank, fields))
+            if finding.rank is None and rank is not None:
+                finding.rank = rank  # the first occurrence named no rank: title and remedy can now
+                self._render(finding)
             self.version += 1
             return
         first = record.lines[positions[0]]
@@ -302,7 +305,7 @@ class Engine:
     def _values(self, finding: Finding) -> dict[str, str]:
         values = dict(finding.fields)
         values.update(
-            rank=str(finding.rank) if finding.rank is not None else "?", file=finding.file,
+            rank=str(finding.rank) if finding.rank is not None else "", file=finding.file,
             line=str(finding.line), count=str(finding.count), ranks=",".join(map(str, finding.ranks)),
         )
         return values

@@ -1,7 +1,9 @@
 """Filling ``{field}`` templates (titles, remedies, advice) from a finding's fields.
 
 A template line that names a field the match did not capture is left out, so one remedy can
-serve several wordings of a message. ``{{`` and ``}}`` are literal braces.
+serve several wordings of a message. ``{{`` and ``}}`` are literal braces. When the rank is not
+known, the phrases that name it are first rewritten without it (``without_rank``), so
+"NCCL error on rank {rank}" reads "NCCL error" rather than naming rank "?".
 """
 
 from __future__ import annotations
@@ -11,6 +13,23 @@ import regex
 _FIELD = regex.compile(r"\{\{|\}\}|\{([A-Za-z_]\w*)\}")
 
 
+# Rank phrases and their rank-less forms, tried in order (the first ones are the longer ones).
+_RANK_PHRASES = [
+    (regex.compile(r" on rank \{rank\}'s GPU"), " on a GPU"),
+    (regex.compile(r" \((?:on )?rank \{rank\}\)"), ""),
+    (regex.compile(r" (?:on|from) rank \{rank\}"), ""),
+    (regex.compile(r"\bRank \{rank\}"), "A rank"),
+    (regex.compile(r"\b(rank|task) \{rank\}"), r"a \1"),
+]
+
+
+def without_rank(template: str) -> str:
+    """``template`` with the phrases that name ``{rank}`` reworded for an unknown rank."""
+    for pattern, replacement in _RANK_PHRASES:
+        template = pattern.sub(replacement, template)
+    return template
+
+
 def field_names(template: str) -> set[str]:
     return {m.group(1) for m in _FIELD.finditer(template) if m.group(1)}
 
@@ -18,6 +37,8 @@ def field_names(template: str) -> set[str]:
 def render(template: str, fields: dict[str, str], missing: str | None = None) -> str:
     """The template with fields filled in; lines naming a missing field are dropped, or, with
     ``missing`` given (titles), show it in the field's place."""
+    if not fields.get("rank"):
+        template = without_rank(template)
     kept = []
     for line in template.strip("\n").split("\n"):
         dropped = False

@@ -1,0 +1,46 @@
+"""Templates: fields, dropped lines, and the wording when a finding's rank is not known."""
+
+from __future__ import annotations
+
+from diagnosis_helpers import run_lines
+
+from pathlib import Path
+
+from monitor.diagnosis.catalogue import load_catalogue
+from monitor.diagnosis.diagnose import diagnose_paths
+from monitor.diagnosis.engine import Engine
+from monitor.diagnosis.templates import render
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
+
+
+def shipped_engine() -> Engine:
+    return Engine(load_catalogue([], include_user=False))
+
+
+def test_rank_phrases_are_reworded_when_no_rank_is_known():
+    no_rank = {"rank": "", "node": "n1", "source_rank": "0"}
+    assert render("NCCL error on rank {rank}", no_rank, missing="?") == "NCCL error"
+    assert render("Rank {rank} could not reach the store", no_rank, missing="?") == "A rank could not reach the store"
+    assert render("Checkpoint is corrupt (rank {rank})", no_rank, missing="?") == "Checkpoint is corrupt"
+    assert render("ECC error on rank {rank}'s GPU", no_rank, missing="?") == "ECC error on a GPU"
+    assert render("OOM killer killed rank {rank} on {node}", no_rank, missing="?") == "OOM killer killed a rank on n1"
+    assert render("Rank {rank} waited for rank {source_rank}", no_rank) == "A rank waited for rank 0"
+    # With the rank known nothing is reworded.
+    assert render("Rank {rank} waited on rank {rank}", {"rank": "3"}) == "Rank 3 waited on rank 3"
+
+
+def test_a_finding_without_rank_names_none_and_takes_the_rank_a_later_occurrence_gives():
+    engine = run_lines(shipped_engine(), "step 2 loss nan")
+    (finding,) = engine.findings
+    assert finding.rank is None and finding.title == "loss became nan" and "?" not in finding.remedy
+    engine = run_lines(shipped_engine(), "step 2 loss nan\n[rank1]: step 3 loss nan")
+    (finding,) = engine.findings
+    assert finding.rank == 1 and finding.title == "loss became nan on rank 1"
+
+
+def test_store_timeout_remedy_without_rank_reads_a_rank():
+    diagnosis = diagnose_paths([SAMPLES / "demo/store-connect-timeout.log"], load_catalogue([], include_user=False))
+    root = diagnosis.root_cause
+    assert root.title == "A rank could not reach the rendezvous store"
+    assert "A rank tried for 5000ms" in root.remedy and "?" not in root.remedy
