@@ -101,3 +101,60 @@ def test_progress_and_replay_are_plain_python():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _track(path):
+    from monitor.diagnosis.reader import read_log
+
+    tracker = ProgressTracker(clock=lambda: 0.0)
+    for line in read_log(path):
+        tracker.feed(line.text, line.rank)
+    return tracker.state
+
+
+@pytest.mark.parametrize("line", [
+    "[rank1] world_size=2 scenario=crash steps=6 lr=0.1 timeout=10s pid=11498",
+    "[rank1] world_size=2 scenario=ok steps=200 lr=0.1 timeout=10s pid=1[rank0] world_size=2 scenario=ok steps=200 lr=0.1",
+    "max_steps=1000",
+])
+def test_configured_steps_are_the_total_not_the_step(line):
+    event = parse_progress(line)
+    assert event is not None and event.step is None and event.total in (6, 200, 1000)
+
+
+@pytest.mark.parametrize("line", [
+    "[rank1]: ValueError: step 3: target batch has 33 rows but the input has 32",
+    "[rank0]: FloatingPointError: loss is nan at step 3; stopping",
+    '[rank0]:     raise FloatingPointError(f"loss is nan at step {step}; stopping")',
+    "step 3: the batch has 33 rows",
+])
+def test_error_text_and_bare_step_numbers_are_no_progress(line):
+    assert parse_progress(line) is None
+
+
+def test_crash_log_follows_unprefixed_rank0_lines_with_loss():
+    # Config lines carry [rankN], the training lines none, the traceback [rankN]: again.
+    state = _track("sample_logs/demo/crash-2ranks.log")
+    assert (state.step, state.total, state.loss) == (2, 6, 5.2471)
+    assert state.losses == (3.8365, 5.2471)  # "step N loss X" and the dict of the same step: one point
+    assert state.rank is None
+
+
+def test_ok_log_reaches_the_last_step_and_tee_log_follows_rank0():
+    state = _track("sample_logs/demo/ok-2ranks.log")
+    assert (state.step, state.total, state.loss, len(state.losses)) == (6, 6, 3.2579, 6)
+    tee = _track("sample_logs/demo/ok-tee-2ranks.log")
+    assert tee.rank == 0 and tee.step == tee.total and tee.loss is not None
+
+
+def test_tracker_prefers_the_stream_with_loss_and_config_gives_eta():
+    tracker = ProgressTracker(clock=lambda: 0.0)
+    tracker.feed("[rank1] world_size=2 scenario=ok steps=200 lr=0.1", rank=1, now=0.0)
+    assert tracker.state.step is None and tracker.state.total == 200
+    tracker.feed("[rank1]: step 1 lr 0.1", rank=1, now=0.0)  # progress without loss on rank 1
+    tracker.feed("step 1 loss 3.8", rank=None, now=0.0)
+    tracker.feed("[rank1]: step 2 lr 0.1", rank=1, now=1.0)
+    tracker.feed("step 2 loss 3.5", rank=None, now=1.0)
+    state = tracker.state
+    assert (state.step, state.loss, state.rank, state.losses) == (2, 3.5, None, (3.8, 3.5))
+    assert state.eta_seconds == pytest.approx(198.0)

@@ -44,6 +44,18 @@ _NAMED_THROUGHPUT = regex.compile(
 )
 # A rate unit; the number is read backwards from it (cheaper than a regex ending at the unit).
 _UNIT = regex.compile(r"(?P<unit>samples/s(?:ec)?|tokens/s(?:ec)?|tok/s|it/s|s/it)(?!\w)", regex.IGNORECASE)
+# Lines of a traceback or an exception message ("ValueError: step 3: ...") mention steps and
+# losses but report no progress.
+_NOT_PROGRESS = regex.compile(r"Traceback \(most recent call last\)|^\s*File \"|\b[A-Z]\w*(?:Error|Exception)\b:|\braise\s")
+# A configuration key names the TOTAL number of steps ("steps=200", "max_steps: 1000").
+_TOTAL_KEY = regex.compile(
+    r"(?:^|[^\w-])(?:max|total|num|train|n)?_?(?:steps|iters|iterations)\s*=\s*(?P<total>\d+)(?![\d.])", regex.IGNORECASE
+)
+# Other metrics that show a line with a step number is a progress report ("step 5 lr 0.1").
+_METRIC = regex.compile(
+    r"(?:^|[^\w])(?:acc|accuracy|ppl|perplexity|grad_norm|lr|learning_rate)['\"]?\s*[:=]?\s*" + _NUM + r"(?![\w.])",
+    regex.IGNORECASE,
+)
 _NUMBER_CHARS = frozenset("0123456789.eE+-")
 LONGEST_NUMBER = 24
 
@@ -113,6 +125,8 @@ def parse_progress(text: str) -> ProgressEvent | None:
     text = text[:MAX_PARSED]
     if not _KEYWORDS.search(text):
         return None
+    if _NOT_PROGRESS.search(text):
+        return None
     lower = text.lower()
     step = total = None
     epoch = loss = None
@@ -125,7 +139,13 @@ def parse_progress(text: str) -> ProgressEvent | None:
     loss_match = _LOSS.search(text) if "loss" in lower else None
     if loss_match:
         loss = _number(loss_match.group("loss"))
+    config_total = None
     if step is None:
+        for total_match in _TOTAL_KEY.finditer(text) if "=" in text else ():
+            config_total = int(total_match.group("total"))
+        if config_total is not None:
+            # Blanked so that the step pattern does not read the total as the current step.
+            text = _TOTAL_KEY.sub(lambda match: " " * len(match.group(0)), text)
         step_match = _STEP.search(text)
         if step_match:
             step = int(step_match.group("step"))
@@ -136,7 +156,13 @@ def parse_progress(text: str) -> ProgressEvent | None:
         if epoch_match:
             epoch = float(epoch_match.group("epoch"))
     throughput, unit = _throughput(text, lower)
+    if step is not None and not tqdm and loss is None and throughput is None and total is None:
+        # A bare step number ("step 3: the batch has 33 rows") is not progress without a metric beside it.
+        if not _METRIC.search(text):
+            step = None
     if step is None and loss is None and throughput is None:
-        # An epoch alone ("Epoch 3 finished") is not worth a redraw, and "epoch" appears in prose.
-        return None
-    return ProgressEvent(step=step, total=total, epoch=epoch, loss=loss, throughput=throughput, throughput_unit=unit)
+        # An epoch alone ("Epoch 3 finished") is not worth a redraw, and "epoch" appears in prose;
+        # a configuration line still tells the total.
+        return ProgressEvent(total=config_total) if config_total is not None else None
+    return ProgressEvent(step=step, total=total if total is not None else config_total, epoch=epoch, loss=loss,
+                         throughput=throughput, throughput_unit=unit)

@@ -39,11 +39,18 @@ class ProgressState:
         return self.step is not None or self.loss is not None or self.throughput is not None
 
 
+def _is_main(rank: int | None) -> bool:
+    # Lines without a rank prefix are the main stream: often only rank 0 prints, unprefixed.
+    return rank is None or rank == 0
+
+
 class ProgressTracker:
-    """Feeds log lines through ``parse_progress`` and keeps the state of the lowest rank seen.
+    """Feeds log lines through ``parse_progress`` and follows one stream of lines (one rank).
 
     All ranks usually print the same progress; following one avoids a sawtooth of interleaved
-    values. A non-finite loss on ANY rank is kept, since that is the line a user must see.
+    values. The followed stream is the best seen so far: one that reports a loss, then rank 0
+    or lines without a rank, then the lowest rank. A non-finite loss on ANY rank is kept, since
+    that is the line a user must see.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -53,6 +60,9 @@ class ProgressTracker:
         self._steps: deque[tuple[float, int]] = deque(maxlen=RATE_WINDOW)
         self._leader: int | None = None
         self._has_leader = False
+        # Streams (ranks, None for unprefixed lines) that have reported a loss.
+        self._with_loss: set[int | None] = set()
+        self._loss_step: int | None = None
         self.version = 0
 
     @property
@@ -69,12 +79,23 @@ class ProgressTracker:
         if not event.loss_is_finite and not self._state.nonfinite_seen:
             self._state = _replace(self._state, nonfinite_seen=True, nonfinite_step=event.step, nonfinite_rank=rank)
             changed = True
-        if self._follows(rank):
-            self._apply(event, rank, now)
-            changed = True
+        if event.step is None and event.loss is None and event.throughput is None:
+            # Only a configured total ("steps=200"), printed alike by every rank.
+            if event.total is not None and self._state.total is None:
+                self._state = _replace(self._state, total=event.total)
+                changed = True
+        else:
+            if event.loss is not None:
+                self._with_loss.add(rank)
+            if self._follows(rank):
+                self._apply(event, rank, now)
+                changed = True
         if changed:
             self.version += 1
         return changed
+
+    def _rank_order(self, rank: int | None) -> tuple[bool, bool, int]:
+        return (rank in self._with_loss, _is_main(rank), -(rank or 0))
 
     def _follows(self, rank: int | None) -> bool:
         if not self._has_leader:
@@ -82,8 +103,8 @@ class ProgressTracker:
             return True
         if rank == self._leader:
             return True
-        if rank is not None and (self._leader is None or rank < self._leader):
-            # A lower rank shows up (rank 0 often starts printing last): follow it from now on.
+        if self._rank_order(rank) > self._rank_order(self._leader):
+            # A better stream shows up (rank 0 often starts printing last): follow it from now on.
             self._leader = rank
             self._steps.clear()
             return True
@@ -97,8 +118,9 @@ class ProgressTracker:
             if self._steps and event.step < self._steps[-1][1]:
                 self._steps.clear()  # a new tqdm bar or a restart: the old rate no longer applies
             self._steps.append((now, event.step))
-        if event.loss is not None:
+        if event.loss is not None and not self._repeats_last_loss(event, step):
             self._losses.append(event.loss)
+            self._loss_step = step
         throughput = event.throughput if event.throughput is not None else state.throughput
         unit = event.throughput_unit if event.throughput is not None else state.throughput_unit
         self._state = _replace(
@@ -113,6 +135,14 @@ class ProgressTracker:
             eta_seconds=self._eta(step, total, throughput, unit),
             rank=rank,
         )
+
+    def _repeats_last_loss(self, event: ProgressEvent, step: int | None) -> bool:
+        # Scripts often print a step twice ("step 5 loss 2.1" and a {'loss': 2.1, ...} dict):
+        # the sparkline gets one point per step.
+        if event.step is not None or not self._losses or step is None or step != self._loss_step:
+            return False
+        last = self._losses[-1]
+        return last == event.loss or (math.isnan(last) and math.isnan(event.loss))
 
     def _eta(self, step: int | None, total: int | None, throughput: float | None, unit: str | None) -> float | None:
         if step is None or not total or step >= total:
