@@ -224,3 +224,25 @@ def test_clean_drops_invisible_characters_that_change_how_a_line_reads():
     # report or the screen. Tabs stay.
     raw = "[rank0]: loss \u202enan\u202c ok\u200b \ufeffstep\t3 \u2066x\u2069\x85".encode()
     assert clean(raw) == "[rank0]: loss nan ok step\t3 x"
+
+
+def test_a_long_line_is_read_through_without_waiting_between_chunks(tmp_path):
+    # A 20 MB line is read 1 MB at a time; the follower must go straight on to the next chunk
+    # rather than wait for a file event that will not come (the writer has finished).
+    log = tmp_path / "big.log"
+    log.write_bytes(b"")
+    follower = Follower([str(log)], poll=True)
+    waits: list[float] = []
+    real_wait = follower._wait
+    follower._wait = lambda seconds: (waits.append(seconds), real_wait(seconds))[1]
+    try:
+        follower.read(0.05)
+        waits.clear()
+        log.write_bytes(b"x" * (20 * 1024 * 1024) + b"\n[rank0]: torch.OutOfMemoryError: CUDA out of memory.\n")
+        texts: list[str] = []
+        while not any("OutOfMemoryError" in t for t in texts):
+            texts.extend(line.text for line in follower.read(5.0).lines)
+        assert len(texts) == 2 and texts[0].endswith(TRUNCATION_MARK)
+        assert len(waits) <= 2, waits
+    finally:
+        follower.close()

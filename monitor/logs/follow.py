@@ -136,6 +136,8 @@ class Follower:
             now = time.monotonic()
             if update.lines or update.ended or update.problems or update.new_files or now >= deadline:
                 return update
+            if self._dirty:
+                continue  # a file has more waiting (a long line read chunk by chunk): no sleep
             wake = min(deadline, self._next_stat_all, self._next_rescan)
             self._wait(wake - now)
 
