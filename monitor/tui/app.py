@@ -30,6 +30,8 @@ WIDE = 120
 POLL_S = 0.2
 # At most this many screen updates a second from the log: a burst of lines is one update.
 REFRESH_S = 0.25
+# How often the app checks whether its job was asked to stop (a signal) or has ended.
+JOB_CHECK_S = 0.2
 # Lines added per turn of the event loop when a big batch arrives (~50 ms of work).
 APPLY_CHUNK = 20_000
 
@@ -52,6 +54,8 @@ class MonitorApp(App[int]):
         Binding("N", "finding(-1)", "Prev", show=False),
         Binding("c", "root_cause", "Cause"),
         Binding("t", "toggle_theme", "Theme"),
+        # Replaces Textual's "press ctrl+q to quit" toast: Ctrl-C must reach the job (README).
+        Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True),
     ]
 
     def __init__(
@@ -83,6 +87,8 @@ class MonitorApp(App[int]):
         self.finished_note = ""
         self.failed = False
         self.files: list[str] = []  # every file followed so far
+        # The job is being stopped (Ctrl-C here, or a signal to the monitor): the app exits at its end.
+        self.stopping = False
 
     # ----- layout
     def compose(self) -> ComposeResult:
@@ -106,6 +112,22 @@ class MonitorApp(App[int]):
         self._log_worker = self.run_worker(self._follow_logs, thread=True, group="logs", name="logs", exit_on_error=False)
         if self.metrics_feed is not None:
             self._start_sample()
+        if self.job is not None:
+            self.set_interval(JOB_CHECK_S, self._check_job)
+
+    def _check_job(self) -> None:
+        """A SIGTERM/SIGHUP/SIGINT to the monitor stops the job (the runner forwards it): show it,
+        and close the screen once the job has ended so that the report can print."""
+        if not self.stopping and getattr(self.job, "stop_requested", False):
+            self._stopping_shown("the monitor got a stop signal")
+        if self.stopping and self.job.exit_code() is not None:
+            self.exit(1 if self.failed else 0)
+
+    def _stopping_shown(self, why: str) -> None:
+        self.stopping = True
+        self.notify(f"{why}: stopping the job (SIGTERM to every rank, SIGKILL after the grace period). "
+                    "Ctrl-C again kills it now.", title="stopping", timeout=30, markup=False)
+        self._update_status()
 
     def on_resize(self, event) -> None:
         self._fit_layout(event.size.width)
@@ -275,6 +297,8 @@ class MonitorApp(App[int]):
             status.append(f"  rank {','.join(map(str, sorted(line_filter.ranks)))}", style="bold")
         if self.finished_note:
             status.append(f"  · {self.finished_note}", style="bold")
+        elif self.stopping:
+            status.append("  · stopping the job…", style="bold red")
         self.query_one("#log-status", Static).update(status, layout=False)
 
     def _set_filter(self, line_filter: LineFilter) -> bool:
@@ -386,6 +410,19 @@ class MonitorApp(App[int]):
             self.push_screen(QuitScreen(" ".join(self.job.command)), self._quit_answered)
             return
         self.exit(1 if self.failed else 0)
+
+    def action_interrupt(self) -> None:
+        """Ctrl-C: with a running job, stop it (again: kill it) and exit when it has ended;
+        without one (watch, demo), quit."""
+        if self.job is None or self.job.exit_code() is not None:
+            self.exit(1 if self.failed else 0)
+            return
+        if self.stopping:
+            self.job.stop()  # the second stop kills at once
+            self.notify("killing the job now (SIGKILL)", title="stopping", timeout=30, markup=False)
+            return
+        self.job.stop()
+        self._stopping_shown("Ctrl-C")
 
     def _quit_answered(self, choice: str | None) -> None:
         if choice == "stop":

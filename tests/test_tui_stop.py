@@ -1,0 +1,105 @@
+"""Ctrl-C and stop signals in the app: a job started by `monitor run` is stopped, then the app exits."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from monitor.diagnosis.catalogue import load_catalogue
+from monitor.tui import run_app
+from monitor.tui.app import MonitorApp
+from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, host_sample
+
+
+class StoppableJob:
+    """Behaves like runner.job.Job for the app: the first stop asks, the second kills."""
+
+    command = ["torchrun", "--nproc-per-node", "2", "train.py"]
+
+    def __init__(self) -> None:
+        self.stops = 0
+        self.stop_requested = False
+        self.code: int | None = None
+
+    def exit_code(self):
+        return self.code
+
+    def stop(self) -> None:
+        self.stops += 1
+        self.stop_requested = True
+
+
+def make_app(job=None) -> MonitorApp:
+    return MonitorApp(ScriptedLogFeed(), FixedMetricsFeed(host_sample()), clock=lambda: 0.0, job=job)
+
+
+async def wait_until(pilot, condition, tries: int = 100) -> None:
+    for _ in range(tries):
+        if condition():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("condition not reached")
+
+
+def status_text(app) -> str:
+    return str(app.query_one("#log-status").render())
+
+
+async def test_ctrl_c_stops_the_job_a_second_kills_and_the_app_exits_at_its_end():
+    job = StoppableJob()
+    app = make_app(job)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("ctrl+c")
+        assert job.stops == 1 and app.stopping and app.is_running
+        assert "stopping the job" in status_text(app)
+        assert not any("ctrl+q" in n.message for n in app._notifications)
+        await pilot.press("ctrl+c")
+        assert job.stops == 2 and app.is_running
+        job.code = 137
+        await wait_until(pilot, lambda: not app.is_running)
+    assert app.return_value == 0
+
+
+async def test_a_stop_signal_to_the_monitor_closes_the_app_when_the_job_ended():
+    # The runner's StopForwarder calls job.stop() from the signal handler; the app sees it.
+    job = StoppableJob()
+    app = make_app(job)
+    async with app.run_test(size=(100, 30)) as pilot:
+        job.stop()
+        await wait_until(pilot, lambda: app.stopping)
+        assert app.is_running and "stopping the job" in status_text(app)
+        job.code = 143
+        await wait_until(pilot, lambda: not app.is_running)
+    assert job.stops == 1
+
+
+async def test_ctrl_c_quits_watch_and_an_ended_job():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("ctrl+c")
+        await wait_until(pilot, lambda: not app.is_running)
+    job = StoppableJob()
+    job.code = 0
+    app = make_app(job)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("ctrl+c")
+        await wait_until(pilot, lambda: not app.is_running)
+    assert job.stops == 0
+
+
+async def test_ctrl_c_stops_a_real_job(tmp_path: Path):
+    from monitor.runner.job import Job, RecordOptions, new_log_path
+
+    code = "import time\nprint('step 1 loss 1.0', flush=True)\ntime.sleep(60)\n"
+    job = Job.start([sys.executable, "-c", code], new_log_path(tmp_path), RecordOptions(use_pty=False, grace_s=2))
+    app = run_app(job, catalogue=load_catalogue())
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_until(pilot, lambda: len(app.store) >= 1, tries=200)
+            await pilot.press("ctrl+c")
+            await wait_until(pilot, lambda: not app.is_running, tries=200)
+        assert job.exit_code() is not None and job.exit_code() != 0
+    finally:
+        app.metrics_feed.close()
+        job.stop()
+        job.wait(10)
