@@ -31,7 +31,7 @@ RULE_KEYS = {
     "advice", "examples",
 }
 REQUIRED_KEYS = ("id", "category", "severity", "role", "title", "patterns")
-ADVICE_KEYS = {"text", "when", "unless_log", "if_log"}
+ADVICE_KEYS = {"text", "when", "unless_log", "if_log", "unless_record", "if_record"}
 EXAMPLE_KEYS = {"match", "no_match"}
 # Fields every template may use without a pattern capturing them.
 BUILTIN_FIELDS = {"rank", "file", "line", "count", "ranks"}
@@ -54,6 +54,10 @@ class Advice:
     # Shown only when this regex was not / was found in the job's logs read so far.
     unless_log: regex.Pattern | None = None
     if_log: regex.Pattern | None = None
+    # Shown only when this regex is not / is in one of the lines of the finding's own record
+    # (its traceback): where in the program the error happened.
+    unless_record: regex.Pattern | None = None
+    if_record: regex.Pattern | None = None
 
 
 @dataclass(slots=True)
@@ -328,7 +332,23 @@ def _build_advice(item: dict, n: int, known: set[str], fail, loc: _Locator, star
             raise fail(f"advice when uses {sorted(unknown)[0]!r} but no pattern captures it", loc.key_line("when", line, end))
     unless = _log_condition(item, "unless_log", fail, loc, line, end)
     only_if = _log_condition(item, "if_log", fail, loc, line, end)
-    return Advice(text=text.strip(), when=when, unless_log=unless, if_log=only_if)
+    unless_record = _record_condition(item, "unless_record", fail, loc, line, end)
+    if_record = _record_condition(item, "if_record", fail, loc, line, end)
+    return Advice(text=text.strip(), when=when, unless_log=unless, if_log=only_if,
+                  unless_record=unless_record, if_record=if_record)
+
+
+def _record_condition(item: dict, key: str, fail, loc: _Locator, line: int, end: int) -> regex.Pattern | None:
+    """An advice's ``unless_record``/``if_record`` regex (searched only in the finding's record)."""
+    if key not in item:
+        return None
+    raw = item[key]
+    if not isinstance(raw, str):
+        raise fail(f"advice {key} must be a string", loc.key_line(key, line, end))
+    try:
+        return regex.compile(raw)
+    except regex.error as exc:
+        raise fail(f"bad {key} pattern {raw!r}: {exc}", loc.key_line(key, line, end)) from None
 
 
 def _log_condition(item: dict, key: str, fail, loc: _Locator, line: int, end: int) -> regex.Pattern | None:

@@ -53,6 +53,7 @@ class Engine:
         self._by_key: dict[tuple, Finding] = {}
         self._occurrences: dict[int, list[tuple[int | None, dict[str, str]]]] = {}
         self._finding_rule: dict[int, Rule | None] = {}
+        self._record_skip: dict[int, set[int]] = {}  # per finding, advice its record rules out
         self._pending: dict[tuple, Record] = {}
         self._pending_per_file: dict[str, int] = {}
         self._disabled: set[int] = set()
@@ -276,6 +277,8 @@ class Engine:
         self._by_key[key] = finding
         self._occurrences[id(finding)] = [(rank, fields)]
         self._finding_rule[id(finding)] = rule
+        if rule is not None:
+            self._record_skip[id(finding)] = self._advice_skipped_by_record(rule, record)
         self._render(finding)
         self.findings.append(finding)
         self._apply_confirmation(finding)
@@ -322,7 +325,10 @@ class Engine:
         finding.title = render(rule.confirmed_title if confirmed else rule.title, values, missing="?")
         lines = [render(rule.remedy, values)]
         index = self.prefilter.log_pattern_index
-        for advice in rule.advice:
+        skipped = self._record_skip.get(id(finding), set())
+        for number, advice in enumerate(rule.advice):
+            if number in skipped:
+                continue
             if advice.when is not None and not advice.when.holds(finding.fields):
                 continue
             if advice.unless_log is not None and index[advice.unless_log.pattern] in self._log_seen:
@@ -331,6 +337,24 @@ class Engine:
                 continue
             lines.append(render(advice.text, values))
         finding.remedy = "\n".join(line for line in lines if line)
+
+    def _advice_skipped_by_record(self, rule: Rule, record: Record) -> set[int]:
+        """The advice (by index) whose ``if_record``/``unless_record`` rules it out for this record."""
+        def found(pattern: regex.Pattern) -> bool:
+            try:
+                return any(pattern.search(body, timeout=self.regex_timeout) for body in record.bodies)
+            except TimeoutError:
+                self.problems.append(f"{rule.where}: rule {rule.id}: advice record pattern {pattern.pattern!r} "
+                                     f"took over {self.regex_timeout:g}s (catastrophic backtracking); taken as not found")
+                return False
+
+        skipped = set()
+        for number, advice in enumerate(rule.advice):
+            if advice.if_record is not None and not found(advice.if_record):
+                skipped.add(number)
+            elif advice.unless_record is not None and found(advice.unless_record):
+                skipped.add(number)
+        return skipped
 
     def _note_log_patterns(self, line: LogLine, hits: set[int]) -> None:
         changed = False
