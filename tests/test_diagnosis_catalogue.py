@@ -39,6 +39,8 @@ def test_loads_rules_with_derived_prefilters(tmp_path):
         (("patterns = ['No space", "patern = ['No space"), 8, "unknown key 'patern'"),
         (("'No space left on device'", "'No space (left'"), 8, "bad pattern"),
         (('severity = "error"', 'severity = "fatal"'), 5, "severity must be one of"),
+        (('category = "disk_full"', 'category = "disk_fll"'), 4, "unknown category 'disk_fll' (did you mean 'disk_full'?)"),
+        (('category = "disk_full"', 'category = "zzz"'), 4, "unknown category 'zzz' (allowed: cuda_oom,"),
         (('remedy = "Free space."', 'remedy = "Free {spaec}."'), 9, "names {spaec}"),
         (('title = "Disk full"', 'title = "Disk full'), 7, "invalid TOML"),
         (("patterns = ['No space left on device']", "patterns = ['\\d+']"), 8, "cannot derive a literal prefilter"),
@@ -164,3 +166,29 @@ def test_advice_if_log_is_validated_like_unless_log(tmp_path, value, message):
         load_catalogue([path.parent], include_user=False, include_shipped=False)
     assert str(caught.value).startswith(f"{path}:12: rule disk-full: ")  # the if_log line
     assert message in str(caught.value)
+
+
+def test_categories_are_the_documented_ones_and_every_shipped_rule_uses_one():
+    import re
+    from pathlib import Path
+
+    from monitor.diagnosis.catalogue import CATEGORIES
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "rules-format.md").read_text(encoding="utf-8")
+    section = docs.split("## Categories", 1)[1].strip().split("\n\n", 1)[0]
+    documented = re.findall(r"(?:^|, |\) )([a-z][a-z0-9_]+)(?= \(|,|\.$|$)", section.replace("\n", " "), re.M)
+    assert set(documented) == set(CATEGORIES)
+    assert {rule.category for rule in load_catalogue([], include_user=False).rules} <= set(CATEGORIES)
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda d: d.mkdir(), "rules directory holds no *.toml rule file"),
+    (lambda d: None, "no such rules directory"),
+    (lambda d: d.write_text("x"), "not a directory of rule files"),
+])
+def test_cli_rules_dir_that_is_missing_empty_or_a_file_is_a_usage_error(tmp_path, capsys, setup, message):
+    rules = tmp_path / "myrules"
+    setup(rules)
+    assert main(["diagnose", "--no-user-rules", "--rules", str(rules), str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"monitor: {rules}: {message}"

@@ -8,6 +8,7 @@ each ``--rules DIR`` in order. Any problem in a rule file raises ``RuleError`` w
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from dataclasses import dataclass, field
@@ -40,7 +41,13 @@ BUILTIN_FIELDS = {"rank", "file", "line", "count", "ranks"}
 CONFIRMED_BY = "confirmed_by"
 CONFIRM_PREFIX = "confirm_"
 _ID = regex.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-_CATEGORY = regex.compile(r"^[a-z][a-z0-9_]*$")
+# The categories a finding may have (docs/rules-format.md, "Categories"): a typo in a rule's
+# category would otherwise make a category of its own that nothing groups or confirms with.
+CATEGORIES = (
+    "cuda_oom", "host_oom", "nccl_timeout", "nccl_error", "gloo_timeout", "rendezvous_timeout", "libuv",
+    "port_in_use", "wandb", "corrupt_checkpoint", "cuda_assert", "gpu_hardware", "nan_loss", "shm_exhausted",
+    "disk_full", "slurm_event", "python_exception", "hang", "launcher", "metrics", "gpu_throttle", "preflight",
+)
 
 
 class RuleError(Exception):
@@ -135,8 +142,12 @@ def load_catalogue(extra_dirs=(), include_user: bool = True, include_shipped: bo
         dirs.append(user_rules_dir())
     for extra in extra_dirs:
         path = Path(extra)
+        if not path.exists():
+            raise RuleError(f"{path}: no such rules directory")
         if not path.is_dir():
             raise RuleError(f"{path}: not a directory of rule files")
+        if not any(path.glob("*.toml")):
+            raise RuleError(f"{path}: rules directory holds no *.toml rule file")
         dirs.append(path)
     merged: dict[str, Rule] = {}
     for directory in dirs:
@@ -237,8 +248,10 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
             raise fail(f"{key!r} must be a string", loc.key_line(key, start, end))
     if not _ID.match(table["id"]):
         raise fail("id must be lower-case words joined by dashes", loc.key_line("id", start, end))
-    if not _CATEGORY.match(table["category"]):
-        raise fail("category must be lower_snake_case", loc.key_line("category", start, end))
+    if table["category"] not in CATEGORIES:
+        close = difflib.get_close_matches(table["category"], CATEGORIES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(CATEGORIES)})"
+        raise fail(f"unknown category {table['category']!r}{hint}", loc.key_line("category", start, end))
     if table["severity"] not in SEVERITIES:
         raise fail(f"severity must be one of {', '.join(SEVERITIES)}", loc.key_line("severity", start, end))
     if table["role"] not in ROLES:
