@@ -44,7 +44,7 @@ def exit_finding(log_path: Path, exit_code: int, stop_signal: str | None) -> Fin
         return None
     name = signal_name(exit_code)
     if stop_signal:
-        title = f"Stopped by the monitor ({stop_signal} passed to the job), exit code {exit_code}"
+        title = f"Stopped on request ({stop_signal} sent to every process of the job), exit code {exit_code}"
         return _finding("job-stopped", "launcher", "warning", title, log_path, exit_code, name,
                         "The job was stopped on request; nothing to fix.")
     if name:
@@ -92,13 +92,15 @@ def diagnose_run(paths: list[Path], catalogue, extra: list[Finding]) -> Diagnosi
     return diagnosis
 
 
-def render(diagnosis: Diagnosis) -> str:
-    """The text report (the engine's renderer when available)."""
+def write(diagnosis: Diagnosis, stream) -> None:
+    """The text report on ``stream`` (fitted to the terminal when it is one). A broken renderer
+    must not cost the user the end of the run, so the plain form stands in for it."""
     try:
-        from monitor.diagnosis.report import render_text
-        return render_text(diagnosis)
-    except Exception:  # engine missing or broken: the plain report still tells the story
-        return _render_plain(diagnosis)
+        from monitor.diagnosis.report import write_report
+        write_report(diagnosis, stream)
+    except Exception:
+        stream.write(_render_plain(diagnosis))
+    stream.flush()
 
 
 def _render_plain(diagnosis: Diagnosis) -> str:

@@ -197,7 +197,7 @@ def _start_checkpoint_watch(dirs: list[Path], job: Job, announce: bool):
 
 def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.RestartDecision,
             meta: dict, max_restarts: int) -> None:
-    print(explain.render(diagnosis), file=sys.stderr, flush=True)
+    explain.write(diagnosis, sys.stderr)
     if slurm := meta["slurm"]:
         say("SLURM " + ", ".join(f"{key}={value}" for key, value in slurm.items()))
     tee_dropped = job.state().get("tee_dropped_bytes", 0)
