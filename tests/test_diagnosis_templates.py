@@ -44,3 +44,30 @@ def test_store_timeout_remedy_without_rank_reads_a_rank():
     root = diagnosis.root_cause
     assert root.title == "A rank could not reach the rendezvous store"
     assert "A rank tried for 5000ms" in root.remedy and "?" not in root.remedy
+
+
+def test_size_format_shows_a_byte_count_as_a_human_size():
+    assert render("{b} bytes ({b:size})", {"b": "33762398024"}) == "33762398024 bytes (31.4 GiB)"
+    assert render("{b:size}", {"b": "512"}) == "512 bytes"
+    assert render("{b:size}", {"b": "1536"}) == "1.5 KiB"
+    assert render("{b:size}", {"b": "2.00 GiB"}) == "2.00 GiB"  # not a count: as it is
+    assert render("a\n{b:size}", {}) == "a"  # missing: the line is left out like any field
+
+
+def test_sigterm_to_workers_after_a_user_stop_claims_no_failure():
+    stop = ("W1121 10:06:50.886000 5952 site-packages/torch/distributed/elastic/multiprocessing/api.py:1028] "
+            "Sending process 5998 closing signal SIGTERM")
+    (finding,) = run_lines(shipped_engine(), stop).findings
+    assert finding.rule == "torchrun-sigterm-peers"
+    assert "After one rank failed" not in finding.remedy
+    assert "either because another rank failed or because torchrun itself was stopped" in finding.remedy
+
+
+def test_segfault_remedy_says_how_to_see_a_crash_that_printed_nothing():
+    line = ("E0302 13:05:22.220000 5500 torch/distributed/elastic/multiprocessing/api.py:869] failed "
+            "(exitcode: {code}) local_rank: 1 (pid: 5511) of binary: /usr/bin/python3")
+    (segv,) = run_lines(shipped_engine(), line.format(code=-11)).findings
+    assert "PYTHONFAULTHANDLER=1" in segv.remedy and "ulimit -c unlimited" in segv.remedy
+    assert "Its own output" not in segv.remedy
+    (failed,) = run_lines(shipped_engine(), line.format(code=1)).findings
+    assert "Its own output, just before, says why." in failed.remedy and "PYTHONFAULTHANDLER" not in failed.remedy

@@ -1,7 +1,8 @@
 """Filling ``{field}`` templates (titles, remedies, advice) from a finding's fields.
 
 A template line that names a field the match did not capture is left out, so one remedy can
-serve several wordings of a message. ``{{`` and ``}}`` are literal braces. When the rank is not
+serve several wordings of a message. ``{{`` and ``}}`` are literal braces. ``{name:size}``
+shows a byte count as a human size (``33762398024`` -> ``31.4 GiB``). When the rank is not
 known, the phrases that name it are first rewritten without it (``without_rank``), so
 "NCCL error on rank {rank}" reads "NCCL error" rather than naming rank "?".
 """
@@ -10,7 +11,18 @@ from __future__ import annotations
 
 import regex
 
-_FIELD = regex.compile(r"\{\{|\}\}|\{([A-Za-z_]\w*)\}")
+_FIELD = regex.compile(r"\{\{|\}\}|\{([A-Za-z_]\w*)(?::(size))?\}")
+_UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def human_size(count: str) -> str | None:
+    """A byte count (digits) as a size in binary units with one decimal; None if not a count."""
+    if not count.isdigit():
+        return None
+    value, unit = float(count), 0
+    while value >= 1024 and unit < len(_UNITS) - 1:
+        value, unit = value / 1024, unit + 1
+    return f"{int(value)} bytes" if unit == 0 else f"{value:.1f} {_UNITS[unit]}"
 
 
 # Rank phrases and their rank-less forms, tried in order (the first ones are the longer ones).
@@ -49,6 +61,8 @@ def render(template: str, fields: dict[str, str], missing: str | None = None) ->
             if token in ("{{", "}}"):
                 return token[0]
             value = fields.get(match.group(1))
+            if value and match.group(2) == "size":
+                value = human_size(value) or value
             if value is None or value == "":
                 if missing is not None:
                     return missing
