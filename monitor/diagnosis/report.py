@@ -33,20 +33,40 @@ def _indented(text: Text, by: int) -> Padding:
 
 
 def _ranks(finding: Finding) -> str:
+    """``rank 3`` / ``ranks 0,1``, or "" when no rank is known."""
     if not finding.ranks:
-        return "rank ?" if finding.rank is None else f"rank {finding.rank}"
+        return "" if finding.rank is None else f"rank {finding.rank}"
     if len(finding.ranks) == 1:
         return f"rank {finding.ranks[0]}"
     return "ranks " + ",".join(map(str, finding.ranks))
 
 
+# Findings no log line made have line 0: preflight checks (rule ``preflight-*``, no file), the
+# job's exit (an ``exit_code`` field, the log's name as file), samplers and watchers.
+def _phase(finding: Finding) -> int:
+    """0 before the job started, 1 during it, 2 at its exit: the timeline's order."""
+    if finding.line == 0 and finding.rule.startswith("preflight-"):
+        return 0
+    if finding.line == 0 and "exit_code" in finding.fields:
+        return 2
+    return 1
+
+
+def _where(finding: Finding) -> str:
+    """``file:line``, or for a finding no log line made, when it happened or its file."""
+    if finding.line > 0:
+        return f"{finding.file}:{finding.line}"
+    return ("before the job started", finding.file, "at exit")[_phase(finding)]
+
+
 def _root_cause(finding: Finding) -> list[RenderableType]:
-    rank = "rank ?" if finding.rank is None else f"rank {finding.rank}"
+    rank = "" if finding.rank is None else f"rank {finding.rank}"
     header = Text.assemble(("Root cause: ", "bold red"), (finding.title, "bold"))
-    where = Text(f"{finding.category} · {rank} · {finding.file}:{finding.line} · rule {finding.rule}", style="dim")
-    parts: list[RenderableType] = [header, _indented(where, 2)]
+    where = " · ".join(part for part in (finding.category, rank, _where(finding), f"rule {finding.rule}") if part)
+    parts: list[RenderableType] = [header, _indented(Text(where, style="dim"), 2)]
     if finding.count > 1:
-        parts.append(_indented(Text(f"seen {finding.count} times on {_ranks(finding)}", style="dim"), 2))
+        on = f" on {_ranks(finding)}" if _ranks(finding) else ""
+        parts.append(_indented(Text(f"seen {finding.count} times{on}", style="dim"), 2))
     parts.append(Text("  Evidence:", style="bold"))
     parts.extend(_indented(Text(line, style="italic"), 4) for line in finding.evidence[:EVIDENCE_LINES])
     if finding.remedy:
@@ -69,7 +89,8 @@ def _others(findings: list[Finding], root: Finding | None) -> list[RenderableTyp
             parts.append(_indented(Text.assemble(
                 ("• ", ""), (finding.severity, _SEVERITY_STYLE.get(finding.severity, "")),
                 (f" [{finding.role}] ", "dim"), (finding.title, ""),
-                (f" — {_ranks(finding)}, ×{finding.count}, {finding.file}:{finding.line} ({finding.rule})", "dim"),
+                (" — " + ", ".join(p for p in (_ranks(finding), f"×{finding.count}", _where(finding)) if p)
+                 + f" ({finding.rule})", "dim"),
             ), 4))
     return parts
 
@@ -77,11 +98,12 @@ def _others(findings: list[Finding], root: Finding | None) -> list[RenderableTyp
 def _timeline(findings: list[Finding]) -> list[RenderableType]:
     if len(findings) < 2:
         return []
-    ordered = chronological(findings)[:TIMELINE_ENTRIES]
+    ordered = sorted(chronological(findings), key=_phase)[:TIMELINE_ENTRIES]  # stable: keeps the order within a phase
     parts: list[RenderableType] = [Text(""), Text("Timeline", style="bold")]
     for finding in ordered:
-        rank = "?" if finding.rank is None else str(finding.rank)
-        parts.append(_indented(Text(f"{finding.file}:{finding.line}  rank {rank}  {finding.rule}  {finding.title}"), 2))
+        rank = "" if finding.rank is None else f"rank {finding.rank}"
+        line = "  ".join(part for part in (_where(finding), rank, finding.rule, finding.title) if part)
+        parts.append(_indented(Text(line), 2))
     if len(findings) > TIMELINE_ENTRIES:
         parts.append(Text(f"  … {len(findings) - TIMELINE_ENTRIES} more", style="dim"))
     return parts
