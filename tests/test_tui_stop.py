@@ -103,3 +103,38 @@ async def test_ctrl_c_stops_a_real_job(tmp_path: Path):
         app.metrics_feed.close()
         job.stop()
         job.wait(10)
+
+
+async def test_keys_typed_in_one_burst_after_slash_go_into_the_filter():
+    # tmux send-keys '/error' delivers all keys at once: none may run as a command (e, r).
+    from textual import events
+
+    from monitor.tui.log_view import LogView
+
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        for key, char in [("slash", "/"), ("e", "e"), ("r", "r"), ("r", "r"), ("o", "o"), ("r", "r")]:
+            event = events.Key(key, char)
+            event.set_sender(app)
+            app._driver.send_message(event)  # as the terminal driver does, with no pause between
+        await pilot.pause(0.1)
+        assert app.query_one("#filter-input").value == "error"
+        line_filter = app.query_one(LogView).line_filter
+        assert line_filter.pattern == "error" and line_filter.ranks is None and line_filter.min_level == 0
+        await pilot.press("slash", "x")  # a "/" inside the regex is text
+        assert app.query_one("#filter-input").value == "error/x"
+        await pilot.press("escape", "question_mark", "slash")
+        assert not app.query_one("#filter-input").display  # not opened behind the help screen
+
+
+async def test_escape_closes_the_filter_after_a_bad_regex():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("slash", "(", "x", "enter")
+        filter_input = app.query_one("#filter-input")
+        assert "bad regex" in status_text(app) and filter_input.display
+        await pilot.press("escape")
+        assert not filter_input.display and filter_input.value == ""
+        assert not filter_input.has_class("-invalid") and "bad regex" not in status_text(app)
+        await pilot.press("slash", "(", "escape")  # also while still typing in it
+        assert not filter_input.display and "bad regex" not in status_text(app)

@@ -44,7 +44,9 @@ class MonitorApp(App[int]):
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help"),
-        Binding("slash", "filter", "Filter"),
+        # A priority binding runs as the key is read, before the keys behind it are routed: a burst
+        # like "/error" (a paste, tmux send-keys) then goes into the input, not to e and r.
+        Binding("slash", "filter", "Filter", priority=True),
         Binding("e", "level('error')", "Errors"),
         Binding("w", "level('warning')", "Warnings"),
         Binding("r", "rank(1)", "Rank"),
@@ -321,17 +323,30 @@ class MonitorApp(App[int]):
 
     def on_key(self, event) -> None:
         filter_input = self.query_one("#filter-input", Input)
-        if event.key == "escape" and (filter_input.has_focus or self.query_one(LogView).line_filter.pattern):
+        # The bar may be open with a bad regex (the view kept the last good one, maybe none).
+        view = self.query_one(LogView)
+        open_bar = filter_input.display or filter_input.has_focus
+        if event.key == "escape" and (open_bar or view.line_filter.pattern):
             event.stop()
             filter_input.value = ""
+            filter_input.remove_class("-invalid")
             filter_input.display = False
-            self.query_one(LogView).focus()
+            self._set_filter(LineFilter(view.line_filter.ranks, view.line_filter.min_level, ""))
+            self._update_status()  # drops a "bad regex" message
+            view.focus()
 
     # ----- actions
     def action_filter(self) -> None:
+        if self.screen is not self.screen_stack[0]:
+            return  # the help or the quit question is up: a priority key must not act behind it
         filter_input = self.query_one("#filter-input", Input)
+        if filter_input.has_focus:
+            filter_input.insert_text_at_cursor("/")  # a "/" typed in the regex
+            return
         filter_input.display = True
-        filter_input.focus()
+        # Focused now, not on the next turn (what focus() does): the keys already read behind the "/"
+        # are routed to the focused widget.
+        self.screen.set_focus(filter_input)
 
     def action_level(self, level: str) -> None:
         view = self.query_one(LogView)
