@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -39,6 +40,8 @@ BATCH = 32
 BASE_LR = 0.1
 # A learning rate this large makes plain SGD on the regression below overflow within a few steps.
 DIVERGING_LR = 1e12
+# The default checkpoint directory under the system temp dir: this prefix and the launcher's pid.
+DEMO_DIR_PREFIX = "monitor-demo-"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -62,8 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--ckpt-dir", type=Path, default=None,
-        help="where checkpoints go (default: a temporary directory per launcher; "
-             "give a shared path when the ranks run on several nodes)",
+        help="where checkpoints go, kept after the run (default: a temporary directory per "
+             "launcher, removed when the run ends; give a shared path when the ranks run on "
+             "several nodes)",
     )
     parser.add_argument(
         "--rank-to-fail", type=int, default=None,
@@ -157,8 +161,41 @@ def train(args: argparse.Namespace) -> int:
         print(f"error: --rank-to-fail {rank_to_fail} is not a rank of this job (0..{world - 1})",
               file=sys.stderr)
         return 2
-    ckpt_dir = args.ckpt_dir or Path(tempfile.gettempdir()) / f"monitor-demo-{os.getppid()}"
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    if args.ckpt_dir is not None:
+        args.ckpt_dir.mkdir(parents=True, exist_ok=True)
+        return run_steps(args, rank, world, rank_to_fail, args.ckpt_dir)
+    # The ranks of one launcher share its pid: one directory for them all, without talking.
+    remove_orphaned_demo_dirs()
+    ckpt_dir = Path(tempfile.gettempdir()) / f"{DEMO_DIR_PREFIX}{os.getppid()}"
+    ckpt_dir.mkdir(exist_ok=True)
+    failed = True
+    try:
+        code = run_steps(args, rank, world, rank_to_fail, ckpt_dir)
+        failed = False
+        return code
+    finally:
+        # On success rank 0 removes it after the final barrier (every rank is done with it); a
+        # rank that failed removes it too, as no peer reads it after the start (bad-ckpt's files
+        # are read before the failure). A rank killed by a signal leaves it to the next run.
+        if failed or rank == 0:
+            shutil.rmtree(ckpt_dir, ignore_errors=True)
+
+
+def remove_orphaned_demo_dirs() -> None:
+    """Remove default checkpoint directories whose launcher is gone (its ranks were killed)."""
+    for path in Path(tempfile.gettempdir()).glob(f"{DEMO_DIR_PREFIX}*"):
+        pid = path.name[len(DEMO_DIR_PREFIX):]
+        if not pid.isdigit() or int(pid) == os.getppid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (PermissionError, OverflowError):
+            continue  # another user's live process, or not a pid
+
+
+def run_steps(args: argparse.Namespace, rank: int, world: int, rank_to_fail: int, ckpt_dir: Path) -> int:
 
     torch.manual_seed(0)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(FEATURES, 32), nn.ReLU(), nn.Linear(32, 1)))
