@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from diagnosis_helpers import run_lines
 
 from pathlib import Path
@@ -71,3 +72,24 @@ def test_segfault_remedy_says_how_to_see_a_crash_that_printed_nothing():
     assert "Its own output" not in segv.remedy
     (failed,) = run_lines(shipped_engine(), line.format(code=1)).findings
     assert "Its own output, just before, says why." in failed.remedy and "PYTHONFAULTHANDLER" not in failed.remedy
+
+
+@pytest.mark.parametrize("line, shown, hidden", [
+    ("RuntimeError: The total norm of order 2.0 for gradients from `parameters` is non-finite, so it cannot be clipped.",
+     "clip_grad_norm_(error_if_nonfinite=True)", ["Megatron", "Autograd anomaly"]),
+    ("RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output.",
+     "Autograd anomaly mode found NaN in the 0th output of LogSoftmaxBackward0", ["clip_grad_norm_", "Megatron"]),
+    ("AssertionError: Rank 5: found NaN in local grad norm in backward pass before data-parallel communication collective.",
+     "Megatron-LM's check found NaN in local grad norm", ["clip_grad_norm_", "Autograd anomaly"]),
+])
+def test_each_framework_nan_check_explains_only_itself(line, shown, hidden):
+    (finding,) = run_lines(shipped_engine(), line).findings
+    assert finding.rule == "nan-detected-by-framework" and shown in finding.remedy
+    assert not any(text in finding.remedy for text in hidden)
+
+
+def test_deepspeed_loss_scale_at_minimum_gets_the_fp16_remedy():
+    line = "[rank0]: Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."
+    (finding,) = run_lines(shipped_engine(), line).findings
+    assert finding.rule == "fp16-loss-scale-at-minimum" and finding.rank == 0
+    assert "bf16" in finding.remedy and "min_loss_scale" in finding.remedy and "clip_grad_norm_" not in finding.remedy
