@@ -99,9 +99,19 @@ async def test_demo_app_follows_the_replay_and_ends_on_the_root_cause(tmp_path):
             assert panel.root.rule == "python-exception" and panel.root.rank == 2
             view = app.query_one(LogView)
             assert app.store.text(view.cursor_index).startswith("[rank2]: ValueError: step 24")
-            # the log lines of the tracebacks carry no time: the panel says when it saw them, marked "~"
-            assert panel.first_time(panel.root).startswith("~")
-            assert "GPU none:" in str(app.query_one("#metrics").render())
+            # Every "first" time is the recorded line's time since the recorded job's start (a clock
+            # time would mix the recording's day, in the glog stamps, with the replay's today).
+            firsts = {f.rule: panel.first_time(f) for f in panel.findings}
+            assert all(t.startswith("+00:") for t in firsts.values()), firsts
+            root_at = int(firsts[panel.root.rule][4:])
+            assert all(int(t[4:]) >= root_at for t in firsts.values()), firsts  # consequences come after
+            for _ in range(60):  # the next metrics sample: the recording's last, after the ranks ended
+                metrics = str(app.query_one("#metrics").render())
+                if "ranks" not in metrics:
+                    break
+                await pilot.pause(0.05)
+            assert "GPU none:" in metrics
+            assert "job    replay ended: the recorded job exited with code 1" in metrics and "running" not in metrics
             assert app.progress.state.step == 23
     finally:
         replayer.stop()

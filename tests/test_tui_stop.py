@@ -1,9 +1,12 @@
-"""Ctrl-C and stop signals in the app: a job started by `monitor run` is stopped, then the app exits."""
+"""Fixes from a user walkthrough: Ctrl-C and stop signals, keys typed fast after "/", Esc after a bad
+regex, the job row and the findings' times in a replay."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+import pytest
 
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.tui import run_app
@@ -138,3 +141,25 @@ async def test_escape_closes_the_filter_after_a_bad_regex():
         assert not filter_input.has_class("-invalid") and "bad regex" not in status_text(app)
         await pilot.press("slash", "(", "escape")  # also while still typing in it
         assert not filter_input.display and "bad regex" not in status_text(app)
+
+
+def test_job_count_row_says_process_and_the_end():
+    from monitor.metrics.model import JobSample
+    from monitor.tui.metrics_panel import MetricsPanel
+
+    panel = MetricsPanel()
+    job = JobSample(root_pids=[1], alive=True, processes=[])
+    assert panel._job_rows(job, 100)[0].plain == "job    0 processes, running"
+    panel.job_ended = "replay ended: the recorded job exited with code 1"
+    assert panel._job_rows(job, 100)[0].plain == "job    replay ended: the recorded job exited with code 1"
+
+
+def test_timeline_shows_stamps_and_seen_times_since_the_job_start():
+    from monitor.tui import text_format as fmt
+    from monitor.tui.findings_panel import JobTimeline
+
+    assert (fmt.since_start(26.4), fmt.since_start(3725), fmt.since_start(-3)) == ("+00:26", "+1:02:05", "-00:03")
+    timeline = JobTimeline(started=1795256034.13, elapsed=lambda: 30.0)
+    assert timeline.stamp(1795256060.56) == pytest.approx(26.43)
+    # a year-less stamp read in a later year is still placed within the job
+    assert timeline.stamp(1795256060.56 + 365 * 86400) == pytest.approx(26.43)

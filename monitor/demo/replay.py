@@ -100,6 +100,18 @@ class Replayer:
     def paths(self) -> list[Path]:
         return [self.target / name for name in self.recording.streams]
 
+    def line_time(self, file: str, line: int) -> float | None:
+        """When the recorded job wrote line ``line`` (1-based) of a replayed ``file``, in seconds
+        since its start; None for a file or line that is not part of the recording."""
+        try:
+            name = Path(file).relative_to(self.target).as_posix()
+        except ValueError:
+            name = Path(file).as_posix()
+        lines = self.recording.streams.get(name)
+        if lines is None or not 1 <= line <= len(lines):
+            return None
+        return lines[line - 1][0]
+
     def elapsed(self) -> float:
         """Seconds of the recording replayed so far."""
         if self._started is None:
@@ -165,5 +177,7 @@ class RecordedMetrics:
             chosen = sample
         if chosen is None:
             raise RecordingFormatError("the recording holds no metrics samples")
+        if self._replayer.done.is_set() and chosen.job is not None:
+            chosen = replace(chosen, job=replace(chosen.job, alive=False))  # the recorded job has ended
         # Shown as happening now, like the lines being written now.
         return replace(chosen, time=time.time()), []

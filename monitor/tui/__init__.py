@@ -60,6 +60,7 @@ def demo_app(replayer, *, catalogue):
     from monitor.live.session import LiveSession
     from monitor.tui.app import MonitorApp
     from monitor.tui.feeds import SessionFeed
+    from monitor.tui.findings_panel import JobTimeline
 
     session = LiveSession([replayer.target], catalogue)
     recording = replayer.recording
@@ -70,7 +71,10 @@ def demo_app(replayer, *, catalogue):
         return f"replay ended: the recorded job exited with code {recording.meta.get('exit_code', '?')}"
 
     title = f"demo (replay ×{replayer.speed:g}): {recording.meta.get('what', 'recorded job')}"
-    return MonitorApp(SessionFeed(session, ended=ended), RecordedMetrics(recording, replayer), title=title)
+    # Times since the recorded job's start, for its log stamps and the replay's "seen" times alike.
+    timeline = JobTimeline(float(recording.meta.get("started", 0.0)), replayer.elapsed, replayer.line_time)
+    return MonitorApp(SessionFeed(session, ended=ended), RecordedMetrics(recording, replayer), title=title,
+                      timeline=timeline)
 
 
 def job_ending(code: int | None) -> str | None:

@@ -17,7 +17,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from monitor.diagnosis.model import Finding
 from monitor.progress import ProgressTracker
 from monitor.tui.feeds import LogBatch, LogFeed, MetricsFeed
-from monitor.tui.findings_panel import FindingsPanel, finding_key
+from monitor.tui.findings_panel import FindingsPanel, JobTimeline, finding_key
 from monitor.tui.log_store import LEVEL_ERROR, LEVEL_INFO, LEVEL_WARNING, FilterError, LineFilter, LogStore
 from monitor.tui.log_view import LogView
 from monitor.tui.messages import LogsArrived, MetricsSampled
@@ -69,8 +69,10 @@ class MonitorApp(App[int]):
         job=None,
         metrics_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        timeline: JobTimeline | None = None,
     ) -> None:
         super().__init__()
+        self.timeline = timeline
         self.log_feed = log_feed
         self.metrics_feed = metrics_feed
         self.job = job
@@ -103,7 +105,7 @@ class MonitorApp(App[int]):
                 yield Input(placeholder="regex: show only matching lines (Esc: clear)", id="filter-input")
                 yield Static(id="log-status")
                 yield LogView(self.store, id="log")
-            yield FindingsPanel(id="findings")
+            yield FindingsPanel(id="findings", timeline=self.timeline)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -263,6 +265,8 @@ class MonitorApp(App[int]):
 
     def _finish(self, note: str) -> None:
         self.finished_note = note
+        if note:
+            self.query_one(MetricsPanel).show_ended(note)
         self.sub_title = f"{self.sub_title} · {note}" if note else self.sub_title
         if self._root is not None:
             self.query_one(FindingsPanel).select(self._root)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rich.text import Text
 from textual.containers import Container, VerticalScroll
@@ -37,6 +38,25 @@ def order(findings: list[Finding], root: Finding | None) -> list[Finding]:
     )
 
 
+@dataclass(frozen=True)
+class JobTimeline:
+    """Show every time as +MM:SS since the job's start: a replay's log stamps are from the day it was
+    recorded and its "seen" times from today, so clock times would mix two days."""
+
+    # The job's start, in the clock of its log stamps (seconds since the epoch, as the engine reads them).
+    started: float
+    # How much of the job's time has gone by now (a replay: the recording's seconds replayed so far).
+    elapsed: Callable[[], float]
+    # The job's time of a log line (file, line number) when it is known exactly (a replay), else None.
+    line_time: Callable[[str, int], float | None] = lambda file, line: None
+
+    def stamp(self, first_seen: float) -> float:
+        offset = first_seen - self.started
+        # A stamp without a year is read in the current year: drop whole days of difference.
+        offset %= 86400.0
+        return offset - 86400.0 if offset > 43200.0 else offset
+
+
 def describe(finding: Finding, is_root: bool, first: str) -> Text:
     """The full story of one finding: where, evidence (literal text), and the remedy."""
     text = Text()
@@ -48,6 +68,8 @@ def describe(finding: Finding, is_root: bool, first: str) -> Text:
     if finding.rank is not None:
         where += f" (rank {finding.rank})"
     when = f"seen {first[1:]} (the line has no time)" if first.startswith("~") else f"logged {first}"
+    if first.lstrip("~")[:1] in ("+", "-"):
+        when += ", counted from the job's start"
     text.append(f"\nfirst at {where}, {when}")
     if finding.count > 1 or len(finding.ranks) > 1:
         text.append(f"; {finding.count}× on ranks {fmt.ranks(finding.ranks)}")
@@ -77,9 +99,11 @@ class FindingsPanel(Container):
             super().__init__()
             self.finding = finding
 
-    def __init__(self, *, clock: Callable[[], float] = time.time, **kwargs) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.time, timeline: JobTimeline | None = None,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
         self._clock = clock
+        self.timeline = timeline
         # When this panel first showed each finding: its "first" time when the log line has none.
         self._seen: dict[str, float] = {}
         self.findings: list[Finding] = []
@@ -107,7 +131,7 @@ class FindingsPanel(Container):
         self.root = root
         self._by_key = {finding_key(f): f for f in self.findings}
         root_key = finding_key(root) if root else None
-        now = self._clock()
+        now = self.timeline.elapsed() if self.timeline else self._clock()
         for key in self._by_key:
             self._seen.setdefault(key, now)
         rows = [(finding_key(f), self._cells(f, finding_key(f) == root_key)) for f in self.findings]
@@ -128,10 +152,17 @@ class FindingsPanel(Container):
         self._show_detail()
 
     def first_time(self, finding: Finding) -> str:
-        """The log line's time, or "~" and the time this panel first showed the finding."""
+        """The log line's time, or "~" and the time this panel first showed the finding (with a
+        timeline: both as +MM:SS since the job's start)."""
+        seen = self._seen.get(finding_key(finding))
+        if self.timeline is not None:
+            if finding.file and (recorded := self.timeline.line_time(finding.file, finding.line)) is not None:
+                return fmt.since_start(recorded)
+            if finding.first_seen is not None:
+                return fmt.since_start(self.timeline.stamp(finding.first_seen))
+            return "—" if seen is None else "~" + fmt.since_start(seen)
         if finding.first_seen is not None:
             return fmt.clock(finding.first_seen)
-        seen = self._seen.get(finding_key(finding))
         return "—" if seen is None else "~" + fmt.clock(seen)
 
     def _cells(self, finding: Finding, is_root: bool) -> tuple:

@@ -27,6 +27,12 @@ class MetricsPanel(Widget):
         self._gpu_util: dict[str, deque[float]] = {}
         self._cpu: deque[float] = deque(maxlen=HISTORY)
         self._rows = 0
+        # How the job ended, in words (from the log feed); replaces the process count once set.
+        self.job_ended: str | None = None
+
+    def show_ended(self, note: str) -> None:
+        self.job_ended = note
+        self.refresh(layout=True)
 
     def show(self, sample: Sample) -> None:
         self.sample = sample
@@ -119,8 +125,11 @@ class MetricsPanel(Widget):
     def _job_rows(self, job: JobSample, width: int) -> list[Text]:
         ranked = [p for p in job.processes if p.rank is not None]
         if not ranked:
+            if self.job_ended:
+                return [Text.assemble(("job    ", "bold"), (self.job_ended, "dim"))]
             state = "running" if job.alive else "ended"
-            return [Text(f"job    {len(job.processes)} processes, {state}", style="dim")]
+            count = len(job.processes)
+            return [Text(f"job    {count} process{'es' if count != 1 else ''}, {state}", style="dim")]
         wide = width >= 110
         per_row = max(1, width // (36 if wide else 15))
         rows, row = [], Text("ranks  ", style="bold")

@@ -37,6 +37,14 @@ def clock(timestamp: float | None) -> str:
     return "—" if timestamp is None else time.strftime("%H:%M:%S", time.localtime(timestamp))
 
 
+def since_start(seconds: float) -> str:
+    """Seconds since a job's start as +MM:SS (+H:MM:SS past an hour)."""
+    sign = "-" if seconds < 0 else "+"
+    whole = int(abs(seconds))
+    hours, rest = divmod(whole, 3600)
+    return f"{sign}{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{sign}{rest // 60:02d}:{rest % 60:02d}"
+
+
 def ranks(values: Iterable[int]) -> str:
     """[0, 1, 2, 3, 5] as "0-3,5"."""
     numbers = sorted(set(values))
