@@ -176,3 +176,26 @@ async def test_watch_app_follows_growing_files_with_real_metrics(tmp_path: Path)
             assert "host" in text and "ram" in text  # real psutil numbers
     finally:
         app.metrics_feed.close()
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+def test_demo_removes_its_scratch_folder_when_killed_by_a_stop_signal(tmp_path, signum):
+    import os
+    import signal
+
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    code = "import sys\nfrom monitor.cli import main\nsys.exit(main(['demo', '--headless', '--speed', '0.5']))\n"
+    proc = subprocess.Popen([sys.executable, "-c", code],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert "monitor demo: replaying" in proc.stdout.readline()
+        deadline = time.monotonic() + 10
+        while not list(tmp_path.glob("monitor-demo-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(tmp_path.glob("monitor-demo-*"))
+        proc.send_signal(getattr(signal, signum))
+        assert proc.wait(10) == -getattr(signal, signum)  # still dies of the signal
+    finally:
+        proc.kill()
+        proc.wait()
+    assert list(tmp_path.glob("monitor-demo-*")) == []

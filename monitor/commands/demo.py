@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         catalogue = load_catalogue()
     except (RecordingFormatError, RuleError) as exc:
         raise UsageError(str(exc)) from None
-    with tempfile.TemporaryDirectory(prefix="monitor-demo-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="monitor-demo-") as scratch, _removed_on_stop_signals(scratch):
         target = Path(args.keep) if args.keep else Path(scratch)
         if args.keep and target.exists() and any(target.iterdir()):
             raise UsageError(f"{target}: --keep needs an empty or new folder")
@@ -52,6 +53,30 @@ def run(args: argparse.Namespace) -> int:
             return launch_demo(replayer, catalogue=catalogue)
         finally:
             replayer.stop()
+
+
+@contextlib.contextmanager
+def _removed_on_stop_signals(scratch: str):
+    """SIGTERM and SIGHUP (the terminal closed) end the process without running ``finally``:
+    remove the scratch folder first, then die of the signal as before."""
+    import os
+    import shutil
+    import signal
+
+    def remove_and_die(signum: int, _frame) -> None:
+        shutil.rmtree(scratch, ignore_errors=True)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) != signal.SIG_IGN:  # nohup: stay deaf to it
+            previous[signum] = signal.signal(signum, remove_and_die)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _headless(replayer, catalogue) -> int:
