@@ -163,3 +163,33 @@ def test_timeline_shows_stamps_and_seen_times_since_the_job_start():
     assert timeline.stamp(1795256060.56) == pytest.approx(26.43)
     # a year-less stamp read in a later year is still placed within the job
     assert timeline.stamp(1795256060.56 + 365 * 86400) == pytest.approx(26.43)
+
+
+def test_invisible_format_characters_never_reach_the_screen():
+    from monitor.diagnosis.model import LogLine
+    from monitor.tui.log_store import LogStore
+
+    store = LogStore()
+    # The contract says LogLine.text is clean; the store still cleans a line that is not.
+    store.append(LogLine("a.log", 1, "loss \u202e5.1\u202c ok\u200b\u2066 done", 0))
+    assert store.text(0) == "loss 5.1 ok done"
+
+
+async def test_the_title_is_cleaned():
+    app = MonitorApp(ScriptedLogFeed(), None, clock=lambda: 0.0, title="python \x1b[31mtrain\u202e.py")
+    async with app.run_test(size=(100, 30)):
+        assert app.sub_title == "python train.py"
+
+
+async def test_help_lists_itself_ctrl_c_and_how_to_close_it():
+    from monitor.tui.screens import KEYS, HelpScreen
+
+    keys = dict(KEYS)
+    assert "Esc" in keys["?"] and "stop the job" in keys["ctrl+c"]
+    assert {"n / N", "c", "t"} <= set(keys)  # not in the footer at 80 columns
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("question_mark")
+        assert not isinstance(app.screen, HelpScreen)

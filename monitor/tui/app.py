@@ -15,6 +15,7 @@ from textual.widgets import Footer, Header, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from monitor.diagnosis.model import Finding
+from monitor.logs.decode import clean
 from monitor.progress import ProgressTracker
 from monitor.tui.feeds import LogBatch, LogFeed, MetricsFeed
 from monitor.tui.findings_panel import FindingsPanel, JobTimeline, finding_key
@@ -77,7 +78,7 @@ class MonitorApp(App[int]):
         self.metrics_feed = metrics_feed
         self.job = job
         self.metrics_interval = metrics_interval
-        self.sub_title = title
+        self.sub_title = clean(title)  # a command line or path can hold escape codes too
         self.store = LogStore()
         self.progress = ProgressTracker(clock=clock)
         self._clock = clock

@@ -29,7 +29,9 @@ _ERROR = regex.compile(
     r"|\[E\d{0,4}[ \d]"
 )
 _WARNING = regex.compile(r"\bWARN(?:ING)?\b|Warning\b|\bwarning:|\[W\d{0,4}[ \d]")
-_UNCLEAN = regex.compile(r"[\x00-\x08\x0a-\x1f\x7f\x9b]")
+# Control characters, and invisible format characters (bidirectional overrides such as U+202E,
+# zero-width spaces) that make a line show other than it reads.
+_UNCLEAN = regex.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\p{Cf}]")
 
 
 def line_level(text: str) -> int:

@@ -23,6 +23,9 @@ KEYS = (
     ("t", "dark / light theme"),
     ("ctrl+p", "command palette (all of the above by name)"),
     ("q", "quit (asks first when a job started by `monitor run` is still running)"),
+    ("ctrl+c", "`monitor run`: stop the job (SIGTERM to every rank; again: SIGKILL), quit when it ended;"
+               " otherwise quit"),
+    ("?", "this help; Esc (or ? or q) closes it"),
 )
 
 
