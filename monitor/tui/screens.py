@@ -11,6 +11,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 KEYS = (
+    # First: at 24 rows the end of the list is below the fold.
+    ("?", "this help; Esc (or ? or q) closes it"),
     ("/", "filter the log by regex (only matching lines; the count shows); Esc clears"),
     ("e / w", "only errors / errors and warnings (press again for all lines)"),
     ("r / R", "show only the next / previous rank (cycles back to all ranks)"),
@@ -25,7 +27,6 @@ KEYS = (
     ("q", "quit (asks first when a job started by `monitor run` is still running)"),
     ("ctrl+c", "`monitor run`: stop the job (SIGTERM to every rank; again: SIGKILL), quit when it ended;"
                " otherwise quit"),
-    ("?", "this help; Esc (or ? or q) closes it"),
 )
 
 
