@@ -69,8 +69,20 @@ class StopForwarder:
 
     def _forward(self, signum: int, _frame) -> None:
         self.received = signal.Signals(signum).name
+        if signum == signal.SIGHUP:
+            _leave_hung_up_terminal()
         if self.job is not None:
             self.job.stop(signum)
+
+
+def _leave_hung_up_terminal() -> None:
+    """The terminal is gone: writes to it now fail or hang (the screen's exit sequence, the end
+    report), and the monitor would never get to save the diagnosis. Point stdout and stderr at
+    /dev/null; the log and the files beside it still tell the whole story."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def _attached_to_terminal() -> bool:
