@@ -352,7 +352,8 @@ def _build_advice(item: dict, n: int, known: set[str], fail, loc: _Locator, star
 
 
 def _record_condition(item: dict, key: str, fail, loc: _Locator, line: int, end: int) -> regex.Pattern | None:
-    """An advice's ``unless_record``/``if_record`` regex (searched only in the finding's record)."""
+    """An advice's ``unless_record``/``if_record`` regex (searched only in the finding's record),
+    or any other advice condition's regex, compiled with its errors located."""
     if key not in item:
         return None
     raw = item[key]
@@ -366,17 +367,10 @@ def _record_condition(item: dict, key: str, fail, loc: _Locator, line: int, end:
 
 def _log_condition(item: dict, key: str, fail, loc: _Locator, line: int, end: int) -> regex.Pattern | None:
     """An advice's ``unless_log``/``if_log`` regex; it needs literal text for the prefilter."""
-    if key not in item:
-        return None
-    raw = item[key]
-    if not isinstance(raw, str):
-        raise fail(f"advice {key} must be a string", loc.key_line(key, line, end))
-    try:
-        pattern = regex.compile(raw)
-    except regex.error as exc:
-        raise fail(f"bad {key} pattern {raw!r}: {exc}", loc.key_line(key, line, end)) from None
-    if not required_literals(raw):
-        raise fail(f"{key} pattern {raw!r} needs literal text (at least 3 characters)", loc.key_line(key, line, end))
+    pattern = _record_condition(item, key, fail, loc, line, end)
+    if pattern is not None and not required_literals(pattern.pattern):
+        raise fail(f"{key} pattern {pattern.pattern!r} needs literal text (at least 3 characters)",
+                   loc.key_line(key, line, end))
     return pattern
 
 

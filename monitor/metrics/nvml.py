@@ -80,19 +80,8 @@ class Nvml:
         Any NVML error but GpuIsLost (NotSupported, FunctionNotFound, NoPermission, NotFound,
         ...) reads as None; GpuIsLost raises ``GpuLost`` so the caller marks the device.
         """
-        fn = getattr(self.lib, name, None)
-        if fn is None:
-            self.missing_functions.add(name)
-            return None
-        try:
-            result = fn(*args)
-        except self.lib.NVMLError as exc:
-            if isinstance(exc, getattr(self.lib, "NVMLError_GpuIsLost", ())):
-                raise GpuLost(str(exc)) from exc
-            if isinstance(exc, getattr(self.lib, "NVMLError_FunctionNotFound", ())):
-                self.missing_functions.add(name)
-            return None
-        return _decode(result)
+        outcome, result = self._try(name, args)
+        return _decode(result) if outcome == "ok" else None
 
     def call_ok(self, name: str, *args: Any) -> bool:
         """Call a function run for its effect; True when it succeeded."""
@@ -119,24 +108,30 @@ class Nvml:
             return None
         candidates = (chosen,) if chosen else names
         for name in candidates:
-            fn = getattr(self.lib, name, None)
-            if fn is None:
-                self.missing_functions.add(name)
+            outcome, result = self._try(name, args)
+            if outcome == "missing":
                 continue
-            try:
-                result = fn(*args)
-            except self.lib.NVMLError as exc:
-                if isinstance(exc, getattr(self.lib, "NVMLError_GpuIsLost", ())):
-                    raise GpuLost(str(exc)) from exc
-                if isinstance(exc, getattr(self.lib, "NVMLError_FunctionNotFound", ())):
-                    self.missing_functions.add(name)
-                    continue
-                self._chosen[family] = name
-                return None
             self._chosen[family] = name
-            return _decode(result)
+            return _decode(result) if outcome == "ok" else None
         self._chosen[family] = None
         return None
+
+    def _try(self, name: str, args: tuple) -> tuple[str, Any]:
+        """``("ok", result)``, ``("missing", None)`` when this driver lacks the symbol, or
+        ``("error", None)`` for any other NVML error; GpuIsLost raises ``GpuLost``."""
+        fn = getattr(self.lib, name, None)
+        if fn is None:
+            self.missing_functions.add(name)
+            return "missing", None
+        try:
+            return "ok", fn(*args)
+        except self.lib.NVMLError as exc:
+            if isinstance(exc, getattr(self.lib, "NVMLError_GpuIsLost", ())):
+                raise GpuLost(str(exc)) from exc
+            if isinstance(exc, getattr(self.lib, "NVMLError_FunctionNotFound", ())):
+                self.missing_functions.add(name)
+                return "missing", None
+            return "error", None
 
     def shutdown(self) -> None:
         with self._lock:
