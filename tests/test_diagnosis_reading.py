@@ -223,3 +223,24 @@ def test_cli_text_report_into_a_pipe_is_plain_100_columns_without_padding(tmp_pa
         assert all(line == line.rstrip() for line in lines)  # no padding
         assert max(map(len, lines)) == width  # the long evidence line fills the width
         assert "[/bold] match" in done.stdout and "\x1b" not in done.stdout  # markup-safe, no colour
+
+
+def test_fast_scan_cuts_an_overlong_progress_line_as_the_line_path_does(tmp_path):
+    # A tqdm bar redrawn with \r for more than MAX_LINE_BYTES, ending in the error: the line
+    # path keeps the bar's last state; the fast path must cut the line the same way, in one
+    # chunk and across chunks, or it never sees the error.
+    bar = b"".join(b"\r %3d%%|" % (i % 100) + b"#" * 40 for i in range(2600))
+    log = tmp_path / "tqdm.log"
+    log.write_bytes(
+        b"".join(b"step %d loss 1.0\n" % i for i in range(2001))
+        + bar + b"\r[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+        + b"x" * 300_000 + b"\rtorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB.\n"
+    )
+    catalogue = load_catalogue(include_user=False)
+    slow = [(f.rule, f.line, f.count) for f in diagnose_paths([str(log)], catalogue, fast=False).findings]
+    assert slow == [("cuda-oom", 2002, 2)]
+    for chunk in (64 * 1024, 1 << 20, 4 << 20):
+        engine = Engine(catalogue)
+        scan_file(log, engine, chunk_bytes=chunk)
+        engine.flush()
+        assert [(f.rule, f.line, f.count) for f in engine.findings] == slow, chunk

@@ -21,14 +21,14 @@ import os
 from monitor.diagnosis.engine import EARLY_LINES, Engine
 from monitor.diagnosis.ranks import rank_from_path
 from monitor.diagnosis.reader import UnreadableLog, make_line, open_log, read_chunks
-from monitor.logs.decode import MAX_LINE_BYTES, TRUNCATION_MARK
+from monitor.logs.decode import MAX_LINE_BYTES, LineAssembler
 
 CHUNK_BYTES = 4 << 20
-_MARK = TRUNCATION_MARK.encode()
 
 
 def _cut(raw: bytes) -> bytes:
-    return raw[:MAX_LINE_BYTES] + _MARK if len(raw) > MAX_LINE_BYTES else raw
+    """A complete raw line as ``LineAssembler`` keeps it (rare: only overlong lines differ)."""
+    return LineAssembler().feed(raw + b"\n")[0] if len(raw) > MAX_LINE_BYTES else raw
 
 
 def _has_control_hit(hits: list[int], first: int, end: int, controls: set[int]) -> bool:
@@ -51,8 +51,8 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
     prefilter = engine.prefilter
     number = 0
     carry = b""
-    # The head of a line longer than MAX_LINE_BYTES whose end is not read yet.
-    overflow = False
+    # A line longer than MAX_LINE_BYTES whose end is not read yet, cut as LineAssembler cuts it.
+    long_line: LineAssembler | None = None
 
     def feed(raw: bytes) -> None:
         engine.feed(make_line(name, number, raw, file_rank))
@@ -66,24 +66,23 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
                 raise UnreadableLog(f"{name}: read error after line {number}: {exc}", partial=True) from None
             if not data:
                 break
-            if overflow:
+            if long_line is not None:
                 end = data.find(b"\n")
                 if end < 0:
-                    continue  # still inside the overlong line: drop its middle
+                    long_line.feed(data)  # still inside the overlong line
+                    continue
                 number += 1
-                feed(carry + _MARK)
-                carry, overflow, data = b"", False, data[end + 1:]
+                feed(long_line.feed(data[:end + 1])[0])
+                long_line, data = None, data[end + 1:]
             block = carry + data
             cut = block.rfind(b"\n")
-            if cut < 0:
-                carry = block
-                if len(carry) > MAX_LINE_BYTES:
-                    carry, overflow = carry[:MAX_LINE_BYTES], True
-                continue
             size = cut + 1  # the block's complete lines; the rest is carried over
             carry = block[size:]
             if len(carry) > MAX_LINE_BYTES:
-                carry, overflow = carry[:MAX_LINE_BYTES], True
+                long_line, carry = LineAssembler(), b""
+                long_line.feed(block[size:])
+            if cut < 0:
+                continue
             view = memoryview(block)
             seen = engine.log_seen
             hits, controls = prefilter.chunk_hits(view[:size], seen)
@@ -113,9 +112,9 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
                 if everything or _has_control_hit(hits, hit, end, controls) or prefilter.raw_line_matters(raw, seen, check_control=False):
                     feed(raw)
                 pos = end + 1
-        if overflow:
+        if long_line is not None:
             number += 1
-            feed(carry + _MARK)
+            feed(long_line.flush())
         elif carry:
             number += 1
             feed(carry)
