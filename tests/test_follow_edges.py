@@ -246,3 +246,28 @@ def test_a_long_line_is_read_through_without_waiting_between_chunks(tmp_path):
         assert len(waits) <= 2, waits
     finally:
         follower.close()
+
+
+@pytest.mark.parametrize("body", [
+    b"".join(b"\x01\x02 step %d loss 1.0\n" % i for i in range(50)),  # control-heavy text
+    b"\0" * 4096 + b"step 1 loss 1.0\n",  # a preallocated file's NUL hole, then text
+    b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 8,  # a program
+])
+def test_watch_and_diagnose_agree_on_what_is_binary(tmp_path, body):
+    from monitor.diagnosis.reader import UnreadableLog, read_log
+
+    log = tmp_path / "x.log"
+    log.write_bytes(body)
+    try:
+        read_by_diagnose = [line.text for line in read_log(log)]
+    except UnreadableLog:
+        read_by_diagnose = None
+    follower = Follower([str(log)])
+    try:
+        update = follower.read(0.5)
+        binary_live = any("binary" in p for p in update.problems)
+        assert binary_live == (read_by_diagnose is None)
+        if read_by_diagnose is not None:
+            assert [line.text for line in update.lines] == read_by_diagnose
+    finally:
+        follower.close()

@@ -13,13 +13,11 @@ from pathlib import Path
 
 from monitor.diagnosis.model import LogLine
 from monitor.diagnosis.ranks import rank_from_path, split_prefix
-from monitor.logs.decode import LineAssembler, clean
+from monitor.logs.decode import SNIFF_BYTES, LineAssembler, clean, looks_binary
 
 CHUNK_BYTES = 1 << 20
 LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
 LOG_NAMES = {"stdout", "stderr", "log", "output"}
-_SNIFF_BYTES = 8192
-_BINARY_MAGIC = (b"\x7fELF", b"PK\x03\x04", b"\x89PNG", b"%PDF", b"\x80\x02", b"\x93NUMPY")
 
 
 class UnreadableLog(Exception):
@@ -57,23 +55,13 @@ def open_log(path: str | os.PathLike):
     path = Path(path)
     try:
         handle = gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
-        head = handle.peek(_SNIFF_BYTES)[:_SNIFF_BYTES] if hasattr(handle, "peek") else b""
+        head = handle.peek(SNIFF_BYTES)[:SNIFF_BYTES] if hasattr(handle, "peek") else b""
     except (OSError, EOFError) as exc:
         raise UnreadableLog(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if _looks_binary(head):
+    if looks_binary(head):
         handle.close()
         raise UnreadableLog(f"{path}: binary file, skipped")
     return handle
-
-
-def _looks_binary(head: bytes) -> bool:
-    if not head:
-        return False
-    if head.startswith(_BINARY_MAGIC):
-        return True
-    # Text logs may hold a few NULs (preallocated files) and colour codes, not a run of them.
-    controls = sum(1 for b in head if b < 9 or 13 < b < 32 and b != 27)
-    return head.count(b"\x00") > len(head) // 4 or controls > len(head) // 3
 
 
 def read_chunks(handle, size: int = CHUNK_BYTES) -> Iterator[bytes]:

@@ -30,6 +30,24 @@ _ESCAPES = regex.compile(
 _CONTROLS = regex.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 
 
+# How much of a file's start is looked at to tell a binary file from a log, and the starts of
+# binary formats people point a log tool at by mistake (ELF, zip/torch.save, PNG, PDF, pickle, .npy).
+SNIFF_BYTES = 8192
+_BINARY_MAGIC = (b"\x7fELF", b"PK\x03\x04", b"\x89PNG", b"%PDF", b"\x80\x02", b"\x93NUMPY")
+_TEXT_CONTROLS = frozenset(b"\x00\t\n\x0c\r\x1b")  # NUL: holes of preallocated or truncated files
+
+
+def looks_binary(head: bytes) -> bool:
+    """Whether a file starting with ``head`` is binary rather than a log: a known binary format,
+    or more than a tenth control bytes other than tab, line ends, escape and NUL. The one test
+    for ``diagnose`` and ``watch``, so both read the same files."""
+    if head.startswith(_BINARY_MAGIC):
+        return True
+    text = len(head) - head.count(0)
+    controls = sum(head.count(b) for b in range(0x20) if b not in _TEXT_CONTROLS)
+    return controls * 10 > text
+
+
 def clean(raw: bytes | str) -> str:
     """One raw line (with or without its line end) as clean text."""
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw

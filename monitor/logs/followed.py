@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from monitor.diagnosis.model import LogLine
-from monitor.logs.decode import LineAssembler, clean
+from monitor.logs.decode import SNIFF_BYTES, LineAssembler, clean, looks_binary
 from monitor.logs.sources import COMPRESSED_SUFFIXES
 
 Identity = tuple[int, int]
@@ -38,7 +38,6 @@ READ_CHUNK = 1024 * 1024
 # a file rewritten in place, and to recognise logrotate's copy of a file it then truncated.
 HEAD_BYTES = 256
 TAIL_BYTES = 256
-SNIFF_BYTES = 4096
 MARK_BYTES = 64
 
 
@@ -346,9 +345,3 @@ def is_rotated_name(base: str, name: str) -> bool:
     )
 
 
-def looks_binary(sample: bytes) -> bool:
-    """More than a tenth control bytes (other than tab, line ends, form feed, escape)."""
-    if not sample:
-        return False
-    controls = sum(sample.count(bytes([b])) for b in range(0x20) if b not in (0x09, 0x0A, 0x0C, 0x0D, 0x1B))
-    return controls * 10 > len(sample)
