@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from diagnosis_helpers import OOM_TRACEBACK, RULES, VALUE_ERROR_TRACEBACK, catalogue_from, run_lines
 
+from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.engine import Engine
 from monitor.diagnosis.model import LogLine
 from monitor.diagnosis.ranks import rank_from_path, rank_in_text, split_prefix
@@ -415,3 +416,18 @@ def test_first_seen_is_the_time_written_in_the_log_line_else_none(tmp_path):
     future = time.gmtime(time.time() + 3 * 86400)
     stamp = parse_timestamp(f"E{future.tm_mon:02d}{future.tm_mday:02d} 10:00:00.000 x")
     assert stamp is not None and stamp < time.time()
+
+
+def test_python_exception_title_follows_a_rank_learned_later():
+    # The same traceback first without a prefix (rank unknown), then from [rank1]: the finding
+    # takes rank 1, and its title must say so too.
+    engine = Engine(load_catalogue(include_user=False))
+    body = ['Traceback (most recent call last):', '  File "/home/u/train.py", line 9, in <module>',
+            'ValueError: bad batch']
+    lines = body + ["step 1"] + [f"[rank1]: {text}" for text in body] + ["[rank1]: step 2"]
+    for number, text in enumerate(lines, 1):
+        engine.feed(LogLine("a.log", number, text, 1 if text.startswith("[rank1]") else None))
+    engine.flush()
+    [finding] = [f for f in engine.findings if f.category == "python_exception"]
+    assert finding.rank == 1
+    assert finding.title == "ValueError on rank 1"

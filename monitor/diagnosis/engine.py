@@ -263,7 +263,7 @@ class Engine:
             cascade = exception.is_cascade
             role = "cascade" if cascade else "root"
             severity = "warning" if exception.short_type in pyexc.WARNING_TYPES else "error"
-            title = "{exc_type} on rank {rank}" if not cascade else "{exc_type} on rank {rank} (a consequence)"
+            title = pyexc.CASCADE_TITLE if cascade else pyexc.TITLE
             frame_line = next((i for i, b in enumerate(record.bodies)
                                if exception.frame_file and f'"{exception.frame_file}", line {exception.frame_line}' in b), None)
             if frame_line is not None and frame_line not in positions:
@@ -317,9 +317,9 @@ class Engine:
         rule = self._finding_rule.get(id(finding))
         values = self._values(finding)
         if rule is None:
-            template = pyexc.CASCADE_REMEDY if finding.role == "cascade" else pyexc.REMEDY
-            finding.title = render(finding.title, values, missing="?") if "{" in finding.title else finding.title
-            finding.remedy = render(template, values)
+            cascade = finding.role == "cascade"
+            finding.title = render(pyexc.CASCADE_TITLE if cascade else pyexc.TITLE, values, missing="?")
+            finding.remedy = render(pyexc.CASCADE_REMEDY if cascade else pyexc.REMEDY, values)
             return
         confirmed = rule.confirmed_title and CONFIRMED_BY in finding.fields
         finding.title = render(rule.confirmed_title if confirmed else rule.title, values, missing="?")

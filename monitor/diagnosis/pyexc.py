@@ -29,6 +29,9 @@ CASCADE_TYPES = {
 # Shown as warnings: stopping by signal is not in itself a failure of the program.
 WARNING_TYPES = {"KeyboardInterrupt", "SignalException", "SystemExit"}
 
+TITLE = "{exc_type} on rank {rank}"
+CASCADE_TITLE = "{exc_type} on rank {rank} (a consequence)"
+
 REMEDY = (
     "Uncaught {exc_type} on rank {rank}: {message}\n"
     "Raised from {frame_file}:{frame_line} in {frame_func}: start there.\n"
