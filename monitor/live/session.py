@@ -71,20 +71,28 @@ class LiveSession:
         live.lines = self._feed(update.lines, update.ended, now, live.new_findings)
         for file, since in list(self._quiet_since.items()):
             if now - since >= IDLE_FLUSH_S:
-                live.new_findings += self.engine.flush(file)
+                if self.engine.has_pending(file):  # else there is nothing to complete
+                    live.new_findings += self.engine.flush(file)
                 del self._quiet_since[file]
         self._update_stall(live, now)
         live.version = self.engine.version
         live.files = self.follower.files
         return live
 
-    def diagnosis(self) -> Diagnosis:
-        """The diagnosis so far, with every record in progress completed."""
+    def flush(self) -> None:
+        """Complete every record in progress (the source has ended)."""
         self.engine.flush()
         self._quiet_since.clear()
+
+    def root_cause(self) -> Finding | None:
+        """The engine's root cause; when nothing failed but the job went silent, the stall."""
+        return self.engine.root_cause() or self.stall.active
+
+    def diagnosis(self) -> Diagnosis:
+        """The diagnosis so far, with every record in progress completed."""
+        self.flush()
         diagnosis = self.engine.diagnosis(self.follower.files)
-        if diagnosis.root_cause is None and self.stall.active is not None:
-            diagnosis.root_cause = self.stall.active  # nothing failed, but the job went silent
+        diagnosis.root_cause = self.root_cause()
         diagnosis.problems = self.problems + diagnosis.problems
         return diagnosis
 

@@ -86,13 +86,12 @@ class SessionFeed:
         batch = LogBatch(lines=list(update.lines), files=[str(f) for f in update.files], problems=list(update.problems))
         if note is not None and not update.lines:
             # Everything the source wrote has been read: complete the records still open.
-            self.session.diagnosis()
+            self.session.flush()
             batch.finished, batch.note = True, note
         engine = self.session.engine
         if engine.version != self._version or update.new_findings or update.cleared:
             self._version = engine.version
-            # A silent job with nothing failed: the stall is what there is to explain.
-            root = engine.root_cause() or self.session.stall.active
+            root = self.session.root_cause()
             # Copies: the engine goes on updating its findings in this thread while the UI draws them.
             batch.findings = [self._snapshot(f) for f in engine.findings]
             batch.root_cause = self._snapshot(root) if root is not None else None
