@@ -44,7 +44,11 @@ class JobReader:
         self._reads += 1
         self._last_roots = roots
         tree: dict[int, psutil.Process] = {}
-        for pid in roots:
+        # Parents first (a lower PID, as a rule): a root already found below another root needs
+        # no walk of its own (a runner passes the whole tree as roots; each walk scans /proc).
+        for pid in sorted(roots):
+            if pid in tree:
+                continue
             root = self._process(pid)
             if root is None:
                 continue
