@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from metrics_fake_nvml import GIB, FakeNvml, FakeProcess, make_gpus
+from metrics_fake_nvml import GIB, FakeNvml, make_gpus
 
 from monitor.metrics.history import History
 from monitor.metrics.model import GpuEvent, GpuProcess, GpuSample, HostSample, JobProcess, JobSample, Sample

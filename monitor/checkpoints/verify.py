@@ -27,6 +27,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from monitor.units import binary_size
+
 CHUNK = 1 << 20
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 # A safetensors header larger than this is corruption, not metadata (safetensors caps it at 100 MB).
@@ -68,14 +70,6 @@ class CheckResult:
 
     def to_json(self) -> dict:
         return {"path": str(self.path), "status": self.status, "kind": self.kind, "detail": self.detail}
-
-
-def _size_text(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError
 
 
 # -- inert unpickling ----------------------------------------------------------------------------
@@ -172,7 +166,7 @@ def _check_zip(path: Path, deep: bool) -> str:
         if f"{prefix}data/{key}" not in names:
             raise CorruptCheckpoint(f"data.pkl refers to storage {key} but data/{key} is missing")
     checked = f"{len(members)} members CRC-checked" if deep else "structure only"
-    return f"torch zip, {len(storages)} tensor storages, {checked}, {_size_text(total)}"
+    return f"torch zip, {len(storages)} tensor storages, {checked}, {binary_size(total)}"
 
 
 def _check_legacy(path: Path, size: int) -> str:
@@ -183,7 +177,7 @@ def _check_legacy(path: Path, size: int) -> str:
             if file.tell() != size:
                 raise CorruptCheckpoint(f"{size - file.tell()} bytes after the pickle: not a "
                                         "plain pickle, not a torch legacy checkpoint")
-            return f"pickle, {_size_text(size)}"
+            return f"pickle, {binary_size(size)}"
         _unpickle(file)  # protocol version
         _unpickle(file)  # system info
         _, storages = _unpickle(file)
@@ -203,7 +197,7 @@ def _check_legacy(path: Path, size: int) -> str:
         if numel < 0 or end > size:
             raise CorruptCheckpoint(f"truncated: storage {key} needs bytes up to {end}, the file has {size}")
         offset = end
-    return f"torch legacy, {len(keys)} tensor storages, {_size_text(size)}"
+    return f"torch legacy, {len(keys)} tensor storages, {binary_size(size)}"
 
 
 def _check_safetensors(path: Path, size: int) -> str:
@@ -248,7 +242,7 @@ def _check_safetensors(path: Path, size: int) -> str:
         position = end
     if position != data_len:
         raise CorruptCheckpoint(f"{data_len - position} bytes after the last tensor")
-    return f"safetensors, {len(spans)} tensors, {_size_text(size)}"
+    return f"safetensors, {len(spans)} tensors, {binary_size(size)}"
 
 
 def _check_distributed(directory: Path) -> str:
@@ -273,7 +267,7 @@ def _check_distributed(directory: Path) -> str:
         if size < end:
             raise CorruptCheckpoint(f"truncated: {name} has {size} bytes, .metadata needs {end}")
         total += size
-    return f"torch distributed checkpoint, {len(needed)} files, {len(items)} items, {_size_text(total)}"
+    return f"torch distributed checkpoint, {len(needed)} files, {len(items)} items, {binary_size(total)}"
 
 
 def _kind(head: bytes, size: int) -> str:

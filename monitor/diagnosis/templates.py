@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import regex
 
+from monitor.units import binary_size
+
 _FIELD = regex.compile(r"\{\{|\}\}|\{([A-Za-z_]\w*)(?::(size))?\}")
-_UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 def human_size(count: str) -> str | None:
     """A byte count (digits) as a size in binary units with one decimal; None if not a count."""
     if not count.isdigit():
         return None
-    value, unit = float(count), 0
-    while value >= 1024 and unit < len(_UNITS) - 1:
-        value, unit = value / 1024, unit + 1
-    return f"{int(value)} bytes" if unit == 0 else f"{value:.1f} {_UNITS[unit]}"
+    value = int(count)
+    return f"{value} bytes" if value < 1024 else binary_size(value)
 
 
 # Rank phrases and their rank-less forms, tried in order (the first ones are the longer ones).

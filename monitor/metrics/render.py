@@ -6,6 +6,7 @@ import time
 
 from monitor.diagnosis.model import Finding
 from monitor.metrics.model import GpuSample, HostSample, JobSample, Sample
+from monitor.units import binary_size
 
 
 def render_sample(sample: Sample) -> str:
@@ -104,10 +105,4 @@ def _job_lines(job: JobSample) -> list[str]:
 
 def size(value: float | None) -> str:
     """Bytes in binary units: 512 B, 3.2 MiB, 78.0 GiB; "?" when not available."""
-    if value is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return "?"
+    return "?" if value is None else binary_size(value)

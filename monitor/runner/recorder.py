@@ -45,9 +45,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def write_state(path: Path, state: dict) -> None:
-    """Replace the state file atomically, so a reader never sees half of it."""
+    """Replace a JSON side file atomically, so a reader never sees half of it."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(state, indent=1))
+    tmp.write_text(json.dumps(state, indent=1, default=str))
     os.replace(tmp, path)
 
 

@@ -4,7 +4,6 @@ mode stdout carries exactly the job's bytes."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 from monitor.diagnosis.model import Diagnosis, Finding
 from monitor.runner import explain, launchers, preflight, restart
 from monitor.runner.job import Job, JobStartError, RecordOptions, new_log_path, side_file
+from monitor.runner.recorder import write_state
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -132,7 +132,7 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
             "launcher": plan.launcher, "under_srun": plan.under_srun,
             "slurm": launchers.slurm_context(), "log": str(log_path),
             "preflight": [f.to_json() for f in checks]}
-    _write_json(side_file(log_path, "meta"), meta)
+    write_state(side_file(log_path, "meta"), meta)
     headless = launch_run is None
     record = RecordOptions(tee=headless, use_pty=not headless or sys.stdout.isatty(),
                            grace_s=options.grace_s)
@@ -222,13 +222,7 @@ def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.Restart
                 "extra_logs": [str(p) for p in job.extra_log_paths()], "slurm": meta["slurm"],
                 "attempt": meta["attempt"], "restart": decision.to_json()}
     path = side_file(job.log_path, "diagnosis")
-    _write_json(path, {"run": run_info, **diagnosis.to_json()})
+    write_state(path, {"run": run_info, **diagnosis.to_json()})
     meta.update(exit_code=code, ended=time.time(), restart=decision.to_json())
-    _write_json(side_file(job.log_path, "meta"), meta)
+    write_state(side_file(job.log_path, "meta"), meta)
     say(f"exit code {code}; diagnosis saved to {path}")
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)

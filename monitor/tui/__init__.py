@@ -79,16 +79,12 @@ def demo_app(replayer, *, catalogue):
 
 def job_ending(code: int | None) -> str | None:
     """How a job ended, in words (None while it runs). Codes above 128 are 128 + a signal."""
-    import signal
+    from monitor.runner.processes import signal_name
 
     if code is None:
         return None
-    if code > 128:
-        try:
-            return f"job exited with code {code} ({signal.Signals(code - 128).name})"
-        except ValueError:
-            pass
-    return f"job exited with code {code}"
+    name = signal_name(code)
+    return f"job exited with code {code} ({name})" if name else f"job exited with code {code}"
 
 
 def _run(app) -> int:
