@@ -238,7 +238,8 @@ class SignalDetector:
         utils = [g.utilization_gpu_percent for g in gpus]
         if any(u is None for u in utils):
             return []
-        idle = job.alive and history.span_s() >= t.idle_s and all(
+        # The history scan is the costly part: only when every GPU is idle right now.
+        idle = job.alive and all(u <= t.idle_percent for u in utils) and history.span_s() >= t.idle_s and all(
             _was_busy_then_idle(history, g, t.idle_percent, t.idle_s) for g in gpus
         )
         latch = self._latch(("idle",), 0.0, 0.0)
@@ -439,8 +440,10 @@ def _ranks_on(gpu: GpuSample | None, job: JobSample | None) -> list[int]:
 def _was_busy_then_idle(history: History, gpu: GpuSample, idle_percent: float, seconds: float) -> bool:
     name = gpu_series(gpu, "utilization_gpu_percent")
     recent = history.stats(name, seconds)
+    if recent is None or recent.max > idle_percent:
+        return False  # busy lately: no need to scan the whole history
     ever = history.stats(name)
-    return recent is not None and ever is not None and recent.max <= idle_percent < ever.max
+    return ever is not None and idle_percent < ever.max
 
 
 def _largest_process(job: JobSample | None) -> str:

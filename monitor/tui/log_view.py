@@ -108,6 +108,8 @@ class LogView(ScrollView, can_focus=True):
         self.post_message(self.StatusChanged())
 
     def set_marks(self, marks: dict[int, str]) -> None:
+        if marks == self.marks:
+            return  # counts changed, not which lines are marked: nothing to redraw
         self.marks = marks
         self._cache.clear()
         self.refresh()
