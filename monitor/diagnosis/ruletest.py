@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from monitor.diagnosis.catalogue import Catalogue, Rule
 from monitor.diagnosis.engine import Engine
+from monitor.diagnosis.literals import required_literals
 from monitor.diagnosis.model import LogLine
 from monitor.logs.decode import clean
 
@@ -64,7 +65,26 @@ def noisy_prefilters(catalogue: Catalogue, rules: list[Rule] | None = None) -> l
                     "give prefilter = [...] with text only the failure prints"
                 )
                 break
+        for advice in rule.advice:
+            for condition in (advice.unless_log, advice.if_log):
+                literal = condition and _ordinary_hit(condition.pattern)
+                if literal:
+                    warnings.append(
+                        f"{rule.where}: rule {rule.id}: warning: an advice log condition is looked for through "
+                        f"{literal!r}, which ordinary lines print: diagnose will check it on most lines of a "
+                        "big log; spell the pattern so that its literal text is what only that setting prints"
+                    )
     return warnings
+
+
+def _ordinary_hit(pattern: str) -> str | None:
+    """A literal through which the prefilter looks for ``pattern`` that ordinary lines contain
+    (in the spellings searched for a case-insensitive pattern), or None."""
+    spellings = (lambda s: {s, s.lower(), s.upper(), s.capitalize()}) if "(?i" in pattern else (lambda s: {s})
+    for literal in required_literals(pattern) or ():
+        if any(form in line for form in spellings(literal) for line in ORDINARY_LINES):
+            return literal
+    return None
 
 
 def check_rules(catalogue: Catalogue, rules: list[Rule] | None = None) -> tuple[int, list[str]]:
