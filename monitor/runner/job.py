@@ -21,9 +21,12 @@ from monitor.runner.processes import descendants, signal_job
 
 # How long the recorder may take to start the job before we call it broken.
 START_TIMEOUT_S = 30.0
-# Starts the recorder without the current directory on sys.path: a training repo with its own
-# ``monitor`` package (a common name) must not shadow ours.
-RECORDER_BOOT = "import sys; del sys.path[0]; from monitor.runner.recorder import main; sys.exit(main())"
+# Starts the recorder from the very package this monitor runs from: the current directory (a
+# training repo with its own ``monitor`` package, a common name) must not shadow it, nor may a
+# stale install elsewhere on the path.
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+RECORDER_BOOT = (f"import sys; sys.path[0] = {PACKAGE_ROOT!r}; "
+                 "from monitor.runner.recorder import main; sys.exit(main())")
 
 
 class JobStartError(Exception):

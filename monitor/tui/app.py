@@ -11,12 +11,14 @@ from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Container, Vertical
+from textual.drivers.linux_driver import LinuxDriver
 from textual.widgets import Footer, Header, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from monitor.diagnosis.model import Finding
 from monitor.logs.decode import clean
 from monitor.progress import ProgressTracker
+from monitor.tui.driver import HangUpSafeDriver
 from monitor.tui.feeds import LogBatch, LogFeed, MetricsFeed
 from monitor.tui.findings_panel import FindingsPanel, JobTimeline, finding_key
 from monitor.tui.log_store import LEVEL_ERROR, LEVEL_INFO, LEVEL_WARNING, FilterError, LineFilter, LogStore
@@ -94,6 +96,11 @@ class MonitorApp(App[int]):
         self.files: list[str] = []  # every file followed so far
         # The job is being stopped (Ctrl-C here, or a signal to the monitor): the app exits at its end.
         self.stopping = False
+
+    def get_driver_class(self):
+        """Textual's own choice, except that the terminal driver survives a hang-up."""
+        driver_class = super().get_driver_class()
+        return HangUpSafeDriver if driver_class is LinuxDriver else driver_class
 
     # ----- layout
     def compose(self) -> ComposeResult:
