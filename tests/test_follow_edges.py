@@ -195,10 +195,19 @@ def test_permission_error_is_reported_once_and_recovers(tmp_path, monkeypatch):
 
 def test_switches_to_polling_when_file_events_do_not_arrive(tmp_path, monkeypatch):
     """As on NFS written from another node: the directory is watched, no event ever comes."""
-    from monitor.logs.fs_events import FileEvents
+    from monitor.logs import follow
 
-    monkeypatch.setattr(FileEvents, "drain", lambda self: [])
-    monkeypatch.setattr(FileEvents, "get", lambda self, timeout: time.sleep(timeout))
+    class NoEvents:
+        def get(self, timeout):
+            time.sleep(timeout)
+
+        def drain(self):
+            return []
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(follow, "open_file_events", lambda watches: NoEvents())
     log = tmp_path / "a.log"
     log.write_text("one\n")
     follower = Follower([str(log)])

@@ -13,9 +13,6 @@ from monitor.live.session import LiveSession
 from live_helpers import ProgressiveCopy, finding_key, sample_units, step_until_quiet
 
 UNITS = sample_units()
-# watchdog's own note when a folder tree appears at once (monitor.logs.fs_events silences it
-# outside pytest, which resets warning filters per test).
-pytestmark = pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning")
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,10 @@ returns the new lines of all files in the order they were read, each once:
 - line numbers count from 1 in each generation of a file (see ``followed.py``);
 - ``rank`` is left None here: the live session attributes ranks like ``diagnose`` does.
 
-Change detection: inotify events (watchdog) wake the reader at once; a safety poll stats every
-file every ``SAFETY_POLL_S`` seconds anyway and rescans directories and globs. With ``poll=True``
-(NFS, Lustre) or where inotify cannot be set up, only polling is used, every ``POLL_S``.
+Change detection: file events (``fs_events``: inotify on Linux, else watchdog) wake the reader
+at once; a safety poll stats every file every ``SAFETY_POLL_S`` seconds anyway and rescans
+directories and globs. With ``poll=True`` (NFS, Lustre) or where events cannot be set up, only
+polling is used, every ``POLL_S``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from monitor.diagnosis.model import LogLine
 from monitor.logs.followed import (
     FROM_START, DescriptorCache, FollowedFile, Identity, ReadOutput, ReadUpTo, is_rotated_name,
 )
-from monitor.logs.fs_events import RESCAN, FileEvents
+from monitor.logs.fs_events import OVERFLOW, RESCAN, FileEvents, open_file_events
 from monitor.logs.sources import Source, parse_source
 
 POLL_S = 0.5
@@ -80,7 +81,7 @@ class Follower:
         self._events: FileEvents | None = None
         if not poll:
             try:
-                self._events = FileEvents(self._watches())
+                self._events = open_file_events(self._watches())
             except OSError as exc:
                 self.polling = True
                 self._problems.append(f"file events unavailable ({exc.strerror or exc}); polling every {poll_interval} s")
@@ -107,7 +108,7 @@ class Follower:
         if self._events is not None:
             # The new files may sit under directories not watched yet.
             self._events.close()
-            self._events = FileEvents(self._watches())
+            self._events = open_file_events(self._watches())
         self._discover()
 
     def pending(self) -> dict[str, str]:
@@ -268,6 +269,8 @@ class Follower:
     def _note_event(self, path: str) -> None:
         if path == RESCAN:
             self._next_rescan = 0.0
+        elif path == OVERFLOW:
+            self._dirty.update(self._files)
         elif path in self._event_names:
             name = self._event_names[path]
             self._dirty.add(name)

@@ -1,91 +1,39 @@
-"""File-system change events (inotify through watchdog), reduced to "look at this path again".
+"""File-system change events, reduced to "look at this path again".
 
-watchdog's observer thread only puts paths on a queue; all reading happens in the thread that
-calls ``Follower.read``. Where events do not arrive (NFS, Lustre) or cannot be set up (the
-inotify watch limit), the follower polls; it also keeps a slow safety poll when events work.
+All reading happens in the thread that calls ``Follower.read``; the events only say which
+path to look at. Where events do not arrive (NFS, Lustre) or cannot be set up (the inotify
+watch limit), the follower polls; it also keeps a slow safety poll when events work.
+
+A backend has ``get(timeout) -> path | None`` (blocks until a path changed), ``drain() ->
+[path]`` (what is waiting, without blocking) and ``close()``; paths are absolute, or:
 """
 
 from __future__ import annotations
 
-import queue
-import warnings
+import sys
+from typing import Protocol
 
-from watchdog.events import (
-    DirCreatedEvent,
-    DirMovedEvent,
-    FileAttribEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
-
-# Events the follower acts on. Opens and closes are left out: our own reads would cause them.
-WATCHED_EVENTS = [
-    FileModifiedEvent, FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileAttribEvent,
-    DirCreatedEvent, DirMovedEvent,
-]
-
-# Put on the queue when a directory appeared or moved: its files must be discovered.
+# A directory appeared, moved or went away: its files must be discovered again.
 RESCAN = ""
-
-# watchdog warns when a directory tree appears faster than its recursive watch adds sub-watches
-# (torchrun creating attempt_0/<rank>/): the watch is re-added, nothing is lost.
-warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning, module=r"watchdog\.")
+# The kernel's event queue overflowed: events were lost, every file must be looked at.
+OVERFLOW = "\0overflow"
 
 
-class _Enqueue(FileSystemEventHandler):
-    def __init__(self, paths: queue.SimpleQueue[str]) -> None:
-        self._paths = paths
+class FileEvents(Protocol):
+    def get(self, timeout: float) -> str | None: ...
 
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.is_directory:
-            self._paths.put(RESCAN)
-            return
-        self._paths.put(str(event.src_path))
-        dest = getattr(event, "dest_path", "")
-        if dest:
-            self._paths.put(str(dest))
+    def drain(self) -> list[str]: ...
+
+    def close(self) -> None: ...
 
 
-class FileEvents:
-    """Watches directories; ``get(timeout)`` blocks until a path changed (or the timeout)."""
+def open_file_events(watches: list[tuple[str, bool]]) -> FileEvents:
+    """Watch ``watches`` ((directory, recursive) pairs): inotify read in the caller's thread on
+    Linux, watchdog's observer elsewhere. Raises OSError where events cannot be set up."""
+    if sys.platform.startswith("linux"):
+        from monitor.logs.inotify import InotifyEvents
 
-    def __init__(self, watches: list[tuple[str, bool]]) -> None:
-        """``watches``: (directory, recursive) pairs. Raises OSError if inotify is unavailable."""
-        self._paths: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self._observer = Observer()
-        self._observer.daemon = True
-        handler = _Enqueue(self._paths)
-        try:
-            for folder, recursive in watches:
-                self._observer.schedule(handler, folder, recursive=recursive, event_filter=WATCHED_EVENTS)
-            self._observer.start()
-        except BaseException:
-            self.close()
-            raise
+        return InotifyEvents(watches)
+    from monitor.logs.watchdog_events import WatchdogEvents
 
-    def get(self, timeout: float) -> str | None:
-        try:
-            return self._paths.get(timeout=timeout) if timeout > 0 else self._paths.get_nowait()
-        except queue.Empty:
-            return None
-
-    def drain(self) -> list[str]:
-        paths: list[str] = []
-        while True:
-            try:
-                paths.append(self._paths.get_nowait())
-            except queue.Empty:
-                return paths
-
-    def close(self) -> None:
-        try:
-            self._observer.stop()
-            if self._observer.is_alive():
-                self._observer.join(timeout=2)
-        except RuntimeError:
-            pass
+    return WatchdogEvents(watches)

@@ -1,0 +1,145 @@
+"""File events on real folders: inotify read in the follower's thread (Linux), and watchdog's
+observer (elsewhere; run here too, so that path is not left untested)."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import time
+
+import pytest
+
+from monitor.logs import follow, inotify
+from monitor.logs.follow import Follower
+from monitor.logs.fs_events import RESCAN
+from monitor.logs.inotify import InotifyEvents
+from monitor.logs.watchdog_events import WatchdogEvents
+
+from follow_helpers import SeqWriter, follow_until_done, seqs
+
+BACKENDS = {"inotify": InotifyEvents, "watchdog": WatchdogEvents}
+# watchdog's own note when a folder tree appears at once (watchdog_events silences it outside
+# pytest, which resets warning filters per test).
+pytestmark = pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning")
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request):
+    return BACKENDS[request.param]
+
+
+def collect(events, until, timeout=5.0) -> list[str]:
+    """Paths reported until ``until(paths)`` holds (or the timeout)."""
+    paths: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not until(paths) and time.monotonic() < deadline:
+        path = events.get(0.1)
+        if path is not None:
+            paths.append(path)
+        paths += events.drain()
+    return paths
+
+
+def test_writes_renames_and_new_folders_are_reported(tmp_path, backend):
+    events = backend([(str(tmp_path), False)])
+    try:
+        log = tmp_path / "rank0.log"
+        with open(log, "ab") as handle:
+            handle.write(b"step 1\n")
+        assert str(log) in collect(events, lambda p: str(log) in p)
+        os.rename(log, tmp_path / "rank0.log.1")
+        moved = collect(events, lambda p: str(tmp_path / "rank0.log.1") in p)
+        assert {str(log), str(tmp_path / "rank0.log.1")} <= set(moved)
+        (tmp_path / "attempt_0").mkdir()
+        assert RESCAN in collect(events, lambda p: RESCAN in p)
+    finally:
+        events.close()
+
+
+def test_a_recursive_watch_covers_folders_created_later(tmp_path, backend):
+    # torchrun --log-dir creates attempt_0/<rank>/ after the job started.
+    events = backend([(str(tmp_path), True)])
+    try:
+        rank_dir = tmp_path / "attempt_0" / "3"
+        rank_dir.mkdir(parents=True)
+        collect(events, lambda p: False, timeout=0.5)  # the new folders get their watches
+        log = rank_dir / "stderr.log"
+        with open(log, "ab") as handle:
+            handle.write(b"[rank3]: step 1\n")
+        assert str(log) in collect(events, lambda p: str(log) in p)
+    finally:
+        events.close()
+
+
+def test_a_lost_event_queue_makes_the_follower_look_at_every_file(tmp_path):
+    # More events than the kernel queues (fs.inotify.max_queued_events, 16384 by default): the
+    # queue overflows, the events of rank2's write are lost, and rank2 must be read anyway.
+    limit = int(open("/proc/sys/fs/inotify/max_queued_events").read())
+    paths = [tmp_path / f"rank{r}.log" for r in range(3)]
+    for path in paths:
+        path.touch()
+    follower = Follower([str(tmp_path)])
+    assert len(follower.read(0.2).new_files) == 3
+    fds = [os.open(p, os.O_WRONLY | os.O_APPEND) for p in paths]
+    writes = limit + 100
+    for n in range(writes):  # alternating files: consecutive events differ, none are merged
+        os.write(fds[n % 2], f"line {n}\n".encode())
+    os.write(fds[2], b"rank2 last words\n")
+    for fd in fds:
+        os.close(fd)
+    follower._take_events()
+    assert str(paths[2]) in follower._dirty
+    got = []
+    deadline = time.monotonic() + 10
+    while len(got) < writes + 1 and time.monotonic() < deadline:
+        got += follower.read(0.1).lines
+    assert len(got) == writes + 1 and got[-1].text == "rank2 last words"
+    follower.close()
+
+
+def test_the_inotify_watch_limit_falls_back_to_polling_and_says_which_limit(tmp_path, monkeypatch):
+    real = inotify._libc()
+
+    class LimitReached:
+        inotify_init1 = real.inotify_init1
+
+        @staticmethod
+        def inotify_add_watch(fd, path, mask):
+            ctypes.set_errno(errno.ENOSPC)
+            return -1
+
+    monkeypatch.setattr(inotify, "_libc", lambda: LimitReached)
+    log = tmp_path / "train.log"
+    log.write_text("one\n")
+    follower = Follower([str(log)], poll_interval=0.05)
+    update = follower.read(0.5)
+    assert follower.polling
+    assert update.problems == [
+        f"file events unavailable (watching {tmp_path}: the inotify watch limit is reached "
+        "(sysctl fs.inotify.max_user_watches)); polling every 0.05 s"
+    ]
+    with open(log, "a") as handle:
+        handle.write("two\n")
+    got = update.lines
+    deadline = time.monotonic() + 5
+    while len(got) < 2 and time.monotonic() < deadline:
+        got += follower.read(0.1).lines
+    assert [line.text for line in got] == ["one", "two"]
+    follower.close()
+
+
+def test_rotation_is_followed_on_watchdogs_events_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(follow, "open_file_events", WatchdogEvents)
+    path = str(tmp_path / "train.log")
+    writer = SeqWriter(path, 1500)
+
+    def rotate(w: SeqWriter) -> None:
+        os.rename(w.path, w.path + ".1")
+        w.actions[720] = lambda w2: w2.reopen()
+
+    writer.actions[700] = rotate
+    follower = Follower([str(tmp_path)])
+    assert isinstance(follower._events, WatchdogEvents)
+    lines, _ = follow_until_done(follower, [writer])
+    assert sorted(seqs(lines)) == list(range(1500))
