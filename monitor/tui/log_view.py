@@ -110,8 +110,7 @@ class LogView(ScrollView, can_focus=True):
     def set_marks(self, marks: dict[int, str]) -> None:
         if marks == self.marks:
             return  # counts changed, not which lines are marked: nothing to redraw
-        self.marks = marks
-        self._cache.clear()
+        self.marks = marks  # part of each cached line's key: lines whose mark changed redraw
         self.refresh()
 
     def row_of(self, index: int) -> int | None:
@@ -221,7 +220,7 @@ class LogView(ScrollView, can_focus=True):
         if row >= self.row_count:
             return Strip.blank(width, self._style(""))
         index = row if self._rows is None else self._rows[row]
-        key = (index, index == self.cursor_index, self._badge_width())
+        key = (index, index == self.cursor_index, self._badge_width(), self.marks.get(index))
         strip = self._cache.get(key)
         if strip is None:
             strip = self._render_index(index)
