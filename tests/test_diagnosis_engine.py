@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from diagnosis_helpers import OOM_TRACEBACK, RULES, VALUE_ERROR_TRACEBACK, catalogue_from, run_lines
 
 from monitor.diagnosis.catalogue import load_catalogue
@@ -382,14 +384,27 @@ def test_if_log_advice_of_a_shipped_rule_found_far_into_a_big_log(tmp_path):
         assert "USE_LIBUV=0 is already set and it still fails" in remedy and "Simplest" not in remedy
 
 
-def test_first_seen_is_the_time_written_in_the_log_line_else_none(tmp_path):
+@pytest.fixture
+def shanghai_time(monkeypatch):
+    """The machine's zone is UTC+8 (no DST) for the test: where our users are, and far from UTC."""
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Shanghai")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_first_seen_is_the_time_written_in_the_log_line_else_none(tmp_path, shanghai_time):
     import calendar
     import time
 
     from monitor.diagnosis.timestamps import parse_timestamp
 
-    year = time.gmtime().tm_year
-    glog = calendar.timegm((year, 1, 2, 10, 40, 2, 0, 0, 0))
+    year = time.localtime().tm_year
+    # glog and Python's logging write local time: 10:40:02 in Shanghai is 02:40:02 UTC.
+    glog = calendar.timegm((year, 1, 2, 2, 40, 2, 0, 0, 0))
     text = "\n".join([
         # glog header inside the rank prefix (PyTorch C++ logs).
         "[rank2]:[E0102 10:40:02.118000 ProcessGroupNCCL.cpp:1834] [PG 0 (default_pg) Rank 2] Watchdog caught collective "
@@ -403,17 +418,20 @@ def test_first_seen_is_the_time_written_in_the_log_line_else_none(tmp_path):
     seen = {f.rule: f.first_seen for f in engine.findings}
     assert seen["nccl-watchdog-timeout"] == glog + 0.118
     assert seen["sigkill"] == glog + 1.644
+    assert time.strftime("%H:%M:%S", time.localtime(seen["sigkill"])) == "10:40:03"  # shown as the log says
     assert seen["python-exception"] is None
     iso = run_lines(Engine(catalogue_from(tmp_path)), "2024-12-26 02:11:16,123 ERROR OSError: Signal 9 (SIGKILL) received by PID 1")
-    assert iso.findings[0].first_seen == calendar.timegm((2024, 12, 26, 2, 11, 16, 0, 0, 0)) + 0.123
+    assert iso.findings[0].first_seen == calendar.timegm((2024, 12, 25, 18, 11, 16, 0, 0, 0)) + 0.123
     # Kernel logs: syslog and dmesg -T; impossible dates and bare clock times are no timestamps.
-    assert parse_timestamp("[Sat Mar  2 11:04:18 2024] Out of memory: Killed process 7015") == calendar.timegm((2024, 3, 2, 11, 4, 18, 0, 0, 0))
+    assert parse_timestamp("[Sat Mar  2 11:04:18 2024] Out of memory: Killed process 7015") == calendar.timegm((2024, 3, 2, 3, 4, 18, 0, 0, 0))
     assert parse_timestamp("Mar 02 10:44:01 gpu-node-04 kernel: Out of memory") is not None
+    # A zone in the stamp wins over the machine's.
     assert parse_timestamp("2024-12-26T02:11:16+02:00 x") == calendar.timegm((2024, 12, 26, 0, 11, 16, 0, 0, 0))
+    assert parse_timestamp("2024-12-26T02:11:16Z x") == calendar.timegm((2024, 12, 26, 2, 11, 16, 0, 0, 0))
     assert parse_timestamp("I0230 10:00:00 x") is None and parse_timestamp("0000-01-01 00:00:00") is None
     assert parse_timestamp("step 3 at 12:00:00") is None
     # A year-less date never lands in the future: last year's December read in January.
-    future = time.gmtime(time.time() + 3 * 86400)
+    future = time.localtime(time.time() + 3 * 86400)
     stamp = parse_timestamp(f"E{future.tm_mon:02d}{future.tm_mday:02d} 10:00:00.000 x")
     assert stamp is not None and stamp < time.time()
 

@@ -70,7 +70,9 @@ def test_demo_headless_prints_the_diagnosis_without_textual():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1, out.stderr
     assert "Root cause: ValueError on rank 2" in out.stdout
-    assert "error   rank 2: ValueError on rank 2" in out.stdout  # printed live, as it appeared
+    # Printed live, as it appeared, at the time the recorded job wrote it (not when the record
+    # completed: at 40x, the half second of idle that completes it is 20 recorded seconds).
+    assert "[  24.6s] error   rank 2: ValueError on rank 2" in out.stdout
 
 
 def test_demo_rejects_a_bad_speed(capsys):

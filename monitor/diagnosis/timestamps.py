@@ -6,9 +6,11 @@ near the start of the line: ISO-like dates (``2024-12-26 02:11:16,123``,
 ``2024-12-26T02:11:16.5+02:00``, torchelastic's ``2024-12-26_02:11:16``), glog headers
 (``E1121 10:40:02.118``, torchelastic's ``W1121 10:10:35.644000``, ``[E1218 20:27:21.426415540``),
 syslog (``Mar 02 10:44:01 host kernel: ...``) and ``dmesg -T`` (``[Sat Mar  2 11:04:18 2024]``).
-A date without a year (glog, syslog) is taken in the current UTC year, or the one before when
-that would put it more than a day in the future. Times without a zone are taken as UTC: only
-differences matter. Impossible dates (``I0230``) are not timestamps.
+A date without a year (glog, syslog) is taken in the current year, or the one before when
+that would put it more than a day in the future. Times without a zone are local time, as glog,
+Python's logging and syslog write them: a finding's time is shown as the log says it, and
+compares right with times the monitor took itself (a metric finding, a stall). Impossible dates
+(``I0230``) are not timestamps.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def parse_timestamp(text: str) -> float | None:
     head = text[:_HEAD]
     match = _ISO.search(head)
     if match is not None:
-        seconds = _seconds(int(match["y"]), int(match["mo"]), match)
+        seconds = _seconds(int(match["y"]), int(match["mo"]), match, local=not (match["utc"] or match["sign"]))
         if seconds is not None and match["sign"]:
             offset = int(match["oh"]) * 3600 + int(match["om"]) * 60
             seconds -= offset if match["sign"] == "+" else -offset
@@ -56,18 +58,22 @@ def parse_timestamp(text: str) -> float | None:
 
 def _without_year(month: int, match: regex.Match) -> float | None:
     now = time.time()
-    year = time.gmtime(now).tm_year
+    year = time.localtime(now).tm_year
     seconds = _seconds(year, month, match)
     if seconds is not None and seconds > now + _DAY:
         seconds = _seconds(year - 1, month, match)
     return seconds
 
 
-def _seconds(year: int, month: int, match: regex.Match) -> float | None:
+def _seconds(year: int, month: int, match: regex.Match, local: bool = True) -> float | None:
     day, hour, minute, second = int(match["d"]), int(match["h"]), int(match["mi"]), int(match["s"])
     if not (1 <= year and 1 <= month <= 12 and 1 <= day <= calendar.monthrange(year, month)[1]
             and hour < 24 and minute < 60 and second < 61):
         return None
-    seconds = calendar.timegm((year, month, day, hour, minute, min(second, 59), 0, 0, 0))
+    fields = (year, month, day, hour, minute, min(second, 59), 0, 0, -1)  # -1: DST as it was then
+    try:
+        seconds = time.mktime(fields) if local else calendar.timegm(fields)
+    except (OverflowError, ValueError):
+        return None
     fraction = match.groupdict().get("f")
     return seconds + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)
