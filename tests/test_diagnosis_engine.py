@@ -9,7 +9,7 @@ from diagnosis_helpers import OOM_TRACEBACK, RULES, VALUE_ERROR_TRACEBACK, catal
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.engine import Engine
 from monitor.diagnosis.model import LogLine
-from monitor.diagnosis.ranks import rank_from_path, rank_in_text, split_prefix
+from monitor.diagnosis.ranks import line_rank, parse_prefix, rank_from_path, rank_in_text
 
 WATCHDOG = (
     "[rank{r}]:[E1218 20:27:2{r}.426415540 ProcessGroupNCCL.cpp:629] [Rank {r}] Watchdog caught collective "
@@ -220,6 +220,11 @@ def test_feed_returns_new_findings_and_version_tracks_changes(tmp_path):
     assert [f.rule for f in engine.flush("a.log")] == ["python-exception"]
 
 
+def split_prefix(text: str) -> tuple[int | None, str]:
+    prefix = parse_prefix(text)
+    return prefix.rank, prefix.body
+
+
 def test_rank_prefixes_and_paths():
     assert split_prefix("[rank3]: boom") == (3, "boom")
     assert split_prefix("[default5]:[rank13]: boom") == (13, "boom")
@@ -228,6 +233,9 @@ def test_rank_prefixes_and_paths():
     assert split_prefix("(RayTrainWorker pid=4242, ip=10.0.0.1) boom") == (None, "boom")
     assert split_prefix("node1:1234:1240 [3] NCCL WARN x") == (None, "node1:1234:1240 [3] NCCL WARN x")
     assert split_prefix("plain text") == (None, "plain text")
+    # A line's rank: its prefix wins over its file's; a Ray pid or NCCL host tag is no rank.
+    assert line_rank("[rank3]: boom", 5) == 3 and line_rank("plain text", 5) == 5
+    assert line_rank("(pid=4242) boom", 5) == 5 and line_rank("plain", None) is None
     assert rank_from_path("/logs/none_abc/attempt_0/3/stderr.log") == 3
     assert rank_from_path("out/rank12.log") == 12
     assert rank_from_path("out/job-rank-4-of-8.out") == 4

@@ -76,10 +76,14 @@ def parse_prefix(text: str) -> Prefix:
     return Prefix(int(rank_text), None, body)
 
 
-def split_prefix(text: str) -> tuple[int | None, str]:
-    """``(rank or None, text without its rank/stream prefix)``."""
-    prefix = parse_prefix(text)
-    return prefix.rank, prefix.body
+def line_rank(text: str, file_rank: int | None) -> int | None:
+    """The rank a line is attributed to, post-mortem and live alike: its prefix's, else its
+    file's (``rank_from_path``)."""
+    if _may_have_prefix(text):
+        rank = parse_prefix(text).rank
+        if rank is not None:
+            return rank
+    return file_rank
 
 
 def rank_in_text(text: str) -> int | None:

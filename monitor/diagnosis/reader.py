@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from monitor.diagnosis.model import LogLine
-from monitor.diagnosis.ranks import rank_from_path, split_prefix
+from monitor.diagnosis.ranks import line_rank, rank_from_path
 from monitor.logs.decode import SNIFF_BYTES, LineAssembler, clean, looks_binary
 
 CHUNK_BYTES = 1 << 20
@@ -92,8 +92,7 @@ def read_chunks(handle, size: int = CHUNK_BYTES) -> Iterator[bytes]:
 
 def make_line(file: str, number: int, raw: bytes, file_rank: int | None) -> LogLine:
     text = clean(raw)
-    rank, _ = split_prefix(text)
-    return LogLine(file, number, text, rank if rank is not None else file_rank)
+    return LogLine(file, number, text, line_rank(text, file_rank))
 
 
 def read_log(path: str | os.PathLike) -> Iterator[LogLine]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from monitor.diagnosis.engine import Engine
 from monitor.diagnosis.model import Diagnosis, Finding, LogLine
-from monitor.diagnosis.ranks import rank_from_path, split_prefix
+from monitor.diagnosis.ranks import line_rank, rank_from_path
 from monitor.live.stall import StallDetector
 from monitor.logs.follow import Follower
 
@@ -125,16 +125,11 @@ class LiveSession:
         return attributed
 
     def _attribute(self, line: LogLine) -> LogLine:
-        """The rank as ``diagnose`` reads it (``diagnosis.reader.make_line``): the line's
-        prefix, else the file's name."""
-        # Every prefix split_prefix knows starts so: most lines skip its regex.
-        first = line.text[:1]
-        rank = split_prefix(line.text)[0] if first and (first in "[(" or first.isspace() or first.isdigit()) else None
-        if rank is None:
-            file_rank = self._file_ranks.get(line.file, -1)
-            if file_rank == -1:
-                file_rank = self._file_ranks[line.file] = rank_from_path(line.file)
-            rank = file_rank
+        """The rank as ``diagnose`` gives it (``ranks.line_rank``)."""
+        file_rank = self._file_ranks.get(line.file, -1)
+        if file_rank == -1:
+            file_rank = self._file_ranks[line.file] = rank_from_path(line.file)
+        rank = line_rank(line.text, file_rank)
         return LogLine(line.file, line.line, line.text, rank) if rank is not None else line
 
     def _update_stall(self, live: LiveUpdate, now: float) -> None:
