@@ -26,7 +26,8 @@ def real_samples(count=3):
 
 
 def test_round_trip_of_real_samples(tmp_path):
-    path = recording_path(tmp_path)
+    path = recording_path(tmp_path / "run-20261121-101500.log")
+    assert path == tmp_path / "run-20261121-101500.metrics.jsonl"
     samples = real_samples()
     recorder = Recorder(path)
     for sample in samples:

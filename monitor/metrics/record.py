@@ -16,16 +16,17 @@ from pathlib import Path
 from monitor.metrics.model import Sample
 
 FORMAT_VERSION = 1
-RECORDING_NAME = "monitor-metrics.jsonl"
 
 
 class RecordingError(Exception):
     """A recording that cannot be read: one line naming the file (and line)."""
 
 
-def recording_path(log_dir: str | os.PathLike) -> Path:
-    """Where the metrics of a job whose logs are in ``log_dir`` are recorded."""
-    return Path(log_dir) / RECORDING_NAME
+def recording_path(log_path: str | os.PathLike) -> Path:
+    """Where the metrics of a run are recorded: beside its log (``run-X.log`` ->
+    ``run-X.metrics.jsonl``), so a post-mortem finds them with it."""
+    log_path = Path(log_path)
+    return log_path.with_name(f"{log_path.stem}.metrics.jsonl")
 
 
 class Recorder:

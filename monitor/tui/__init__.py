@@ -42,14 +42,14 @@ def watch_app(paths, *, catalogue, poll: bool = False, stall_after: float | None
 
 def run_app(job, *, catalogue):
     from monitor.live.session import LiveSession
-    from monitor.metrics.record import Recorder
+    from monitor.metrics.record import Recorder, recording_path
     from monitor.metrics.sampler import Sampler
     from monitor.tui.app import MonitorApp
     from monitor.tui.feeds import SamplerFeed, SessionFeed
 
     session = LiveSession([job.log_path, *job.extra_log_paths()], catalogue)
     log_path = Path(job.log_path)
-    recorder = Recorder(log_path.with_name(f"{log_path.stem}.metrics.jsonl"))
+    recorder = Recorder(recording_path(log_path))
     metrics = SamplerFeed(Sampler(job_pids=job.pids, watch_dirs=[str(log_path.parent)]), recorder=recorder)
     feed = SessionFeed(session, ended=lambda: job_ending(job.exit_code()), more_paths=job.extra_log_paths)
     return MonitorApp(feed, metrics, title=" ".join(job.command), job=job)
