@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gzip
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from monitor.diagnosis.model import LogLine
@@ -64,9 +64,10 @@ def open_log(path: str | os.PathLike):
     return handle
 
 
-def read_chunks(handle, size: int = CHUNK_BYTES) -> Iterator[bytes]:
+def read_chunks(handle, name: str, lines_read: Callable[[], int], size: int = CHUNK_BYTES) -> Iterator[bytes]:
     """The file's bytes in chunks of about ``size``. On a read error (a truncated .gz), first
-    yields everything read before it, then raises the error: nothing readable is lost."""
+    yields everything read before it, then raises ``UnreadableLog`` naming the file and how many
+    lines were read (``lines_read()``): nothing readable is lost."""
     while True:
         parts: list[bytes] = []
         got = 0
@@ -85,7 +86,7 @@ def read_chunks(handle, size: int = CHUNK_BYTES) -> Iterator[bytes]:
         if parts:
             yield b"".join(parts)
         if error is not None:
-            raise error
+            raise UnreadableLog(f"{name}: read error after line {lines_read()}: {error}", partial=True) from None
         if eof:
             return
 
@@ -102,14 +103,7 @@ def read_log(path: str | os.PathLike) -> Iterator[LogLine]:
     assembler = LineAssembler()
     number = 0
     with open_log(path) as handle:
-        chunks = read_chunks(handle)
-        while True:
-            try:
-                chunk = next(chunks, b"")
-            except (OSError, EOFError) as exc:
-                raise UnreadableLog(f"{name}: read error after line {number}: {exc}", partial=True) from None
-            if not chunk:
-                break
+        for chunk in read_chunks(handle, name, lambda: number):
             for raw in assembler.feed(chunk):
                 number += 1
                 yield make_line(name, number, raw, file_rank)

@@ -20,7 +20,7 @@ import os
 
 from monitor.diagnosis.engine import EARLY_LINES, Engine
 from monitor.diagnosis.ranks import rank_from_path
-from monitor.diagnosis.reader import UnreadableLog, make_line, open_log, read_chunks
+from monitor.diagnosis.reader import make_line, open_log, read_chunks
 from monitor.logs.decode import MAX_LINE_BYTES, LineAssembler
 
 CHUNK_BYTES = 4 << 20
@@ -58,14 +58,7 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
         engine.feed(make_line(name, number, raw, file_rank))
 
     with open_log(path) as handle:
-        chunks = read_chunks(handle, chunk_bytes)
-        while True:
-            try:
-                data = next(chunks, b"")
-            except (OSError, EOFError) as exc:
-                raise UnreadableLog(f"{name}: read error after line {number}: {exc}", partial=True) from None
-            if not data:
-                break
+        for data in read_chunks(handle, name, lambda: number, chunk_bytes):
             if long_line is not None:
                 end = data.find(b"\n")
                 if end < 0:
