@@ -7,14 +7,18 @@ import os
 import socket
 import subprocess
 import sys
-from collections import namedtuple
 from pathlib import Path
 
 import pynvml
 import pytest
 
+from metrics_fake_nvml import GIB, FakeMig, FakeNvml, FakeProcess, make_gpus
+from monitor.metrics.sampler import Sampler
 from monitor.runner import launchers, preflight
 from monitor.runner.launchers import parse
+
+# Above the kernel's largest PID: a process NVML reports that does not exist in this namespace.
+NO_SUCH_PID = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
 
 
 @pytest.mark.parametrize("command, launcher, nproc, port, source", [
@@ -103,63 +107,183 @@ def test_disk_and_shm_thresholds(tmp_path: Path, monkeypatch):
     assert "--shm-size" in shm.remedy
 
 
-# -- GPUs through a fake NVML that keeps the real pynvml names and error classes ----------------
-Memory = namedtuple("Memory", "total free used")
-Proc = namedtuple("Proc", "pid usedGpuMemory")
-GIB = 1 << 30
+# -- GPUs: the metrics core over tests/metrics_fake_nvml.py (real pynvml error classes) ---------
+def torchrun(nproc: int) -> launchers.LaunchPlan:
+    return parse(["torchrun", "--nproc-per-node", str(nproc), "t.py"], {})
 
 
-@pytest.fixture
-def fake_nvml(monkeypatch):
-    gpus = [Memory(80 * GIB, 79 * GIB, 1 * GIB), Memory(80 * GIB, 20 * GIB, 60 * GIB)]
-    monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
-    monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: None)
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: len(gpus))
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda i: i)
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", lambda h: gpus[h])
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetComputeRunningProcesses",
-                        lambda h: [Proc(4242, 60 * GIB)] if h == 1 else [])
-    return gpus
+def gpus_of(fake: FakeNvml, plan: launchers.LaunchPlan, cvd: str | None) -> list:
+    env = {} if cvd is None else {"CUDA_VISIBLE_DEVICES": cvd}
+    found = preflight.check_gpus(plan, env, fake)
+    # Every check hands NVML back: the event set freed, the library shut down.
+    assert fake.event_sets == [] and fake.shutdowns == 1
+    return found
 
 
-def test_more_processes_than_visible_gpus(fake_nvml):
-    plan = parse(["torchrun", "--nproc-per-node", "4", "t.py"], {})
-    found = preflight.check_gpus(plan, {"CUDA_VISIBLE_DEVICES": "0"})
-    assert [f.rule for f in found] == ["preflight-gpu-count"]
-    assert "4 processes per node asked for, 1 GPUs visible" == found[0].title
-    assert "CUDA_VISIBLE_DEVICES=0" in found[0].remedy
+def by_rule(found: list) -> dict:
+    return {f.rule.removeprefix("preflight-"): f for f in found}
 
 
-def test_gpu_memory_already_in_use_names_the_process(fake_nvml):
-    plan = parse(["torchrun", "--nproc-per-node", "2", "t.py"], {})
-    [busy] = preflight.check_gpus(plan, {})
-    assert busy.rule == "preflight-gpu-busy" and busy.fields["gpu"] == "1"
-    assert "60.0 GiB of 80.0 GiB" in busy.title and "pid 4242" in busy.remedy
+def test_more_processes_than_visible_gpus():
+    [count] = gpus_of(FakeNvml(make_gpus(2, memory_used=GIB)), torchrun(4), "0")
+    assert count.rule == "preflight-gpu-count" and count.severity == "warning"
+    assert count.title == "4 processes per node asked for, 1 GPUs visible"
+    assert 'CUDA_VISIBLE_DEVICES="0" shows 1 GPU(s)' in count.remedy
+    assert "Use --nproc-per-node=1, or make more GPUs visible." in count.remedy
+    assert count.fields == {"asked": "4", "visible": "1"}
+    assert gpus_of(FakeNvml(make_gpus(2, memory_used=GIB)), torchrun(2), None) == []
 
 
-def test_no_driver_is_an_info_finding_not_a_crash(monkeypatch):
-    def no_driver():
-        raise pynvml.NVMLError_DriverNotLoaded(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
-    monkeypatch.setattr(pynvml, "nvmlInit", no_driver)
-    [info] = preflight.check_gpus(parse(["python", "t.py"], {}), {})
-    assert info.severity == "info" and info.rule == "preflight-no-gpu"
+def test_a_machine_with_too_few_gpus_is_not_told_to_show_more():
+    [count] = gpus_of(FakeNvml(make_gpus(2, memory_used=GIB)), torchrun(8), None)
+    assert "this machine shows 2 GPU(s)" in count.remedy
+    assert "Use --nproc-per-node=2, this machine has no more GPUs." in count.remedy
 
 
-def test_nvml_failing_midway_is_contained(fake_nvml, monkeypatch):
-    def lost(handle):
-        raise pynvml.NVMLError_GpuIsLost(pynvml.NVML_ERROR_GPU_IS_LOST)
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", lost)
-    [info] = preflight.check_gpus(parse(["python", "t.py"], {}), {})
-    assert info.rule == "preflight-nvml-error" and info.severity == "info"
+@pytest.mark.parametrize("command, env, option", [
+    (["accelerate", "launch", "--num_machines", "2", "--num_processes", "16", "t.py"], {},
+     "--num_processes=8 (4 on each of 2 machines)"),
+    (["accelerate", "launch", "--num_processes", "8", "t.py"], {}, "--num_processes=4,"),
+    (["deepspeed", "--num_gpus", "8", "t.py"], {}, "--num_gpus=4,"),
+    (["torchrun", "t.py"], {"PET_NPROC_PER_NODE": "8"}, "PET_NPROC_PER_NODE=4,"),
+])
+def test_the_count_remedy_uses_the_launchers_own_setting(command, env, option):
+    plan = parse(command, env)
+    [count] = gpus_of(FakeNvml(make_gpus(4, memory_used=GIB)), plan, None)
+    assert count.rule == "preflight-gpu-count" and f"Use {option}" in count.remedy
 
 
-def test_visible_devices_parsing():
-    assert preflight.visible_gpu_indices({}, 4) == ["0", "1", "2", "3"]
-    assert preflight.visible_gpu_indices({"CUDA_VISIBLE_DEVICES": "2,0"}, 4) == ["2", "0"]
-    assert preflight.visible_gpu_indices({"CUDA_VISIBLE_DEVICES": "0,7,1"}, 4) == ["0"]
-    assert preflight.visible_gpu_indices({"CUDA_VISIBLE_DEVICES": "-1"}, 4) == []
-    assert preflight.visible_gpu_indices({"CUDA_VISIBLE_DEVICES": ""}, 4) == []
-    assert preflight.visible_gpu_indices({"CUDA_VISIBLE_DEVICES": "GPU-abc"}, 1) == ["GPU-abc"]
+def test_uuid_prefix_is_resolved_like_cuda():
+    gpus = make_gpus(4, memory_used=GIB)
+    gpus[2].memory_used = 60 * GIB
+    fake = FakeNvml(gpus)
+    # "GPU-00000002" is a unique prefix of GPU 2's UUID: CUDA accepts it, so must we.
+    [busy] = gpus_of(fake, torchrun(1), "GPU-00000002")
+    assert busy.rule == "preflight-gpu-busy"
+    assert busy.title == "cuda:0 (GPU 2, NVIDIA H100 80GB HBM3) already has 60.0 GiB of 80.0 GiB in use"
+    assert (busy.fields["gpu"], busy.fields["cuda_device"], busy.fields["uuid"]) == ("2", "0", gpus[2].uuid)
+    # A prefix that several GPUs share is no device for CUDA: the list stops there.
+    [count] = gpus_of(FakeNvml(gpus), torchrun(2), "GPU-0000")
+    assert count.fields == {"asked": "2", "visible": "0"}
+
+
+def test_mig_devices_are_counted_and_named():
+    gpus = make_gpus(2, memory_used=GIB)
+    gpus[1].migs = [FakeMig("NVIDIA H100 80GB HBM3 MIG 3g.40gb", "MIG-1111aaaa-0000", 1, memory_total=40 * GIB),
+                    FakeMig("NVIDIA H100 80GB HBM3 MIG 3g.40gb", "MIG-2222bbbb-0000", 2, memory_total=40 * GIB,
+                            memory_used=30 * GIB, processes=[FakeProcess(NO_SUCH_PID, 30 * GIB)])]
+    cvd = f"MIG-1111,MIG-{gpus[1].uuid}/2/0"  # a MIG UUID prefix, then the legacy MIG-GPU form
+    found = by_rule(gpus_of(FakeNvml(gpus), torchrun(3), cvd))
+    assert set(found) == {"gpu-count", "gpu-busy"}
+    assert found["gpu-count"].fields == {"asked": "3", "visible": "2"}
+    assert found["gpu-count"].evidence[2:] == [
+        "cuda:0 (GPU 1 MIG 0, NVIDIA H100 80GB HBM3 MIG 3g.40gb) MIG-1111aaaa-0000",
+        "cuda:1 (GPU 1 MIG 1, NVIDIA H100 80GB HBM3 MIG 3g.40gb) MIG-2222bbbb-0000"]
+    busy = found["gpu-busy"]
+    assert busy.title.startswith("cuda:1 (GPU 1 MIG 1, NVIDIA H100 80GB HBM3 MIG 3g.40gb) already has 30.0 GiB")
+    assert busy.fields["mig"] == "1" and busy.fields["pids"] == str(NO_SUCH_PID)
+    assert f"pid {NO_SUCH_PID} (not in this PID namespace: another container?)" in busy.remedy
+
+
+def test_an_index_beyond_the_gpu_count_ends_the_list():
+    [count] = gpus_of(FakeNvml(make_gpus(4, memory_used=GIB)), torchrun(3), "0,7,1")
+    assert count.fields == {"asked": "3", "visible": "1"}  # CUDA sees GPU 0 only, not 0 and 1
+    assert "CUDA uses its entries up to the first that names no device here" in count.remedy
+    assert count.evidence[-1] == "cuda:0 (GPU 0, NVIDIA H100 80GB HBM3) GPU-00000000-aaaa-bbbb-cccc-000000000000"
+
+
+@pytest.mark.parametrize("cvd", ["-1", "", "GPU-ffffffff"])
+def test_a_value_that_hides_every_gpu(cvd):
+    [count] = gpus_of(FakeNvml(make_gpus(4, memory_used=GIB)), torchrun(2), cvd)
+    assert count.fields == {"asked": "2", "visible": "0"}
+    assert f'CUDA_VISIBLE_DEVICES="{cvd}" hides every GPU' in count.remedy
+    assert "nproc-per-node" not in count.remedy  # never "use 0 processes"
+    assert gpus_of(FakeNvml(make_gpus(4, memory_used=GIB)), parse(["python", "t.py"], {}), cvd) == []
+
+
+def test_busy_gpu_is_named_by_the_ordinal_the_job_sees_and_its_process():
+    gpus = make_gpus(4, memory_used=GIB)
+    gpus[2].memory_used = 60 * GIB
+    with subprocess.Popen(["sleep", "60"]) as leftover:
+        try:
+            gpus[2].processes = [FakeProcess(leftover.pid, 59 * GIB), FakeProcess(NO_SUCH_PID, GIB)]
+            fake = FakeNvml(gpus)
+            [busy] = gpus_of(fake, torchrun(2), "3,2")
+        finally:
+            leftover.kill()
+    assert busy.rule == "preflight-gpu-busy" and busy.severity == "warning"
+    assert busy.title == "cuda:1 (GPU 2, NVIDIA H100 80GB HBM3) already has 60.0 GiB of 80.0 GiB in use"
+    assert busy.remedy.startswith(
+        f"Only 20.0 GiB free on cuda:1 (GPU 2, NVIDIA H100 80GB HBM3) before the job starts, used by "
+        f"pid {leftover.pid} (sleep 60), pid {NO_SUCH_PID} (not in this PID namespace: another container?).")
+    assert busy.fields["pids"] == f"{leftover.pid},{NO_SUCH_PID}"
+    # Cheap reads only: a preflight delays the job, and PCIe counters block ~20 ms each.
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 0
+    # A busy GPU the job does not see is none of its business.
+    assert gpus_of(FakeNvml(gpus), torchrun(2), "0,1") == []
+
+
+@pytest.mark.parametrize("error, severity", [
+    (pynvml.NVMLError_LibraryNotFound, "info"),
+    (pynvml.NVMLError_DriverNotLoaded, "warning"),
+    (pynvml.NVMLError_LibRmVersionMismatch, "warning"),
+    (pynvml.NVMLError_NoPermission, "info"),
+    (pynvml.NVMLError_Unknown, "info"),
+])
+def test_init_failure_says_why_in_the_words_of_monitor_metrics(error, severity):
+    sample = Sampler(nvml=FakeNvml([], init_error=error), cuda_visible_devices=None).sample()
+    [info] = preflight.check_gpus(torchrun(2), {}, FakeNvml([], init_error=error))
+    assert (info.rule, info.severity, info.fields["status"]) == ("preflight-no-gpu", severity, sample.gpu_status)
+    assert info.evidence == [sample.gpu_message]
+    assert info.remedy == f"{sample.gpu_message}. GPU checks skipped; fine for a CPU (gloo) job."
+
+
+def test_nvml_without_gpus():
+    sample = Sampler(nvml=FakeNvml([]), cuda_visible_devices=None).sample()
+    [info] = gpus_of(FakeNvml([]), torchrun(2), None)
+    assert info.rule == "preflight-no-gpu" and info.evidence == [sample.gpu_message]
+    assert info.title == "No NVIDIA GPU visible (NVML reports none)"
+
+
+def test_a_lost_gpu_the_job_would_use():
+    gpus = make_gpus(3, memory_used=GIB)
+    gpus[1].lost = True
+    [lost] = gpus_of(FakeNvml(gpus), torchrun(3), None)
+    assert (lost.rule, lost.category, lost.severity) == ("preflight-gpu-lost", "gpu_hardware", "warning")
+    assert lost.title == "cuda:1 (GPU 1) has fallen off the bus"
+    assert "Xid 79" in lost.remedy and "leave it out of CUDA_VISIBLE_DEVICES" in lost.remedy
+    assert gpus_of(FakeNvml(gpus), torchrun(2), "0,2") == []
+
+
+def test_a_gpu_lost_while_it_is_read():
+    class FallsOff(FakeNvml):
+        def nvmlDeviceGetMemoryInfo(self, handle):
+            raise pynvml.NVMLError_GpuIsLost()
+
+    [lost] = gpus_of(FallsOff(make_gpus(2)), torchrun(1), "1")
+    assert lost.rule == "preflight-gpu-lost"
+    assert lost.title == "cuda:0 (GPU 1, NVIDIA H100 80GB HBM3) has fallen off the bus"
+
+
+def test_a_broken_binding_is_contained():
+    class Broken(FakeNvml):
+        def nvmlDeviceGetMemoryInfo(self, handle):
+            raise TypeError("argument 1: wrong type")  # what a binding/driver mix-up looks like
+
+    [info] = gpus_of(Broken(make_gpus(2)), torchrun(2), None)
+    assert (info.rule, info.severity, info.title) == ("preflight-nvml-error", "info", "GPU checks failed")
+    assert info.evidence == ["TypeError: argument 1: wrong type"]
+
+
+def test_this_machine_without_a_fake():
+    """The real path: pynvml against this machine's driver (none here: the library is missing)."""
+    sample = Sampler(cuda_visible_devices=None).sample()
+    found = preflight.check_gpus(parse(["python", "t.py"], {}), {})
+    if sample.gpu_status == "ok" and sample.gpus:
+        assert not any(f.rule == "preflight-no-gpu" for f in found)
+    else:
+        [info] = found
+        assert info.rule == "preflight-no-gpu" and info.evidence == [sample.gpu_message]
 
 
 def test_preflight_is_printed_before_the_job_and_never_blocks(tmp_path: Path):

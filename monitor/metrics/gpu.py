@@ -174,6 +174,31 @@ class GpuReader:
         events.extend(self._drain_xid_events(now))
         return samples, events
 
+    def read_memory(self) -> list[GpuSample]:
+        """Every device's identity, CUDA ordinal, status, memory and processes, nothing more:
+        what a check before a launch needs. A first ``read`` also waits on the PCIe counters
+        (~20 ms each, two per GPU); counters, throttle state and events are left to ``read``."""
+        samples = []
+        for device in self.devices:
+            sample = GpuSample(
+                index=device.index,
+                cuda_index=self._ordinals.get((device.index, device.mig_index)),
+                name=device.name,
+                uuid=device.uuid,
+                mig_index=device.mig_index,
+            )
+            source = device.parent if device.parent is not None and device.parent.status == "lost" else device
+            if source.status == "ok":
+                try:
+                    self._read_memory(device.handle, sample)
+                    if not device.mig_enabled:  # with MIG on, processes are listed per MIG device
+                        sample.processes = self._read_processes(device.handle)
+                except GpuLost as exc:
+                    device.status, device.message = "lost", _lost_message(device.index, exc)
+            sample.status, sample.message = source.status, source.message
+            samples.append(sample)
+        return samples
+
     def _read_device(self, device: _Device, now: float, slow: bool, events: list[GpuEvent]) -> GpuSample:
         sample = GpuSample(
             index=device.index,

@@ -8,12 +8,19 @@ disk for logs and checkpoints, /dev/shm, and debugging knobs left on.
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import socket
 import threading
 from pathlib import Path
+from typing import Any
+
+import psutil
 
 from monitor.diagnosis.model import Finding, Severity
+from monitor.metrics.gpu import GpuReader
+from monitor.metrics.model import GpuSample
+from monitor.metrics.nvml import Nvml, import_pynvml
 from monitor.runner.launchers import LaunchPlan
 
 GIB = 1 << 30
@@ -66,71 +73,151 @@ def check_knobs(env: dict[str, str]) -> list[Finding]:
     return found
 
 
-def visible_gpu_indices(env: dict[str, str], count: int) -> list[str]:
-    """The devices a job sees given CUDA_VISIBLE_DEVICES (indices or UUIDs, as written)."""
-    value = env.get("CUDA_VISIBLE_DEVICES")
-    if value is None:
-        return [str(i) for i in range(count)]
-    visible = []
-    for item in (x.strip() for x in value.split(",")):
-        # CUDA stops at the first invalid entry (e.g. -1 hides every GPU).
-        if not item or item.startswith("-") or (item.isdigit() and int(item) >= count):
-            break
-        visible.append(item)
-    return visible
-
-
-def check_gpus(plan: LaunchPlan, env: dict[str, str]) -> list[Finding]:
+def check_gpus(plan: LaunchPlan, env: dict[str, str], nvml_lib: Any = None) -> list[Finding]:
+    """The GPUs the job will see, read by the metrics core: the device walk, CUDA ordinals
+    (``metrics/visible.py``: indices, UUID prefixes, MIG devices, the stop at the first entry
+    CUDA cannot use) and NVML error handling of the metrics panel, with the job's
+    CUDA_VISIBLE_DEVICES. ``nvml_lib``: the pynvml module (default) or a module-like fake."""
+    nvml = Nvml(nvml_lib) if nvml_lib is not None else Nvml(import_pynvml(), check_binding=True)
+    if not nvml.ok:
+        return [_no_gpu(nvml.status, nvml.message)]
+    reader = None
     try:
-        import pynvml
-        pynvml.nvmlInit()
-    except Exception as exc:  # ImportError, NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded...
-        return [_finding("no-gpu", "info", "No NVIDIA GPU visible (NVML unavailable)",
-                         f"NVML could not start ({exc}); GPU checks skipped. Fine for a CPU/gloo job.",
-                         [str(exc)])]
-    try:
-        return _check_devices(pynvml, plan, env)
-    except pynvml.NVMLError as exc:
-        return [_finding("nvml-error", "info", "GPU checks failed", f"NVML error: {exc}", [str(exc)])]
+        reader = GpuReader(nvml, env.get("CUDA_VISIBLE_DEVICES"))
+        devices = reader.read_memory()
+        if not devices:
+            return [_no_gpu("ok", "NVML works but reports no GPUs")]
+        return _check_devices(plan, env, devices)
+    except Exception as exc:  # a broken binding or driver must not stop the launch
+        return [_finding("nvml-error", "info", "GPU checks failed", f"NVML error: {exc}",
+                         [f"{type(exc).__name__}: {exc}"])]
     finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
+        if reader is not None:
+            reader.close()
+        nvml.shutdown()
 
 
-def _check_devices(pynvml, plan: LaunchPlan, env: dict[str, str]) -> list[Finding]:
-    found = []
-    visible = visible_gpu_indices(env, pynvml.nvmlDeviceGetCount())
-    wanted = plan.processes
-    if wanted is not None and wanted > len(visible):
-        cvd = env.get("CUDA_VISIBLE_DEVICES")
-        where = f"CUDA_VISIBLE_DEVICES={cvd}" if cvd is not None else "this machine"
-        found.append(_finding(
-            "gpu-count", "warning",
-            f"{wanted} processes per node asked for, {len(visible)} GPUs visible",
-            f"{where} shows {len(visible)} GPU(s) but the command starts {wanted} processes per "
-            f"node: ranks would share a GPU or fail with 'invalid device ordinal'. Use "
-            f"--nproc-per-node={len(visible)} or make more GPUs visible.",
-            [f"nproc_per_node={plan.nproc_per_node}", f"visible={','.join(visible)}"],
-            asked=str(wanted), visible=str(len(visible))))
-    for item in visible:
-        handle = (pynvml.nvmlDeviceGetHandleByIndex(int(item)) if item.isdigit()
-                  else pynvml.nvmlDeviceGetHandleByUUID(item))
-        memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        if memory.total and memory.used > GPU_BUSY_SHARE * memory.total:
-            try:
-                pids = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
-            except pynvml.NVMLError:
-                pids = []
-            owners = f" by pid {', '.join(map(str, pids))}" if pids else ""
+# Why NVML shows no GPU, in a title's few words (the finding's remedy says it in full).
+_NO_GPU_REASONS = {"no_library": "no NVIDIA driver", "no_driver": "NVIDIA driver not loaded",
+                   "version_mismatch": "driver/library version mismatch", "ok": "NVML reports none"}
+
+
+def _no_gpu(status: str, message: str) -> Finding:
+    # A driver that is installed but broken is a GPU machine the job cannot use; the rest is
+    # what a CPU machine looks like.
+    severity = "warning" if status in ("no_driver", "version_mismatch") else "info"
+    return _finding("no-gpu", severity,
+                    f"No NVIDIA GPU visible ({_NO_GPU_REASONS.get(status, 'NVML unavailable')})",
+                    f"{message}. GPU checks skipped; fine for a CPU (gloo) job.",
+                    [message], status=status)
+
+
+def _check_devices(plan: LaunchPlan, env: dict[str, str], devices: list[GpuSample]) -> list[Finding]:
+    visible = sorted((d for d in devices if d.cuda_index is not None), key=lambda d: d.cuda_index)
+    found = _check_count(plan, env.get("CUDA_VISIBLE_DEVICES"), visible)
+    for device in visible:
+        if device.status == "lost":
             found.append(_finding(
-                "gpu-busy", "warning",
-                f"GPU {item} already has {memory.used / GIB:.1f} GiB of {memory.total / GIB:.1f} GiB in use",
-                f"Only {memory.free / GIB:.1f} GiB free on GPU {item} before the job starts (used{owners}). "
-                "A leftover run? Stop it, or expect CUDA out of memory.",
-                [f"GPU {item}: used {memory.used} of {memory.total} bytes"], gpu=item))
+                "gpu-lost", "warning", f"{_device_name(device)} has fallen off the bus",
+                f"{device.message}. Until then leave it out of CUDA_VISIBLE_DEVICES: a rank on it "
+                "fails at its first CUDA call.",
+                [device.message], category="gpu_hardware", **_device_fields(device)))
+        elif device.status != "ok":
+            found.append(_finding("nvml-error", "info", f"{_device_name(device)} could not be read",
+                                  f"NVML error: {device.message}; this GPU was not checked.",
+                                  [device.message], **_device_fields(device)))
+        elif (busy := _check_busy(device)) is not None:
+            found.append(busy)
     return found
+
+
+def _check_count(plan: LaunchPlan, cvd: str | None, visible: list[GpuSample]) -> list[Finding]:
+    wanted = plan.processes
+    if wanted is None or wanted <= len(visible):
+        return []
+    where = f'CUDA_VISIBLE_DEVICES="{cvd}"' if cvd is not None else "this machine"
+    evidence = [f"{plan.launcher} processes per node: {plan.nproc_per_node}"]
+    if cvd is not None:
+        evidence.append(f'CUDA_VISIBLE_DEVICES="{cvd}"')
+    evidence += [f"{_device_name(d)} {d.uuid or ''}".rstrip() for d in visible]
+    # CUDA reads the list up to its first entry that names no device here (-1, a typo, an
+    # index past the last GPU, an unknown or ambiguous UUID prefix) and ignores the rest.
+    cut = (" (CUDA uses its entries up to the first that names no device here, each device once)"
+           if cvd is not None and cvd.strip() and len(cvd.split(",")) > len(visible) else "")
+    if not visible:
+        remedy = (f"{where} hides every GPU{cut}: the {wanted} processes would fail at their first "
+                  "CUDA call (fine only for a CPU job with gloo). List the GPUs to use in "
+                  "CUDA_VISIBLE_DEVICES (`nvidia-smi -L` shows them), or unset it.")
+    else:
+        more = ("or make more GPUs visible" if cvd is not None
+                else "this machine has no more GPUs")
+        remedy = (f"{where} shows {len(visible)} GPU(s){cut} but the command starts {wanted} "
+                  "processes per node: ranks would share a GPU or fail with 'invalid device "
+                  f"ordinal'. Use {_processes_option(plan, len(visible))}, {more}.")
+    return [_finding("gpu-count", "warning",
+                     f"{wanted} processes per node asked for, {len(visible)} GPUs visible",
+                     remedy, evidence, asked=str(wanted), visible=str(len(visible)))]
+
+
+def _processes_option(plan: LaunchPlan, per_node: int) -> str:
+    """The launcher's own setting for ``per_node`` processes on each node."""
+    if plan.launcher == "accelerate":  # counts the processes of all machines
+        machines = plan.options.get("num_machines") or "1"
+        machines_n = int(machines) if machines.isdigit() and int(machines) > 0 else 1
+        total = f"--num_processes={per_node * machines_n}"
+        return total if machines_n == 1 else f"{total} ({per_node} on each of {machines_n} machines)"
+    if plan.launcher == "deepspeed":
+        return f"--num_gpus={per_node}"
+    if not plan.options.get("nproc_per_node"):  # torchrun read it from its environment
+        return f"PET_NPROC_PER_NODE={per_node}"
+    return f"--nproc-per-node={per_node}"
+
+
+def _check_busy(device: GpuSample) -> Finding | None:
+    used, total = device.memory_used_bytes, device.memory_total_bytes
+    if used is None or not total or used <= GPU_BUSY_SHARE * total:
+        return None
+    owners = [_describe_process(p.pid) for p in device.processes]
+    by = f"used by {', '.join(owners)}" if owners else "no process that NVML can name (another container or VM?)"
+    name = _device_name(device)
+    return _finding(
+        "gpu-busy", "warning", f"{name} already has {used / GIB:.1f} GiB of {total / GIB:.1f} GiB in use",
+        f"Only {(total - used) / GIB:.1f} GiB free on {name} before the job starts, {by}. "
+        "A leftover run? Stop it, or expect CUDA out of memory.",
+        [f"{device.label}: used {used} of {total} bytes"],
+        pids=",".join(str(p.pid) for p in device.processes), **_device_fields(device))
+
+
+def _describe_process(pid: int) -> str:
+    try:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            argv = process.cmdline()
+            command = " ".join([os.path.basename(argv[0]), *argv[1:]]) if argv else process.name()
+    except psutil.ZombieProcess:
+        return f"pid {pid} (exited)"
+    except psutil.NoSuchProcess:  # NVML reports host PIDs
+        return f"pid {pid} (not in this PID namespace: another container?)"
+    except psutil.AccessDenied:
+        return f"pid {pid}"
+    command = " ".join(command.split())  # a `python -c` program has newlines
+    if len(command) > 60:
+        command = command[:57] + "..."
+    return f"pid {pid} ({command})"
+
+
+def _device_name(device: GpuSample) -> str:
+    """The CUDA ordinal the job will use, then the physical device: ``cuda:1 (GPU 3, NVIDIA H100)``."""
+    name = f", {device.name}" if device.name else ""
+    return f"cuda:{device.cuda_index} ({device.label}{name})"
+
+
+def _device_fields(device: GpuSample) -> dict[str, str]:
+    fields = {"gpu": str(device.index), "cuda_device": str(device.cuda_index),
+              "gpu_name": device.name or "", "uuid": device.uuid or ""}
+    if device.mig_index is not None:
+        fields["mig"] = str(device.mig_index)
+    return fields
 
 
 def free_port() -> int:
