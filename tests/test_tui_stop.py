@@ -173,6 +173,9 @@ def test_invisible_format_characters_never_reach_the_screen():
     # The contract says LogLine.text is clean; the store still cleans a line that is not.
     store.append(LogLine("a.log", 1, "loss \u202e5.1\u202c ok\u200b\u2066 done", 0))
     assert store.text(0) == "loss 5.1 ok done"
+    # A terminal title (OSC) and a line break inside the text: neither reaches the screen.
+    store.append(LogLine("a.log", 2, "x\x1b]0;pwned\x07y\nz", 0))
+    assert store.text(1) == "xy z"
 
 
 async def test_the_title_is_cleaned():

@@ -66,6 +66,12 @@ def clean(raw: bytes | str) -> str:
     return _CONTROLS.sub("", text)
 
 
+def is_clean(text: str) -> bool:
+    """Whether ``text`` is one line as ``clean`` leaves it: no line break, no control, escape or
+    invisible format character. For a consumer that must not trust its input to be cleaned."""
+    return text.isprintable() or not (_CONTROLS.search(text) or "\n" in text)
+
+
 class LineAssembler:
     """Splits a stream of byte chunks into complete raw lines, holding at most one partial line.
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import regex
 
 from monitor.diagnosis.model import LogLine
-from monitor.logs.decode import clean
+from monitor.logs.decode import clean, is_clean
 
 LEVEL_INFO, LEVEL_WARNING, LEVEL_ERROR = 0, 1, 2
 NO_RANK = -1
@@ -29,9 +29,6 @@ _ERROR = regex.compile(
     r"|\[E\d{0,4}[ \d]"
 )
 _WARNING = regex.compile(r"\bWARN(?:ING)?\b|Warning\b|\bwarning:|\[W\d{0,4}[ \d]")
-# Control characters, and invisible format characters (bidirectional overrides such as U+202E,
-# zero-width spaces) that make a line show other than it reads.
-_UNCLEAN = regex.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\p{Cf}]")
 
 
 def line_level(text: str) -> int:
@@ -89,7 +86,7 @@ class LogStore:
 
     def append(self, line: LogLine) -> int:
         text = line.text
-        if _UNCLEAN.search(text):
+        if not is_clean(text):
             # The contract says text is clean; a line that is not must still never reach the screen raw.
             text = clean(text).replace("\n", " ")
         index = len(self._starts)
