@@ -180,13 +180,7 @@ class GpuReader:
         (~20 ms each, two per GPU); counters, throttle state and events are left to ``read``."""
         samples = []
         for device in self.devices:
-            sample = GpuSample(
-                index=device.index,
-                cuda_index=self._ordinals.get((device.index, device.mig_index)),
-                name=device.name,
-                uuid=device.uuid,
-                mig_index=device.mig_index,
-            )
+            sample = self._identity(device)
             source = device.parent if device.parent is not None and device.parent.status == "lost" else device
             if source.status == "ok":
                 try:
@@ -199,14 +193,18 @@ class GpuReader:
             samples.append(sample)
         return samples
 
-    def _read_device(self, device: _Device, now: float, slow: bool, events: list[GpuEvent]) -> GpuSample:
-        sample = GpuSample(
+    def _identity(self, device: _Device) -> GpuSample:
+        """A sample holding only what identifies ``device``, for a read to fill in."""
+        return GpuSample(
             index=device.index,
             cuda_index=self._ordinals.get((device.index, device.mig_index)),
             name=device.name,
             uuid=device.uuid,
             mig_index=device.mig_index,
         )
+
+    def _read_device(self, device: _Device, now: float, slow: bool, events: list[GpuEvent]) -> GpuSample:
+        sample = self._identity(device)
         parent_lost = device.parent is not None and device.parent.status == "lost"
         if device.status == "ok" and not parent_lost:
             try:
