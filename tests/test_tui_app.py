@@ -291,3 +291,34 @@ async def test_markup_in_findings_title_and_notes_shows_literally():
         svg = app.export_screenshot().replace("&#160;", " ")
         for literal in ("[/] note [b]", "[bold]x[/] [/]", "--cfg [a,b] [/] [bold]", "[red]t[/]"):
             assert literal in svg
+
+
+async def test_with_only_timeouts_the_stalled_rank_is_the_root_cause_as_diagnose_says(tmp_path):
+    # Eight ranks, seven NCCL watchdog timeouts: the engine names rank 7, which never reached
+    # the collective; the screen must say so too, not "timed out on rank 0".
+    import shutil
+    from pathlib import Path
+
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.diagnosis.diagnose import diagnose_paths
+    from monitor.tui import watch_app
+
+    sample = Path(__file__).parent.parent / "sample_logs/documented/nccl-timeout-hang-tee-8ranks.log"
+    log = tmp_path / "train.log"
+    shutil.copy(sample, log)
+    catalogue = load_catalogue(include_user=False)
+    expected = diagnose_paths([log], catalogue).root_cause
+    assert expected.title.startswith("Rank 7 stalled")
+    app = watch_app([str(log)], catalogue=catalogue)
+    async with app.run_test(size=(160, 45)) as pilot:
+        panel = app.query_one(FindingsPanel)
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if panel.root is not None and panel.root.title.startswith("Rank 7"):
+                break
+        await pilot.press("c")
+        await pilot.pause()
+        assert panel.selected().title == expected.title and panel.selected().rank == 7
+        detail = str(panel.query_one("#finding-text").render())
+        assert "ROOT CAUSE" in detail and "Look at what rank 7 was doing last" in detail
+    app.metrics_feed.close()

@@ -127,10 +127,13 @@ class FindingsPanel(Container):
     def show(self, findings: list[Finding], root: Finding | None) -> None:
         table = self.table
         selected = self.selected_key()
+        root_key = finding_key(root) if root else None
+        # The root cause may be the engine's reading of a finding (with only timeouts: "rank 7
+        # stalled", the rank that never reached the collective): show that, as diagnose does.
+        findings = [root if finding_key(f) == root_key else f for f in findings]
         self.findings = order(findings, root)
         self.root = root
         self._by_key = {finding_key(f): f for f in self.findings}
-        root_key = finding_key(root) if root else None
         now = self.timeline.elapsed() if self.timeline else self._clock()
         for key in self._by_key:
             self._seen.setdefault(key, now)
