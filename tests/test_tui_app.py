@@ -322,3 +322,29 @@ async def test_with_only_timeouts_the_stalled_rank_is_the_root_cause_as_diagnose
         detail = str(panel.query_one("#finding-text").render())
         assert "ROOT CAUSE" in detail and "Look at what rank 7 was doing last" in detail
     app.metrics_feed.close()
+
+
+async def test_progress_stops_forecasting_once_the_job_ended_or_went_quiet():
+    from textual.app import App
+
+    from monitor.progress import ProgressState
+    from monitor.tui.progress_panel import ProgressPanel
+
+    now = [100.0]
+
+    class ProgressOnly(App):
+        def compose(self):
+            yield ProgressPanel(clock=lambda: now[0])
+
+    state = ProgressState(step=10, total=30, eta_seconds=40.0)
+    async with ProgressOnly().run_test(size=(100, 5)) as pilot:
+        panel = pilot.app.query_one(ProgressPanel)
+        panel.show(state)
+        assert "step 10/30 (33%)" in panel.render().plain and "ETA 40s" in panel.render().plain
+        now[0] += 61  # a crash or a hang: no progress line for a minute
+        assert "ETA" not in panel.render().plain and "no progress for 1m01s" in panel.render().plain
+        panel.show(state)  # progress again
+        assert "ETA 40s" in panel.render().plain
+        panel.end()  # the job ended: nothing left to forecast
+        assert "ETA" not in panel.render().plain and "no progress" not in panel.render().plain
+        assert "step 10/30" in panel.render().plain

@@ -107,7 +107,7 @@ class MonitorApp(App[int]):
         yield Header()
         with Vertical(id="top"):
             yield MetricsPanel(id="metrics")
-            yield ProgressPanel(id="progress")
+            yield ProgressPanel(clock=self._clock, id="progress")
         with Container(id="middle"):
             with Vertical(id="logpane"):
                 yield Input(placeholder="regex: show only matching lines (Esc: clear)", id="filter-input")
@@ -275,6 +275,7 @@ class MonitorApp(App[int]):
         self.finished_note = note
         if note:
             self.query_one(MetricsPanel).show_ended(note)
+            self.query_one(ProgressPanel).end()
         self.sub_title = f"{self.sub_title} · {note}" if note else self.sub_title
         if self._root is not None:
             self.query_one(FindingsPanel).select(self._root)
