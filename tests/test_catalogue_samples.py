@@ -49,6 +49,8 @@ def test_sample_diagnosis(sample: dict, capsys: pytest.CaptureFixture[str]) -> N
     found = {f["category"] for f in result["findings"]}
     for category in sample.get("also", []):
         assert category in found, f"no {category} finding: {summary}"
+    for expected in sample.get("findings", []):
+        check_finding(expected, result["findings"], summary)
     if "category" not in sample:
         assert root is None, summary
         return
@@ -66,6 +68,24 @@ def test_sample_diagnosis(sample: dict, capsys: pytest.CaptureFixture[str]) -> N
         assert text in root["remedy"], f"remedy lacks {text!r}:\n{root['remedy']}"
     for text in sample.get("remedy_lacks", []):
         assert text not in root["remedy"], f"remedy has {text!r}:\n{root['remedy']}"
+
+
+def check_finding(expected: dict, findings: list[dict], summary: str) -> None:
+    """A finding besides the root cause, as expected.toml's ``findings`` entry describes it."""
+    matching = [f for f in findings if f["rule"] == expected["rule"]]
+    assert len(matching) == 1, f"{len(matching)} {expected['rule']} findings: {summary}"
+    finding = matching[0]
+    for key in ("rank", "ranks", "count", "severity", "role"):
+        if key in expected:
+            assert finding[key] == expected[key], f"{expected['rule']} {key}={finding[key]!r}: {summary}"
+    for name, value in expected.get("fields", {}).items():
+        assert finding["fields"].get(name) == value, f"{expected['rule']} field {name}: {finding['fields']}"
+    for text in expected.get("title_has", []):
+        assert text in finding["title"], f"{expected['rule']} title lacks {text!r}: {finding['title']}"
+    for text in expected.get("remedy_has", []):
+        assert text in finding["remedy"], f"{expected['rule']} remedy lacks {text!r}:\n{finding['remedy']}"
+    for text in expected.get("remedy_lacks", []):
+        assert text not in finding["remedy"], f"{expected['rule']} remedy has {text!r}:\n{finding['remedy']}"
 
 
 def test_every_sample_has_an_expectation() -> None:

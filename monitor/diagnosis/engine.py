@@ -146,7 +146,7 @@ class Engine:
     # ---- classifying ---------------------------------------------------------------------
 
     def _classify(self, record: Record, new: list[Finding]) -> None:
-        if record.kind == "summary" or record.state in ("summary", "done"):
+        if _is_summary(record):
             # torchelastic's summary lists every failed rank (all of them exist) with its pid.
             summary_rank = None
             for body in record.bodies:
@@ -191,17 +191,32 @@ class Engine:
             return
         self._pid_ranks[pid] = rank
         for finding in self.findings:
-            if finding.rank is None and finding.fields.get("pid") == pid and id(finding) in self._finding_rule:
+            if id(finding) not in self._finding_rule:
+                continue
+            # Every occurrence that named the pid (torchrun's SIGTERM to each peer is one finding).
+            occurrences = self._occurrences[id(finding)]
+            named = [i for i, (known, fields) in enumerate(occurrences) if known is None and fields.get("pid") == pid]
+            if not named:
+                continue
+            for i in named:
+                occurrences[i] = (rank, occurrences[i][1])
+            if rank not in finding.ranks:
+                finding.ranks = sorted([*finding.ranks, rank])
+            if finding.rank is None and finding.fields.get("pid") == pid:
                 finding.rank = rank
-                if rank not in finding.ranks:
-                    finding.ranks = sorted([*finding.ranks, rank])
-                self._render(finding)
-                self.version += 1
+            self._render(finding)
+            self.version += 1
 
     def _views(self, record: Record) -> list[tuple[tuple[int, ...], str, set[int]]]:
         """What patterns are tried on: each line of the record, then each pair of lines that a
         terminal wrapped (the first as long as the record's longest line, 80+ characters)."""
         views = [((i,), body, hits) for i, (body, hits) in enumerate(zip(record.bodies, record.rule_hits))]
+        if _is_summary(record):
+            # torchelastic lists the ranks it stopped (exit -15) before its "Root Cause" entry:
+            # a field both sections hold comes from the root cause.
+            root = next((i for i, body in enumerate(record.bodies) if body.lstrip().startswith("Root Cause")), None)
+            if root is not None:
+                views = views[root:] + views[:root]
         if len(record.lines) > 1:
             width = max(len(line.text) for line in record.lines)
             for i in range(len(record.lines) - 1):
@@ -468,6 +483,11 @@ class Engine:
             root_cause=self.root_cause(), findings=sorted(self.findings, key=lambda f: f.seq),
             files=list(files), problems=list(self.problems),
         )
+
+
+def _is_summary(record: Record) -> bool:
+    """A torchelastic ChildFailedError summary, alone or ending torchrun's traceback."""
+    return record.kind == "summary" or record.state in ("summary", "done")
 
 
 def _earliest(findings: list[Finding]) -> Finding:

@@ -106,6 +106,8 @@ def recordings(ckpt_dir: str) -> dict:
             torchrun_scenario("hang", "--timeout", "5", *ckpt), DEMO_DIR / n),
         "hang-gloo-logdir": lambda n: record_log_dir(n, "hang", "--timeout", "5", *ckpt),
         "crash-2ranks.log": lambda n: record(torchrun_scenario("crash", *ckpt), DEMO_DIR / n),
+        "crash-4ranks.log": lambda n: record(
+            torchrun_scenario("crash", "--rank-to-fail", "2", *ckpt, nproc=4), DEMO_DIR / n),
         "crash-tee-2ranks.log": lambda n: record(
             torchrun_scenario("crash", *ckpt, launcher_args=("--tee", "3")), DEMO_DIR / n),
         "sigkill-2ranks.log": lambda n: record(torchrun_scenario("sigkill", *ckpt), DEMO_DIR / n),
