@@ -2,10 +2,11 @@
 
 ``monitor run`` starts it in a session of its own (``job.RECORDER_BOOT``); it
 starts the job, reads the job's pipe or pseudo-terminal, appends every byte to the log file
-unchanged and, in headless mode, copies the bytes to the terminal from a separate thread that
-drops output rather than ever blocking the read loop. Because the recorder, not the monitor, is
-the job's parent and holds its output, the job keeps running and logging when the monitor or
-its UI dies (even by SIGKILL), and the exit status is still written to the state file.
+unchanged and, in headless mode, copies the bytes to its own stdout: to a regular file (SLURM's
+.out) in the read loop, every byte like the log; to a terminal, pipe or socket from a separate
+thread that drops output rather than ever blocking the read loop. Because the recorder, not the
+monitor, is the job's parent and holds its output, the job keeps running and logging when the
+monitor or its UI dies (even by SIGKILL), and the exit status is still written to the state file.
 
 Signals: SIGTERM, SIGINT or SIGHUP sent to the recorder are passed on to the whole job (its
 process group and every descendant); if the job is still there after ``--grace`` seconds, or a
@@ -23,6 +24,7 @@ import os
 import queue
 import select
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -51,51 +53,130 @@ def write_state(path: Path, state: dict) -> None:
     os.replace(tmp, path)
 
 
-class TerminalTee:
-    """Copies chunks to a file descriptor from its own thread; drops them when it falls behind."""
+def destination_name(fd: int) -> str:
+    """What our stdout is, as the end message names it ("the pipe", "the terminal")."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return "the output"
+    if stat.S_ISREG(mode):
+        return "the file"
+    if stat.S_ISFIFO(mode):
+        return "the pipe"
+    if stat.S_ISSOCK(mode):
+        return "the socket"
+    if stat.S_ISCHR(mode):
+        return "the terminal" if os.isatty(fd) else "the device"
+    return "the output"
+
+
+def gap_marker(dropped: int, log: str, line_open: bool) -> bytes:
+    """The line put in the copy (never in the log) where bytes were left out."""
+    start = "\n" if line_open else ""
+    # surrogateescape: a log path that is not UTF-8 comes back as the bytes it was made of.
+    return f"{start}[monitor: {dropped} bytes not shown here; all are in {log}]\n".encode(
+        "utf-8", "surrogateescape")
+
+
+class FileCopy:
+    """Copies chunks to a regular file in the read loop itself, like the log: every byte, in
+    order. A regular file's write never waits for a reader, so this cannot stall the job."""
+
+    destination = "the file"
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.dropped_bytes = 0
-        self._queue: queue.Queue[bytes | None] = queue.Queue(TEE_QUEUE_CHUNKS)
-        self._broken = False
+        self.error: str | None = None
+
+    def put(self, chunk: bytes) -> None:
+        if self.error is not None:
+            self.dropped_bytes += len(chunk)
+            return
+        view = memoryview(chunk)
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError as exc:
+            # Disk full or similar: the log still has everything; stop here rather than leave holes.
+            self.error = exc.strerror
+            self.dropped_bytes += len(view)
+
+    def close(self, timeout: float) -> None:
+        """Nothing waits: every byte was written in the read loop."""
+
+
+class QueuedCopy:
+    """Copies chunks to a terminal, pipe or socket from its own thread: a stopped reader (Ctrl-S,
+    a full pipe) would block a write, so chunks are dropped when it falls behind, and the copy
+    gets one marker line where they are missing."""
+
+    def __init__(self, fd: int, destination: str, log: str) -> None:
+        self.fd = fd
+        self.destination = destination
+        self.log = log
+        self.dropped_bytes = 0
+        self.error: str | None = None
+        # (bytes dropped just before this chunk, the chunk); chunk None: the end.
+        self._queue: queue.Queue[tuple[int, bytes | None]] = queue.Queue(TEE_QUEUE_CHUNKS)
+        self._gap = 0  # dropped since the last chunk that made it into the queue
+        self._unwritten = 0  # of the chunk whose write failed (counted by close, not the thread)
         self._thread = threading.Thread(target=self._copy, name="tee", daemon=True)
         self._thread.start()
 
     def put(self, chunk: bytes) -> None:
-        if self._broken:
-            return
-        try:
-            self._queue.put_nowait(chunk)
-        except queue.Full:
-            self.dropped_bytes += len(chunk)
+        if self.error is None:
+            try:
+                self._queue.put_nowait((self._gap, chunk))
+                self._gap = 0
+                return
+            except queue.Full:
+                self._gap += len(chunk)
+        self.dropped_bytes += len(chunk)
 
     def close(self, timeout: float) -> None:
-        """Let the terminal catch up for at most ``timeout`` seconds, then give up on it (what
+        """Let the reader catch up for at most ``timeout`` seconds, then give up on it (what
         it did not get counts as dropped)."""
         deadline = time.monotonic() + timeout
         try:
-            self._queue.put(None, timeout=timeout)
+            if self.error is None:
+                self._queue.put((self._gap, None), timeout=timeout)
         except queue.Full:
             pass
         self._thread.join(max(0.0, deadline - time.monotonic()))
+        self.dropped_bytes += self._unwritten
         while True:
             try:
-                chunk = self._queue.get_nowait()
+                _, chunk = self._queue.get_nowait()
             except queue.Empty:
                 return
             self.dropped_bytes += len(chunk or b"")
 
     def _copy(self) -> None:
-        while (chunk := self._queue.get()) is not None:
+        line_open = False  # the last byte written was not a newline
+        while True:
+            gap, chunk = self._queue.get()
+            data = chunk or b""
+            out = (gap_marker(gap, self.log, line_open) if gap else b"") + data
+            view = memoryview(out)
             try:
-                view = memoryview(chunk)
                 while view:
                     view = view[os.write(self.fd, view):]
-            except OSError:
-                # Terminal gone (closed window, EIO): stop copying, keep recording.
-                self._broken = True
+            except OSError as exc:
+                # Reader gone (closed window, EIO, EPIPE): stop copying, keep recording.
+                self._unwritten = min(len(view), len(data))
+                self.error = exc.strerror
                 return
+            if out:
+                line_open = not out.endswith(b"\n")
+            if chunk is None:
+                return
+
+
+def open_copy(fd: int, log: str) -> FileCopy | QueuedCopy:
+    """The headless copy of the output to ``fd``: written in step where that is safe."""
+    destination = destination_name(fd)
+    return FileCopy(fd) if destination == FileCopy.destination else QueuedCopy(fd, destination, log)
 
 
 class Recorder:
@@ -197,7 +278,7 @@ class Recorder:
     # -- the pump ----------------------------------------------------------------------------
     def pump(self, read_fd: int) -> None:
         log_fd = os.open(self.opts.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        tee = TerminalTee(sys.stdout.fileno()) if self.opts.tee else None
+        tee = open_copy(sys.stdout.fileno(), self.opts.log) if self.opts.tee else None
         poller = select.poll()
         poller.register(read_fd, select.POLLIN)
         job_gone_at: float | None = None
@@ -229,7 +310,9 @@ class Recorder:
         os.close(log_fd)
         if tee:
             tee.close(timeout=2.0)
-            self.state["tee_dropped_bytes"] = tee.dropped_bytes
+            self.state.update(tee_destination=tee.destination, tee_dropped_bytes=tee.dropped_bytes)
+            if tee.error:
+                self.state["tee_error"] = tee.error
         self.state["bytes"] = total
 
     def write_log(self, log_fd: int, chunk: bytes) -> None:
