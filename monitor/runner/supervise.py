@@ -212,9 +212,11 @@ def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.Restart
     explain.write(diagnosis, sys.stderr)
     if slurm := meta["slurm"]:
         say("SLURM " + ", ".join(f"{key}={value}" for key, value in slurm.items()))
-    tee_dropped = job.state().get("tee_dropped_bytes", 0)
-    if tee_dropped:
-        say(f"the terminal was too slow: {tee_dropped} bytes were not shown (all are in {job.log_path})")
+    state = job.state()
+    if dropped := state.get("tee_dropped_bytes", 0):
+        where = state.get("tee_destination", "the terminal")
+        why = f"writing to {where} failed ({state['tee_error']})" if state.get("tee_error") else f"{where} was too slow"
+        say(f"{why}: {dropped} bytes were not shown (all are in {job.log_path})")
     if max_restarts:
         say(f"restart policy: {'retry' if decision.retry else 'no retry'}: {decision.reason}")
     run_info = {"command": job.command, "launcher": meta["launcher"], "exit_code": code,
