@@ -135,3 +135,24 @@ def test_shipped_rules_cover_the_categories_and_carry_examples() -> None:
         assert rule.examples_match and rule.examples_no_match, rule.id
         assert rule.remedy.strip(), rule.id
         assert "NCCL_TIMEOUT=" not in rule.remedy, rule.id
+
+
+@pytest.mark.parametrize("stop_signal", [None, "SIGTERM"])
+def test_a_stop_that_monitor_run_forwarded_is_no_failure(stop_signal: str | None) -> None:
+    """The sigterm sample's torchrun lines are the same whoever sent the signal: from outside (a
+    kill, scancel) they are the root cause; when `monitor run` forwarded its own stop request, the
+    runner's 'Stopped on request' says so and the launcher's lines are no failure."""
+    from monitor.runner import explain
+
+    log = SAMPLES / "demo/sigterm-torchrun-2ranks.log"
+    extra = [explain.exit_finding(log, 1, stop_signal)]
+    diagnosis = explain.diagnose_run([log], load_catalogue(include_user=False), extra)
+    stopped = next(f for f in diagnosis.findings if f.rule == explain.LAUNCHER_STOPPED)
+    if stop_signal is None:
+        assert diagnosis.root_cause is stopped and stopped.severity == "error"
+        assert "scancel" in stopped.remedy
+        assert [f.role for f in diagnosis.findings if f.rule == "job-exit"] == ["confirm"]
+    else:
+        assert diagnosis.root_cause is None
+        assert stopped.severity == "info" and "scancel" not in stopped.remedy
+        assert [f.severity for f in diagnosis.findings if f.severity == "error"] == []

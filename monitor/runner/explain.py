@@ -8,6 +8,9 @@ from pathlib import Path
 from monitor.diagnosis.model import Diagnosis, Finding
 from monitor.runner.processes import signal_name
 
+# The catalogue's rule for a launcher that received a stop signal (rules/launcher.toml).
+LAUNCHER_STOPPED = "torchrun-stopped-by-signal"
+
 _SIGNAL_REMEDIES = {
     "SIGKILL": "Something outside the job killed it. Check the kernel log (`journalctl -k` or "
                "`dmesg`) for 'Out of memory: Killed process', and the scheduler's accounting "
@@ -70,7 +73,8 @@ def diagnose_run(paths: list[Path], catalogue, extra: list[Finding]) -> Diagnosi
     """Diagnose the run's log files and add the runner's own findings.
 
     The engine's root cause wins; the exit finding is the root cause only when the engine found
-    none (a bare 'exited with 1' says less than 'CUDA out of memory on rank 3')."""
+    none (a bare 'exited with 1' says less than 'CUDA out of memory on rank 3'). After a stop on
+    request, the launcher's own report of that stop is no failure (see ``_note_forwarded_stop``)."""
     files = [str(p) for p in paths]
     diagnosis = Diagnosis(root_cause=None, findings=[], files=files)
     if catalogue is None:
@@ -81,6 +85,8 @@ def diagnose_run(paths: list[Path], catalogue, extra: list[Finding]) -> Diagnosi
             diagnosis = diagnose_paths([str(p) for p in paths], catalogue)
         except Exception as exc:  # report what we know rather than nothing
             diagnosis.problems.append(f"diagnosis failed ({type(exc).__name__}: {exc})")
+    if any(f.rule == "job-stopped" for f in extra):
+        _note_forwarded_stop(diagnosis)
     for finding in extra:
         finding.seq = len(diagnosis.findings)
         if diagnosis.root_cause is not None and finding.rule == "job-exit":
@@ -90,6 +96,20 @@ def diagnose_run(paths: list[Path], catalogue, extra: list[Finding]) -> Diagnosi
         diagnosis.root_cause = next(
             (f for f in extra if f.severity == "error" and f.role == "root"), None)
     return diagnosis
+
+
+def _note_forwarded_stop(diagnosis: Diagnosis) -> None:
+    """The runner forwarded a stop request to the job, so torchrun's "Received 15 death signal"
+    (rule LAUNCHER_STOPPED) is that request arriving, not someone outside stopping the job: it
+    is kept as information and is no root cause; the runner's 'Stopped on request' says it."""
+    for finding in diagnosis.findings:
+        if finding.rule == LAUNCHER_STOPPED:
+            finding.severity = "info"
+            finding.title = "torchrun received the stop request and stopped its workers"
+            finding.remedy = ("This is the stop request that monitor run forwarded to the job (see "
+                              "'Stopped on request'), not a failure.")
+    if diagnosis.root_cause is not None and diagnosis.root_cause.rule == LAUNCHER_STOPPED:
+        diagnosis.root_cause = None  # every other error the engine saw came after it
 
 
 def write(diagnosis: Diagnosis, stream) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -80,6 +81,20 @@ def record_port_in_use(name: str) -> int:
         first.wait(timeout=120)
 
 
+def record_sigterm_torchrun(name: str) -> int:
+    """A long run whose torchrun gets SIGTERM from outside (as scancel or kill sends it) once the
+    ranks are training."""
+    out = DEMO_DIR / name
+    cmd = torchrun_scenario("ok", "--steps", "400", "--sleep-per-step", "0.5")
+    with open(out, "wb") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=clean_env())
+        deadline = time.monotonic() + 120
+        while b"step 5 " not in out.read_bytes() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        return proc.wait(timeout=120)
+
+
 def record_store_connect_timeout(name: str) -> int:
     """Rank 1 started by hand while rank 0 (the store host) never came up."""
     env = clean_env(RANK="1", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
@@ -120,6 +135,7 @@ def recordings(ckpt_dir: str) -> dict:
         "bad-ckpt-single.log": lambda n: record(
             [sys.executable, *DEMO, "--scenario", "bad-ckpt", *ckpt], DEMO_DIR / n),
         "port-in-use.log": record_port_in_use,
+        "sigterm-torchrun-2ranks.log": record_sigterm_torchrun,
         "store-connect-timeout.log": record_store_connect_timeout,
         "rendezvous-timeout.log": record_rendezvous_timeout,
     }

@@ -792,6 +792,37 @@ def slurm_node_failure() -> None:
     log.write(OUT / "slurm-node-failure.out")
 
 
+def preempted_torchrun_sbatch() -> None:
+    """SLURM preempts a torchrun job: torchrun gets SIGTERM (Python 3.10 logs the enum as
+    `Signals.SIGTERM`, agent/server/api.py), stops its workers and dies of SignalException;
+    slurmstepd's cancel line lands after torchrun's first lines (research 2.8)."""
+    log = Log("plain")
+    log.raw(*TORCHRUN_HEADER)
+    for i in range(4):
+        log.raw(f"{{'loss': {1.9120 - i / 100:.4f}, 'grad_norm': 0.{412 + i}, 'learning_rate': 2e-05, 'epoch': {1.20 + i / 100:.2f}}}")
+    log.raw("W0303 02:10:44.120000 139882 torch/distributed/elastic/agent/server/api.py:704] Received Signals.SIGTERM death signal, shutting down workers",
+            *(f"W0303 02:10:44.121000 139882 torch/distributed/elastic/multiprocessing/api.py:897] Sending process {139900 + r} closing signal SIGTERM"
+              for r in range(8)),
+            "slurmstepd: error: *** JOB 81311 ON gpu-node-12 CANCELLED AT 2024-03-03T02:10:44 DUE TO PREEMPTION ***",
+            "Traceback (most recent call last):",
+            '  File "/usr/local/bin/torchrun", line 8, in <module>',
+            "    sys.exit(main())",
+            f'  File "{TORCH_LIB}/distributed/elastic/multiprocessing/errors/__init__.py", line 355, in wrapper',
+            "    return f(*args, **kwargs)",
+            f'  File "{TORCH_LIB}/distributed/run.py", line 919, in main',
+            "    run(args)",
+            f'  File "{TORCH_LIB}/distributed/launcher/api.py", line 254, in launch_agent',
+            "    result = agent.run()",
+            f'  File "{TORCH_LIB}/distributed/elastic/agent/server/api.py", line 696, in run',
+            "    result = self._invoke_run(role)",
+            f'  File "{TORCH_LIB}/distributed/elastic/agent/server/api.py", line 855, in _invoke_run',
+            "    time.sleep(monitor_interval)",
+            f'  File "{TORCH_LIB}/distributed/elastic/multiprocessing/api.py", line 84, in _terminate_process_handler',
+            '    raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)',
+            "torch.distributed.elastic.multiprocessing.api.SignalException: Process 139882 got signal: 15")
+    log.write(OUT / "preempted-torchrun-sbatch.out")
+
+
 def segfault_torchrun() -> None:
     """A rank dies of SIGSEGV without printing anything: only torchrun's lines say so."""
     log = Log("plain")
@@ -872,7 +903,7 @@ SAMPLES = [
     libuv_windows, port_in_use_legacy, wandb_no_api_key, wandb_init_timeout, gpu_xid79_dir,
     gpu_ecc_mpirun, nan_deepspeed_fp16, shm_dataloader_docker, shm_nccl_container,
     disk_full_hf_trainer, disk_full_torch_save_srun, checkpoint_lfs_pointer_srun, store_wait_timeout_srun,
-    slurm_time_limit, slurm_node_failure,
+    slurm_time_limit, slurm_node_failure, preempted_torchrun_sbatch,
     segfault_torchrun, clean_tee_8ranks, clean_srun_fp16, clean_multinode_retries_srun,
 ]
 
