@@ -140,6 +140,14 @@ def test_cli_diagnose_exit_codes_and_json(tmp_path, capsys):
     assert set(data) == {"root_cause", "findings", "files", "problems"}
     assert main(base + [str(tmp_path / "missing.log")]) == 2
     assert "missing.log: no such file" in capsys.readouterr().err
+    # One path of several missing (a log rotated away): the rest is still diagnosed, the missing
+    # one is said on stderr and in the problems, and the exit code says an input was wrong.
+    assert main(base + ["--json", str(tmp_path / "missing.log"), str(failed)]) == 2
+    out = capsys.readouterr()
+    data = json.loads(out.out)
+    assert data["root_cause"]["rule"] == "cuda-oom"
+    assert data["problems"] == [f"{tmp_path / 'missing.log'}: no such file or directory"]
+    assert out.err == f"monitor: {tmp_path / 'missing.log'}: no such file or directory\n"
 
 
 def test_diagnose_does_not_import_textual_or_torch(tmp_path):

@@ -16,28 +16,37 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import json
+    import os
+    import sys
 
     from monitor.cli import UsageError
     from monitor.diagnosis.catalogue import RuleError, load_catalogue
     from monitor.diagnosis.diagnose import MissingPath, diagnose_paths
 
+    # As grep does: a path that does not exist is said on stderr and makes the exit code 2, and
+    # the others are still diagnosed (a glob of logs where one rotated away still gets its answer).
+    missing = [f"{path}: no such file or directory" for path in args.paths if not os.path.exists(path)]
+    for problem in missing:
+        print(f"monitor: {problem}", file=sys.stderr)
+    present = [path for path in args.paths if os.path.exists(path)]
+    if not present:
+        return 2
     try:
         catalogue = load_catalogue(args.rules, include_user=not args.no_user_rules)
-        diagnosis = diagnose_paths(args.paths, catalogue)
-    except (RuleError, MissingPath) as exc:
+        diagnosis = diagnose_paths(present, catalogue)
+    except (RuleError, MissingPath) as exc:  # MissingPath: deleted since we looked
         raise UsageError(str(exc)) from None
+    diagnosis.problems = missing + diagnosis.problems
     if not diagnosis.files:  # not one log could be read: an input error, said on stderr
-        import sys
-
-        for problem in diagnosis.problems or ["no log files found"]:
+        for problem in diagnosis.problems[len(missing):] or ["no log files found"]:
             print(f"monitor: {problem}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(diagnosis.to_json(), indent=2, ensure_ascii=False))
     else:
-        import sys
-
         from monitor.diagnosis.report import write_report
 
         write_report(diagnosis, sys.stdout)
+    if missing:
+        return 2
     return 1 if diagnosis.failed else 0
