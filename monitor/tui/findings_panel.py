@@ -15,8 +15,11 @@ from textual.widgets.data_table import CellDoesNotExist
 from monitor.diagnosis.model import SEVERITY_ORDER, Finding
 from monitor.tui import text_format as fmt
 
-COLUMNS = ("mark", "sev", "category", "ranks", "count", "first", "title")
-WIDTHS = (1, 5, None, None, None, 9, None)
+# The title before the category: in a panel too narrow for every column (45% of 120), what is
+# cut at the right edge is the category (the detail below names it), not what went wrong.
+COLUMNS = ("mark", "sev", "ranks", "count", "first", "title", "category")
+LABELS = ("", "sev", "ranks", "n", "first", "title", "category")
+WIDTHS = (1, 5, None, None, 9, None, None)
 SEVERITY_LABEL = {"error": "error", "warning": "warn", "info": "info"}
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -114,7 +117,7 @@ class FindingsPanel(Container):
 
     def compose(self):
         table = DataTable(cursor_type="row", zebra_stripes=False, id="finding-table")
-        for key, label, width in zip(COLUMNS, ("", "sev", "category", "ranks", "n", "first", "title"), WIDTHS):
+        for key, label, width in zip(COLUMNS, LABELS, WIDTHS):
             table.add_column(label, key=key, width=width)
         yield table
         with VerticalScroll(id="finding-detail"):
@@ -173,11 +176,11 @@ class FindingsPanel(Container):
         return (
             Text("★", style="bold red") if is_root else Text(""),
             Text(SEVERITY_LABEL.get(finding.severity, finding.severity), style=SEVERITY_STYLE.get(finding.severity, "")),
-            Text(finding.category),
             Text(fmt.ranks(finding.ranks) if finding.ranks else ("—" if finding.rank is None else str(finding.rank))),
             Text(str(finding.count)),
             Text(self.first_time(finding)),
             Text(finding.title),
+            Text(finding.category),
         )
 
     def selected_key(self) -> str | None:
