@@ -457,3 +457,18 @@ def test_python_exception_title_follows_a_rank_learned_later():
     [finding] = [f for f in engine.findings if f.category == "python_exception"]
     assert finding.rank == 1
     assert finding.title == "ValueError on rank 1"
+
+
+def test_a_stop_from_outside_before_the_timeouts_is_the_root_not_a_stalled_rank():
+    # torchrun got SIGTERM (scancel, preemption); as the ranks went down, a peer's gloo pair
+    # closed. Nobody hung: the stop is the root. The same timeout before any stop is a hang.
+    catalogue = load_catalogue(include_user=False)
+    stop = ("W1121 13:52:04.032000 4668 site-packages/torch/distributed/elastic/agent/server/api.py:753] "
+            "Received 15 death signal, shutting down workers")
+    gloo = ("[rank1]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+            "Connection closed by peer [127.0.0.1]:29500")
+    world = "[rank0] world_size=2\n[rank1] world_size=2"
+    stopped = run_lines(Engine(catalogue), f"{world}\n{stop}\n{gloo}").root_cause()
+    assert stopped.rule == "torchrun-stopped-by-signal" and stopped.category == "stopped"
+    hang = run_lines(Engine(catalogue), f"{world}\n{gloo}\n{stop}").root_cause()
+    assert hang.category == "gloo_timeout" and hang.title.startswith("Rank 0 stalled")

@@ -36,6 +36,13 @@ def test_deterministic_failures_are_not(category: str):
     assert not decision.retry and category in decision.reason
 
 
+def test_a_job_stopped_from_outside_is_not_restarted():
+    stop = finding("stopped", title="torchrun was stopped by signal 15 from outside the job")
+    decision = decide(diagnosis(stop), exit_code=1, attempt=1, max_restarts=3)
+    assert not decision.retry and decision.reason.startswith("torchrun was stopped by signal 15")
+    assert "--requeue" in decision.reason
+
+
 def test_limits_success_user_stop_and_unexplained_failures():
     root = finding("nccl_error")
     assert not decide(diagnosis(root), 1, attempt=3, max_restarts=2).retry

@@ -46,7 +46,8 @@ _ID = regex.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 CATEGORIES = (
     "cuda_oom", "host_oom", "nccl_timeout", "nccl_error", "gloo_timeout", "rendezvous_timeout", "libuv",
     "port_in_use", "wandb", "corrupt_checkpoint", "cuda_assert", "gpu_hardware", "nan_loss", "shm_exhausted",
-    "disk_full", "slurm_event", "python_exception", "hang", "launcher", "metrics", "gpu_throttle", "preflight",
+    "disk_full", "slurm_event", "python_exception", "hang", "launcher", "stopped", "metrics", "gpu_throttle",
+    "preflight",
 )
 
 

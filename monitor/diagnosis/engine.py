@@ -32,6 +32,7 @@ MAX_EVIDENCE = 8
 # Shortest terminal width whose wrapped lines are joined again inside a record.
 WRAP_WIDTH = 80
 TIMEOUT_CATEGORIES = ("nccl_timeout", "gloo_timeout")
+STOP_CATEGORIES = ("stopped",)
 # Fields (named groups) that hold a rank's last completed collective, as rules name them.
 LAST_COMPLETED_FIELDS = ("last_completed", "completed", "done", "last_done")
 _WORLD_SIZE = regex.compile(r"(?i)\bworld[_ ]?size\s*[=:]\s*(\d+)")
@@ -433,6 +434,11 @@ class Engine:
             return _earliest(roots)
         timeouts = [f for f in self.findings if f.category in TIMEOUT_CATEGORIES and f.severity == "error"]
         if timeouts:
+            # The job was being shut down from outside before anything timed out: the ranks lost
+            # their peers to the stop, nobody hung.
+            stops = [f for f in self.findings if f.category in STOP_CATEGORIES and f.severity == "error"]
+            if stops and all(happened_before(_earliest(stops), t) for t in timeouts):
+                return _earliest(stops)
             return self._hang_suspect(timeouts)
         # Only cascades: the earliest (a SIGKILL before the peers' lost connections).
         errors = [f for f in self.findings if f.severity == "error" and f.role != "confirm"]

@@ -68,6 +68,9 @@ def decide(diagnosis: Diagnosis, exit_code: int, attempt: int, max_restarts: int
     if root is None or root.category == "launcher":
         return RestartDecision(False, f"no retryable cause found for exit code {exit_code}; "
                                       "a retry of an unexplained failure is not attempted")
+    if root.category == "stopped":
+        return RestartDecision(False, f"{root.title}: whoever stopped it meant it (a preempted SLURM "
+                                      "job is requeued by the scheduler, with --requeue)")
     title = f"{root.category} ({root.title})"
     if root.category == "slurm_event":
         why = " ".join(root.fields.values()).upper() + " " + root.title.upper()
