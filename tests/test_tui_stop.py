@@ -196,3 +196,28 @@ async def test_help_lists_itself_ctrl_c_and_how_to_close_it():
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("question_mark")
         assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_the_launcher_reporting_our_own_stop_is_no_root_cause_on_screen():
+    # torchrun prints "Received 15 death signal" when monitor run forwards the user's stop: the
+    # end report calls that 'Stopped on request'; the screen must not call it a failure from outside.
+    from monitor.diagnosis.model import Finding
+    from monitor.tui.feeds import LogBatch
+    from monitor.tui.findings_panel import FindingsPanel
+
+    stop = Finding(rule="torchrun-stopped-by-signal", category="stopped", severity="error", role="cascade",
+                   title="torchrun was stopped by signal 15 from outside the job", rank=None, ranks=[],
+                   file="run.log", line=1, count=1, evidence=["Received 15 death signal"], fields={},
+                   remedy="")
+    job = StoppableJob()
+    feed = ScriptedLogFeed()
+    app = MonitorApp(feed, FixedMetricsFeed(host_sample()), clock=lambda: 0.0, job=job)
+    async with app.run_test(size=(100, 30)) as pilot:
+        panel = app.query_one(FindingsPanel)
+        feed.batches.put(LogBatch(findings=[stop], root_cause=stop))
+        await wait_until(pilot, lambda: panel.root is not None)  # stopped by someone else: the root
+        await pilot.press("ctrl+c")  # now the user stops it through the monitor
+        await wait_until(pilot, lambda: panel.root is None)
+        feed.batches.put(LogBatch(findings=[stop], root_cause=stop))  # and it stays so
+        await pilot.pause(0.3)
+        assert panel.root is None and app.stopping

@@ -135,8 +135,18 @@ class MonitorApp(App[int]):
         if self.stopping and self.job.exit_code() is not None:
             self.exit(1 if self.failed else 0)
 
+    def _unless_own_stop(self, root: Finding | None) -> Finding | None:
+        """No root cause in the launcher reporting the stop this monitor sent it (the end
+        report calls it 'Stopped on request'): that is the user's request, not a failure."""
+        if self.stopping and root is not None and root.category == "stopped":
+            return None
+        return root
+
     def _stopping_shown(self, why: str) -> None:
         self.stopping = True
+        if self._root is not None and self._unless_own_stop(self._root) is None:
+            self._root = None
+            self._show_findings()
         self.notify(f"{why}: stopping the job (SIGTERM to every rank, SIGKILL after the grace period). "
                     "Ctrl-C again kills it now.", title="stopping", timeout=30, markup=False)
         self._update_status()
@@ -232,7 +242,7 @@ class MonitorApp(App[int]):
             self._add_lines(batch.lines)
         if batch.findings is not None:
             self._log_findings = list(batch.findings)
-            self._root = batch.root_cause
+            self._root = self._unless_own_stop(batch.root_cause)
             self._show_findings()
         elif self._unplaced and batch.lines:
             self._mark_lines()
