@@ -23,10 +23,14 @@ from monitor.runner.processes import descendants, signal_job
 START_TIMEOUT_S = 30.0
 # Starts the recorder from the very package this monitor runs from: the current directory (a
 # training repo with its own ``monitor`` package, a common name) must not shadow it, nor may a
-# stale install elsewhere on the path.
+# stale install in site-packages. The package's folder goes after the standard library (in a
+# wheel install it is site-packages itself, where a module named like a stdlib one may lie).
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-RECORDER_BOOT = (f"import sys; sys.path[0] = {PACKAGE_ROOT!r}; "
-                 "from monitor.runner.recorder import main; sys.exit(main())")
+RECORDER_BOOT = (
+    "import sys; del sys.path[0]; "
+    "sys.path.insert(next((n for n, p in enumerate(sys.path) if p.endswith('-packages')), len(sys.path)), "
+    f"{PACKAGE_ROOT!r}); from monitor.runner.recorder import main; sys.exit(main())"
+)
 
 
 class JobStartError(Exception):

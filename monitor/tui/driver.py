@@ -9,9 +9,14 @@ read it, and the app goes on to its end.
 
 from __future__ import annotations
 
+import errno
 from typing import IO
 
 from textual.drivers.linux_driver import LinuxDriver
+
+# What a write to a terminal that is gone fails with (EIO: the pty's master closed). Any other
+# error is left to Textual, as before.
+LOST = (errno.EIO, errno.ENXIO, errno.EBADF, errno.EPIPE)
 
 
 class LostTerminalTolerantOutput:
@@ -25,7 +30,11 @@ class LostTerminalTolerantOutput:
         if not self.lost:
             try:
                 return self._file.write(text)
-            except (OSError, ValueError):  # EIO from a hung-up tty; ValueError: file closed
+            except OSError as exc:
+                if exc.errno not in LOST:
+                    raise
+                self.lost = True
+            except ValueError:  # the file was closed
                 self.lost = True
         return len(text)
 
@@ -33,7 +42,11 @@ class LostTerminalTolerantOutput:
         if not self.lost:
             try:
                 self._file.flush()
-            except (OSError, ValueError):
+            except OSError as exc:
+                if exc.errno not in LOST:
+                    raise
+                self.lost = True
+            except ValueError:
                 self.lost = True
 
     def fileno(self) -> int:
