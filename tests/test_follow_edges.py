@@ -204,6 +204,9 @@ def test_switches_to_polling_when_file_events_do_not_arrive(tmp_path, monkeypatc
         def drain(self):
             return []
 
+        def take_problems(self):
+            return []
+
         def close(self):
             pass
 

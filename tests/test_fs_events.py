@@ -19,6 +19,7 @@ from monitor.logs.watchdog_events import WatchdogEvents
 from follow_helpers import SeqWriter, follow_until_done, seqs
 
 BACKENDS = {"inotify": InotifyEvents, "watchdog": WatchdogEvents}
+REAL_LIBC = inotify._libc
 # watchdog's own note when a folder tree appears at once (watchdog_events silences it outside
 # pytest, which resets warning filters per test).
 pytestmark = pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning")
@@ -143,3 +144,84 @@ def test_rotation_is_followed_on_watchdogs_events_too(tmp_path, monkeypatch):
     assert isinstance(follower._events, WatchdogEvents)
     lines, _ = follow_until_done(follower, [writer])
     assert sorted(seqs(lines)) == list(range(1500))
+
+
+def read_lines(follower, want: int, seconds: float = 5.0):
+    lines, problems = [], []
+    deadline = time.monotonic() + seconds
+    while len(lines) < want and time.monotonic() < deadline:
+        update = follower.read(0.05)
+        lines += update.lines
+        problems += update.problems
+    return lines, problems
+
+
+def test_a_folder_created_while_events_were_lost_is_watched(tmp_path):
+    # The queue overflows while torchrun creates attempt_0/0/: events for it are lost with the
+    # rest, so the folder must get its watch on the overflow, not be left to polling.
+    limit = int(open("/proc/sys/fs/inotify/max_queued_events").read())
+    (tmp_path / "a.log").write_text("x1\n")
+    follower = Follower([str(tmp_path)])
+    assert [line.text for line in read_lines(follower, 1)[0]] == ["x1"]
+    for n in range(limit + 500):
+        (tmp_path / f"junk{n}.bin").touch()
+    rank_log = tmp_path / "attempt_0" / "0" / "stderr.log"
+    rank_log.parent.mkdir(parents=True)
+    with open(rank_log, "w") as handle:
+        handle.write("hello\n")
+        handle.flush()
+        lines, problems = read_lines(follower, 1)
+        assert [line.text for line in lines] == ["hello"] and problems == []
+        handle.write("second\n")
+        handle.flush()
+        lines, problems = read_lines(follower, 1)
+    assert [line.text for line in lines] == ["second"] and problems == [] and not follower.polling
+    follower.close()
+
+
+class WatchLimitFor:
+    """libc whose inotify_add_watch fails with ENOSPC (the watch limit) for folders named ``name``."""
+
+    def __init__(self, name: str) -> None:
+        self.real = REAL_LIBC()
+        self.name = name.encode()
+
+    def __getattr__(self, attribute):
+        return getattr(self.real, attribute)
+
+    def inotify_add_watch(self, fd, path, mask):
+        if os.path.basename(path) == self.name:
+            ctypes.set_errno(errno.ENOSPC)
+            return -1
+        return self.real.inotify_add_watch(fd, path, mask)
+
+
+def test_following_more_paths_past_the_watch_limit_polls_instead(tmp_path, monkeypatch):
+    # The run screen adds torchrun's per-rank files as they appear; a watch that cannot be added
+    # then must not stop the reading of every log.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "x.log").write_text("1\n")
+    (tmp_path / "b" / "y.log").write_text("2\n")
+    follower = Follower([str(tmp_path / "a")], poll_interval=0.05)
+    assert [line.text for line in read_lines(follower, 1)[0]] == ["1"]
+    monkeypatch.setattr(inotify, "_libc", lambda: WatchLimitFor("b"))
+    follower.add([str(tmp_path / "b" / "y.log")])
+    lines, problems = read_lines(follower, 1)
+    assert [line.text for line in lines] == ["2"] and follower.polling
+    assert problems == [f"file events unavailable (watching {tmp_path / 'b'}: the inotify watch limit is reached "
+                        "(sysctl fs.inotify.max_user_watches)); polling every 0.05 s"]
+    follower.close()
+
+
+def test_a_sub_folder_past_the_watch_limit_switches_to_polling_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(inotify, "_libc", lambda: WatchLimitFor("3"))
+    follower = Follower([str(tmp_path)], poll_interval=0.05)
+    rank_log = tmp_path / "attempt_0" / "3" / "stderr.log"
+    rank_log.parent.mkdir(parents=True)
+    rank_log.write_text("[rank3]: hello\n")
+    lines, problems = read_lines(follower, 1)
+    assert [line.text for line in lines] == ["[rank3]: hello"] and follower.polling
+    assert problems == [f"file events unavailable (watching {rank_log.parent}: the inotify watch limit is reached "
+                        "(sysctl fs.inotify.max_user_watches)); polling every 0.05 s"]
+    follower.close()

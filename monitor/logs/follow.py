@@ -80,11 +80,7 @@ class Follower:
         self._new_files: list[str] = []
         self._events: FileEvents | None = None
         if not poll:
-            try:
-                self._events = open_file_events(self._watches())
-            except OSError as exc:
-                self.polling = True
-                self._problems.append(f"file events unavailable ({exc.strerror or exc}); polling every {poll_interval} s")
+            self._start_events()
         self._discover()
         now = time.monotonic()
         self._next_stat_all = now
@@ -108,7 +104,7 @@ class Follower:
         if self._events is not None:
             # The new files may sit under directories not watched yet.
             self._events.close()
-            self._events = open_file_events(self._watches())
+            self._start_events()
         self._discover()
 
     def pending(self) -> dict[str, str]:
@@ -168,6 +164,21 @@ class Follower:
     @property
     def _rescan_every(self) -> float:
         return self.poll_interval if self.polling else RESCAN_S
+
+    def _start_events(self) -> None:
+        try:
+            self._events = open_file_events(self._watches())
+        except OSError as exc:
+            self._events = None
+            self._fall_back_to_polling(f"file events unavailable ({exc.strerror or exc})")
+
+    def _fall_back_to_polling(self, why: str) -> None:
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+        self.polling = True
+        self._next_stat_all = self._next_rescan = 0.0
+        self._problems.append(f"{why}; polling every {self.poll_interval:g} s")
 
     def _watches(self) -> list[tuple[str, bool]]:
         watches: dict[str, bool] = {}
@@ -265,6 +276,8 @@ class Follower:
             return
         for path in self._events.drain():
             self._note_event(path)
+        if problems := self._events.take_problems():
+            self._fall_back_to_polling(problems[0])
 
     def _note_event(self, path: str) -> None:
         if path == RESCAN:

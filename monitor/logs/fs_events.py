@@ -5,7 +5,8 @@ path to look at. Where events do not arrive (NFS, Lustre) or cannot be set up (t
 watch limit), the follower polls; it also keeps a slow safety poll when events work.
 
 A backend has ``get(timeout) -> path | None`` (blocks until a path changed), ``drain() ->
-[path]`` (what is waiting, without blocking) and ``close()``; paths are absolute, or:
+[path]`` (what is waiting, without blocking), ``take_problems() -> [line]`` (folders it could
+not watch: the caller then polls) and ``close()``; paths are absolute, or:
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ class FileEvents(Protocol):
     def get(self, timeout: float) -> str | None: ...
 
     def drain(self) -> list[str]: ...
+
+    def take_problems(self) -> list[str]: ...
 
     def close(self) -> None: ...
 

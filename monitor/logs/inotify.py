@@ -55,8 +55,12 @@ class InotifyEvents:
         if fd < 0:
             raise _os_error("inotify_init1")
         self._fd = fd
+        self._poller = select.poll()  # not select(): the fd may be past 1024 with many logs open
+        self._poller.register(fd, select.POLLIN)
+        self._roots = watches
         self._folders: dict[int, tuple[str, bool]] = {}  # wd -> (folder, recursive)
         self._ready: list[str] = []
+        self._problems: list[str] = []
         try:
             for folder, recursive in watches:
                 self._watch(folder, recursive, required=True)
@@ -66,10 +70,16 @@ class InotifyEvents:
 
     def get(self, timeout: float) -> str | None:
         if not self._ready:
-            if self._fd < 0 or not select.select([self._fd], [], [], max(0.0, timeout))[0]:
+            if self._fd < 0 or not self._poller.poll(max(0.0, timeout) * 1000):
                 return None
             self._read()
         return self._ready.pop(0) if self._ready else None
+
+    def take_problems(self) -> list[str]:
+        """Folders that could not be watched since the last call (the watch limit): events no
+        longer cover every file, the caller should poll."""
+        problems, self._problems = self._problems, []
+        return problems
 
     def drain(self) -> list[str]:
         self._read()
@@ -84,9 +94,12 @@ class InotifyEvents:
     def _watch(self, folder: str, recursive: bool, required: bool = False) -> None:
         wd = self._libc.inotify_add_watch(self._fd, os.fsencode(folder), WATCH_MASK)
         if wd < 0:
+            error = _os_error(f"watching {folder}")
             if required:
-                raise _os_error(f"watching {folder}")
-            return  # a folder gone already, or the watch limit: the safety poll still sees it
+                raise error
+            if error.errno in LIMITS:
+                self._problems.append(f"file events unavailable ({error.strerror})")
+            return  # else a folder gone already: nothing to watch
         self._folders[wd] = (folder, recursive)
         if recursive:
             try:
@@ -114,7 +127,11 @@ class InotifyEvents:
             name = data[offset + header_size:offset + header_size + length].rstrip(b"\0")
             offset += header_size + length
             if mask & IN_Q_OVERFLOW:
-                self._ready.append(OVERFLOW)
+                # Events were lost, folders created meanwhile among them: watch them (adding a
+                # watch again is harmless), discover their files and look at every file.
+                for folder, recursive in self._roots:
+                    self._watch(folder, recursive)
+                self._ready += [RESCAN, OVERFLOW]
                 continue
             if mask & IN_IGNORED:
                 self._folders.pop(wd, None)  # the folder was deleted or unmounted

@@ -72,6 +72,9 @@ class WatchdogEvents:
         except queue.Empty:
             return None
 
+    def take_problems(self) -> list[str]:
+        return []  # watchdog re-adds its watches itself
+
     def drain(self) -> list[str]:
         paths: list[str] = []
         while True:
