@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from monitor.runner import recorder
 from monitor.runner.recorder import TEE_QUEUE_CHUNKS, FileCopy, QueuedCopy, destination_name
 from tests.runner_helpers import job_state, monitor_cmd, only_log, python_job
 
@@ -158,3 +159,35 @@ def test_destinations_are_named_for_the_end_message(tmp_path: Path):
     fd = os.open(tmp_path / "out.txt", os.O_RDONLY)
     os.close(fd)
     assert destination_name(fd) == "the output"  # closed: the copy's write will fail and say so
+
+
+def test_a_file_on_a_network_file_system_is_written_from_a_thread_bounded_by_bytes(tmp_path: Path, monkeypatch):
+    # SLURM's .out on Lustre: a stalled server must not stall the read loop (and so the job).
+    import psutil
+
+    real = psutil.disk_partitions(all=True)
+    lustre = type(real[0])(str(tmp_path), str(tmp_path), "lustre", "rw")
+    monkeypatch.setattr(psutil, "disk_partitions", lambda all=False: [*real, lustre])
+    with open(tmp_path / "slurm-42.out", "wb") as out:
+        copy = recorder.open_copy(out.fileno(), LOG_NAME)
+        assert isinstance(copy, QueuedCopy) and copy.destination == "the file"
+        sent = [numbered_lines(n * 100, 100) for n in range(2000)]  # a burst: every byte arrives
+        for chunk in sent:
+            copy.put(chunk)
+        copy.close(timeout=10)
+    assert (tmp_path / "slurm-42.out").read_bytes() == b"".join(sent) and copy.dropped_bytes == 0
+    with open(tmp_path / "local.out", "wb") as out:
+        monkeypatch.setattr(psutil, "disk_partitions", lambda all=False: real)
+        assert isinstance(recorder.open_copy(out.fileno(), LOG_NAME), FileCopy)
+
+
+def test_a_byte_bounded_copy_drops_what_exceeds_its_budget_and_never_blocks():
+    read_end, write_end = os.pipe()  # nobody reads: the writer thread soon blocks in write()
+    copy = QueuedCopy(write_end, "the file", LOG_NAME, max_bytes=1 << 20)
+    chunk = b"x" * 4095 + b"\n"
+    for _ in range(2000):  # 8 MiB against a 1 MiB budget (plus the pipe's own buffer)
+        copy.put(chunk)
+    assert copy.dropped_bytes >= 8 * (1 << 20) - (1 << 20) - (1 << 20)
+    copy.close(timeout=0.5)
+    os.close(read_end)
+    os.close(write_end)

@@ -43,6 +43,11 @@ PIPE_BYTES = 1 << 20
 HOUSEKEEPING_S = 0.1
 # Terminal copy: at most this many chunks wait for a slow terminal; beyond that they are dropped.
 TEE_QUEUE_CHUNKS = 256
+# A file on a network file system (SLURM's .out on Lustre or NFS) can stall a write for as long
+# as its server does: it is written from a thread too, with this much allowed to wait.
+NETWORK_COPY_BYTES = 256 << 20
+NETWORK_FILE_SYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "beegfs", "ceph",
+                        "glusterfs", "fuse.glusterfs", "fuse.sshfs", "9p", "afs", "panfs", "wekafs")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -80,7 +85,8 @@ def gap_marker(dropped: int, log: str, line_open: bool) -> bytes:
 
 class FileCopy:
     """Copies chunks to a regular file in the read loop itself, like the log: every byte, in
-    order. A regular file's write never waits for a reader, so this cannot stall the job."""
+    order. A file on a local disk never waits for a reader, so this cannot stall the job (on
+    a network file system it can: ``open_copy`` uses a ``QueuedCopy`` there)."""
 
     destination = "the file"
 
@@ -111,14 +117,18 @@ class QueuedCopy:
     a full pipe) would block a write, so chunks are dropped when it falls behind, and the copy
     gets one marker line where they are missing."""
 
-    def __init__(self, fd: int, destination: str, log: str) -> None:
+    def __init__(self, fd: int, destination: str, log: str, max_bytes: int | None = None) -> None:
+        """``max_bytes``: bound what waits by bytes (a file) instead of by chunks (a terminal)."""
         self.fd = fd
         self.destination = destination
         self.log = log
         self.dropped_bytes = 0
         self.error: str | None = None
+        self._max_bytes = max_bytes
+        self._waiting_bytes = 0
+        self._lock = threading.Lock()
         # (bytes dropped just before this chunk, the chunk); chunk None: the end.
-        self._queue: queue.Queue[tuple[int, bytes | None]] = queue.Queue(TEE_QUEUE_CHUNKS)
+        self._queue: queue.Queue[tuple[int, bytes | None]] = queue.Queue(0 if max_bytes else TEE_QUEUE_CHUNKS)
         self._gap = 0  # dropped since the last chunk that made it into the queue
         self._unwritten = 0  # of the chunk whose write failed (counted by close, not the thread)
         self._thread = threading.Thread(target=self._copy, name="tee", daemon=True)
@@ -127,6 +137,11 @@ class QueuedCopy:
     def put(self, chunk: bytes) -> None:
         if self.error is None:
             try:
+                if self._max_bytes is not None:
+                    with self._lock:
+                        if self._waiting_bytes + len(chunk) > self._max_bytes:
+                            raise queue.Full
+                        self._waiting_bytes += len(chunk)
                 self._queue.put_nowait((self._gap, chunk))
                 self._gap = 0
                 return
@@ -169,14 +184,36 @@ class QueuedCopy:
                 return
             if out:
                 line_open = not out.endswith(b"\n")
+            if self._max_bytes is not None:
+                with self._lock:
+                    self._waiting_bytes -= len(data)
             if chunk is None:
                 return
 
 
 def open_copy(fd: int, log: str) -> FileCopy | QueuedCopy:
-    """The headless copy of the output to ``fd``: written in step where that is safe."""
+    """The headless copy of the output to ``fd``: written in step where that is safe (a file
+    on a local disk), else from a thread that drops what waits too long."""
     destination = destination_name(fd)
-    return FileCopy(fd) if destination == FileCopy.destination else QueuedCopy(fd, destination, log)
+    if destination != FileCopy.destination:
+        return QueuedCopy(fd, destination, log)
+    if on_network_file_system(fd):
+        return QueuedCopy(fd, destination, log, max_bytes=NETWORK_COPY_BYTES)
+    return FileCopy(fd)
+
+
+def on_network_file_system(fd: int) -> bool:
+    """Whether the file open at ``fd`` lies on a network file system (its mount's type)."""
+    import psutil
+
+    try:
+        path = os.path.realpath(f"/proc/self/fd/{fd}")
+        mounts = psutil.disk_partitions(all=True)
+    except OSError:
+        return False
+    best = max((m for m in mounts if path == m.mountpoint or path.startswith(m.mountpoint.rstrip("/") + "/")),
+               key=lambda m: len(m.mountpoint), default=None)
+    return best is not None and best.fstype in NETWORK_FILE_SYSTEMS
 
 
 class Recorder:
