@@ -31,13 +31,18 @@ def test_rank_phrases_are_reworded_when_no_rank_is_known():
     assert render("Rank {rank} waited on rank {rank}", {"rank": "3"}) == "Rank 3 waited on rank 3"
 
 
-def test_a_finding_without_rank_names_none_and_takes_the_rank_a_later_occurrence_gives():
+def test_a_finding_without_rank_names_none_and_takes_the_rank_of_the_same_line_seen_later():
     engine = run_lines(shipped_engine(), "step 2 loss nan")
     (finding,) = engine.findings
     assert finding.rank is None and finding.title == "loss became nan" and "?" not in finding.remedy
-    engine = run_lines(shipped_engine(), "step 2 loss nan\n[rank1]: step 3 loss nan")
+    # The same line again through a rank prefix (torchrun --tee prints it twice): its rank.
+    engine = run_lines(shipped_engine(), "step 2 loss nan\n[rank1]: step 2 loss nan")
     (finding,) = engine.findings
     assert finding.rank == 1 and finding.title == "loss became nan on rank 1"
+    # Another rank's later line says nothing of who printed the first: no rank is claimed.
+    engine = run_lines(shipped_engine(), "step 2 loss nan\n[rank1]: step 3 loss nan")
+    (finding,) = engine.findings
+    assert finding.rank is None and finding.ranks == [1] and finding.title == "loss became nan"
 
 
 def test_store_timeout_remedy_without_rank_reads_a_rank():

@@ -53,6 +53,8 @@ class Engine:
         self._seq = itertools.count()  # Finding.seq: arrival order, unique even after a withdrawal
         self._by_key: dict[tuple, Finding] = {}
         self._occurrences: dict[int, list[tuple[int | None, dict[str, str]]]] = {}
+        # A rank-less finding's first matched line (without prefix), by id(finding).
+        self._first_text: dict[int, str] = {}
         self._finding_rule: dict[int, Rule | None] = {}
         self._record_skip: dict[int, set[int]] = {}  # per finding, advice its record rules out
         self._pending: dict[tuple, Record] = {}
@@ -265,8 +267,12 @@ class Engine:
                 finding.ranks.append(rank)
                 finding.ranks.sort()
             self._occurrences[id(finding)].append((rank, fields))
-            if finding.rank is None and rank is not None:
-                finding.rank = rank  # the first occurrence named no rank: title and remedy can now
+            if finding.rank is None and rank is not None and self._first_text.get(id(finding)) == record.bodies[positions[0]]:
+                # The first occurrence named no rank and this is the same message with one (a
+                # traceback printed bare and again through a rank prefix): title and remedy can now.
+                # Another message (a later rank's traceback after a bare "loss inf") tells nothing
+                # of which rank printed the first.
+                finding.rank = rank
                 self._render(finding)
             self.version += 1
             return
@@ -292,6 +298,8 @@ class Engine:
         )
         self._by_key[key] = finding
         self._occurrences[id(finding)] = [(rank, fields)]
+        if rank is None:
+            self._first_text[id(finding)] = record.bodies[positions[0]]  # to know it again with a prefix
         self._finding_rule[id(finding)] = rule
         if rule is not None:
             self._record_skip[id(finding)] = self._advice_skipped_by_record(rule, record)
