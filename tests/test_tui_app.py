@@ -348,3 +348,17 @@ async def test_progress_stops_forecasting_once_the_job_ended_or_went_quiet():
         panel.end()  # the job ended: nothing left to forecast
         assert "ETA" not in panel.render().plain and "no progress" not in panel.render().plain
         assert "step 10/30" in panel.render().plain
+
+
+async def test_a_narrow_screen_keeps_the_title_column():
+    app = make_app()
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        table = app.query_one(FindingsPanel).table
+        assert [str(c.label) for c in table.columns.values()] == ["", "sev", "ranks", "n", "first", "title", "category"]
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert [str(c.label) for c in table.columns.values()] == ["", "sev", "ranks", "title"]
+        assert table.row_count == len(app.query_one(FindingsPanel).findings) > 0
+        panel = app.query_one(FindingsPanel)
+        assert str(table.get_row_at(0)[-1]) == panel.findings[0].title == panel.root.title

@@ -156,6 +156,7 @@ class MonitorApp(App[int]):
 
     def _fit_layout(self, width: int) -> None:
         self.screen.set_class(width < WIDE, "-narrow")
+        self.query_one(FindingsPanel).set_narrow(width < WIDE)
 
     # ----- workers (threads: call the feed, post a message, nothing else)
     def _follow_logs(self) -> None:

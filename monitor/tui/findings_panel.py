@@ -18,8 +18,10 @@ from monitor.tui import text_format as fmt
 # The title before the category: in a panel too narrow for every column (45% of 120), what is
 # cut at the right edge is the category (the detail below names it), not what went wrong.
 COLUMNS = ("mark", "sev", "ranks", "count", "first", "title", "category")
-LABELS = ("", "sev", "ranks", "n", "first", "title", "category")
-WIDTHS = (1, 5, None, None, 9, None, None)
+LABELS = dict(zip(COLUMNS, ("", "sev", "ranks", "n", "first", "title", "category")))
+WIDTHS = dict(zip(COLUMNS, (1, 5, None, None, 9, None, None)))
+# A narrow screen (80 columns: the table gets half) keeps what says what went wrong and where.
+NARROW_COLUMNS = ("mark", "sev", "ranks", "title")
 SEVERITY_LABEL = {"error": "error", "warning": "warn", "info": "info"}
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -114,11 +116,11 @@ class FindingsPanel(Container):
         self._by_key: dict[str, Finding] = {}
         self._keys: list[str] = []
         self._shown: dict[str, tuple] = {}
+        self._columns = COLUMNS
 
     def compose(self):
         table = DataTable(cursor_type="row", zebra_stripes=False, id="finding-table")
-        for key, label, width in zip(COLUMNS, LABELS, WIDTHS):
-            table.add_column(label, key=key, width=width)
+        self._add_columns(table)
         yield table
         with VerticalScroll(id="finding-detail"):
             yield Static(Text("no findings yet", style="dim"), id="finding-text")
@@ -126,6 +128,22 @@ class FindingsPanel(Container):
     @property
     def table(self) -> DataTable:
         return self.query_one(DataTable)
+
+    def _add_columns(self, table: DataTable) -> None:
+        for key in self._columns:
+            table.add_column(LABELS[key], key=key, width=WIDTHS[key])
+
+    def set_narrow(self, narrow: bool) -> None:
+        """Fewer columns on a narrow screen, so the title shows."""
+        columns = NARROW_COLUMNS if narrow else COLUMNS
+        if columns == self._columns:
+            return
+        self._columns = columns
+        table = self.table
+        table.clear(columns=True)
+        self._add_columns(table)
+        self._keys = []  # every row is added again
+        self.show(self.findings, self.root)
 
     def show(self, findings: list[Finding], root: Finding | None) -> None:
         table = self.table
@@ -144,7 +162,7 @@ class FindingsPanel(Container):
         if [key for key, _ in rows] == self._keys:
             # The same findings in the same order (counts grew): change only the cells that differ.
             for key, cells in rows:
-                for column, cell, old in zip(COLUMNS, cells, self._shown[key]):
+                for column, cell, old in zip(self._columns, cells, self._shown[key]):
                     if _plain(cell) != _plain(old):
                         table.update_cell(key, column, cell)
         else:
@@ -173,15 +191,17 @@ class FindingsPanel(Container):
 
     def _cells(self, finding: Finding, is_root: bool) -> tuple:
         # Every cell is a Text: DataTable reads plain strings as markup, and these come from logs and rules.
-        return (
-            Text("★", style="bold red") if is_root else Text(""),
-            Text(SEVERITY_LABEL.get(finding.severity, finding.severity), style=SEVERITY_STYLE.get(finding.severity, "")),
-            Text(fmt.ranks(finding.ranks) if finding.ranks else ("—" if finding.rank is None else str(finding.rank))),
-            Text(str(finding.count)),
-            Text(self.first_time(finding)),
-            Text(finding.title),
-            Text(finding.category),
-        )
+        cells = {
+            "mark": Text("★", style="bold red") if is_root else Text(""),
+            "sev": Text(SEVERITY_LABEL.get(finding.severity, finding.severity),
+                        style=SEVERITY_STYLE.get(finding.severity, "")),
+            "ranks": Text(fmt.ranks(finding.ranks) if finding.ranks else ("—" if finding.rank is None else str(finding.rank))),
+            "count": Text(str(finding.count)),
+            "first": Text(self.first_time(finding)),
+            "title": Text(finding.title),
+            "category": Text(finding.category),
+        }
+        return tuple(cells[column] for column in self._columns)
 
     def selected_key(self) -> str | None:
         table = self.table
