@@ -147,7 +147,7 @@ def test_a_stop_that_monitor_run_forwarded_is_no_failure(stop_signal: str | None
     log = SAMPLES / "demo/sigterm-torchrun-2ranks.log"
     extra = [explain.exit_finding(log, 1, stop_signal)]
     diagnosis = explain.diagnose_run([log], load_catalogue(include_user=False), extra)
-    stopped = next(f for f in diagnosis.findings if f.rule == explain.LAUNCHER_STOPPED)
+    stopped = next(f for f in diagnosis.findings if f.rule == "torchrun-stopped-by-signal")
     if stop_signal is None:
         assert diagnosis.root_cause is stopped and stopped.severity == "error"
         assert "scancel" in stopped.remedy

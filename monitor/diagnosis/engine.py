@@ -18,7 +18,7 @@ import regex
 
 from monitor.diagnosis import pyexc, records
 from monitor.diagnosis.catalogue import CONFIRM_PREFIX, CONFIRMED_BY, Catalogue, Rule
-from monitor.diagnosis.model import SEVERITY_ORDER, Diagnosis, Finding, LogLine
+from monitor.diagnosis.model import SEVERITY_ORDER, STOPPED, Diagnosis, Finding, LogLine
 from monitor.diagnosis.ranks import parse_prefix, rank_in_text
 from monitor.diagnosis.records import Record
 from monitor.diagnosis.secrets import mask
@@ -32,7 +32,6 @@ MAX_EVIDENCE = 8
 # Shortest terminal width whose wrapped lines are joined again inside a record.
 WRAP_WIDTH = 80
 TIMEOUT_CATEGORIES = ("nccl_timeout", "gloo_timeout")
-STOP_CATEGORIES = ("stopped",)
 # Fields (named groups) that hold a rank's last completed collective, as rules name them.
 LAST_COMPLETED_FIELDS = ("last_completed", "completed", "done", "last_done")
 _WORLD_SIZE = regex.compile(r"(?i)\bworld[_ ]?size\s*[=:]\s*(\d+)")
@@ -444,9 +443,10 @@ class Engine:
         if timeouts:
             # The job was being shut down from outside before anything timed out: the ranks lost
             # their peers to the stop, nobody hung.
-            stops = [f for f in self.findings if f.category in STOP_CATEGORIES and f.severity == "error"]
-            if stops and all(happened_before(_earliest(stops), t) for t in timeouts):
-                return _earliest(stops)
+            stops = [f for f in self.findings if f.category == STOPPED and f.severity == "error"]
+            first_stop = _earliest(stops) if stops else None
+            if first_stop is not None and all(happened_before(first_stop, t) for t in timeouts):
+                return first_stop
             return self._hang_suspect(timeouts)
         # Only cascades: the earliest (a SIGKILL before the peers' lost connections).
         errors = [f for f in self.findings if f.severity == "error" and f.role != "confirm"]

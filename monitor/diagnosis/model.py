@@ -14,6 +14,8 @@ Severity = Literal["error", "warning", "info"]
 # confirm: only strengthens another finding (e.g. a kernel OOM-kill line for a SIGKILL).
 Role = Literal["root", "cascade", "confirm"]
 
+# The category of a launcher stopped from outside the job (scancel, preemption, kill).
+STOPPED = "stopped"
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from monitor.diagnosis.model import Diagnosis, Finding
+from monitor.diagnosis.model import STOPPED, Diagnosis, Finding
 from monitor.runner.processes import signal_name
 
-# The catalogue's rule for a launcher that received a stop signal (rules/launcher.toml).
-LAUNCHER_STOPPED = "torchrun-stopped-by-signal"
 
 _SIGNAL_REMEDIES = {
     "SIGKILL": "Something outside the job killed it. Check the kernel log (`journalctl -k` or "
@@ -99,16 +97,17 @@ def diagnose_run(paths: list[Path], catalogue, extra: list[Finding]) -> Diagnosi
 
 
 def _note_forwarded_stop(diagnosis: Diagnosis) -> None:
-    """The runner forwarded a stop request to the job, so torchrun's "Received 15 death signal"
-    (rule LAUNCHER_STOPPED) is that request arriving, not someone outside stopping the job: it
-    is kept as information and is no root cause; the runner's 'Stopped on request' says it."""
+    """The runner forwarded a stop request to the job, so the launcher's report of a stop
+    (category ``stopped``: torchrun's "Received 15 death signal") is that request arriving, not
+    someone outside stopping the job: it is kept as information and is no root cause; the
+    runner's 'Stopped on request' says it."""
     for finding in diagnosis.findings:
-        if finding.rule == LAUNCHER_STOPPED:
+        if finding.category == STOPPED:
             finding.severity = "info"
-            finding.title = "torchrun received the stop request and stopped its workers"
+            finding.title = "the launcher received the stop request and stopped its workers"
             finding.remedy = ("This is the stop request that monitor run forwarded to the job (see "
                               "'Stopped on request'), not a failure.")
-    if diagnosis.root_cause is not None and diagnosis.root_cause.rule == LAUNCHER_STOPPED:
+    if diagnosis.root_cause is not None and diagnosis.root_cause.category == STOPPED:
         diagnosis.root_cause = None  # every other error the engine saw came after it
 
 

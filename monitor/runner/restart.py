@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from monitor.diagnosis.model import Diagnosis
+from monitor.diagnosis.model import STOPPED, Diagnosis
 
 RETRYABLE = {
     "nccl_error": "NCCL reported a communication error (flaky link or a peer that went away)",
@@ -68,7 +68,7 @@ def decide(diagnosis: Diagnosis, exit_code: int, attempt: int, max_restarts: int
     if root is None or root.category == "launcher":
         return RestartDecision(False, f"no retryable cause found for exit code {exit_code}; "
                                       "a retry of an unexplained failure is not attempted")
-    if root.category == "stopped":
+    if root.category == STOPPED:
         return RestartDecision(False, f"{root.title}: whoever stopped it meant it (a preempted SLURM "
                                       "job is requeued by the scheduler, with --requeue)")
     title = f"{root.category} ({root.title})"

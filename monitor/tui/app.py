@@ -15,7 +15,7 @@ from textual.drivers.linux_driver import LinuxDriver
 from textual.widgets import Footer, Header, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from monitor.diagnosis.model import Finding
+from monitor.diagnosis.model import STOPPED, Finding
 from monitor.logs.decode import clean
 from monitor.progress import ProgressTracker
 from monitor.tui.driver import HangUpSafeDriver
@@ -138,7 +138,7 @@ class MonitorApp(App[int]):
     def _unless_own_stop(self, root: Finding | None) -> Finding | None:
         """No root cause in the launcher reporting the stop this monitor sent it (the end
         report calls it 'Stopped on request'): that is the user's request, not a failure."""
-        if self.stopping and root is not None and root.category == "stopped":
+        if self.stopping and root is not None and root.category == STOPPED:
             return None
         return root
 
