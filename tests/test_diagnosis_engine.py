@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from diagnosis_helpers import OOM_TRACEBACK, RULES, VALUE_ERROR_TRACEBACK, catalogue_from, run_lines
+from zone_helpers import in_time_zone
 
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.engine import Engine
@@ -395,13 +396,7 @@ def test_if_log_advice_of_a_shipped_rule_found_far_into_a_big_log(tmp_path):
 @pytest.fixture
 def shanghai_time(monkeypatch):
     """The machine's zone is UTC+8 (no DST) for the test: where our users are, and far from UTC."""
-    import time
-
-    monkeypatch.setenv("TZ", "Asia/Shanghai")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+    yield from in_time_zone(monkeypatch, "Asia/Shanghai")
 
 
 def test_first_seen_is_the_time_written_in_the_log_line_else_none(tmp_path, shanghai_time):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from monitor.diagnosis.model import LogLine
@@ -13,15 +11,12 @@ from monitor.tui.findings_panel import FindingsPanel
 from monitor.tui.log_view import LogView
 from monitor.tui.screens import HelpScreen, QuitScreen
 from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, crash_feed, crash_findings, crash_lines, host_sample
+from tests.zone_helpers import in_time_zone
 
 
 @pytest.fixture(autouse=True)
 def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+    yield from in_time_zone(monkeypatch, "UTC")
 
 
 async def settle(pilot, app, lines: int) -> None:

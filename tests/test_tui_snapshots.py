@@ -5,21 +5,16 @@ Review changes with ``pytest tests/test_tui_snapshots.py --snapshot-update`` and
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from monitor.tui.app import MonitorApp
 from tests.tui_helpers import FixedMetricsFeed, crash_feed, host_sample
+from tests.zone_helpers import in_time_zone
 
 
 @pytest.fixture(autouse=True)
 def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+    yield from in_time_zone(monkeypatch, "UTC")
 
 
 def crash_app(with_gpus: bool) -> MonitorApp:
