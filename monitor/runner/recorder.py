@@ -75,6 +75,17 @@ def destination_name(fd: int) -> str:
     return "the output"
 
 
+def write_fully(fd: int, data: bytes) -> tuple[int, OSError | None]:
+    """Writes all of ``data`` (a write may take only part); on an error, the bytes left and it."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        return len(view), exc
+    return 0, None
+
+
 def gap_marker(dropped: int, log: str, line_open: bool) -> bytes:
     """The line put in the copy (never in the log) where bytes were left out."""
     start = "\n" if line_open else ""
@@ -99,14 +110,11 @@ class FileCopy:
         if self.error is not None:
             self.dropped_bytes += len(chunk)
             return
-        view = memoryview(chunk)
-        try:
-            while view:
-                view = view[os.write(self.fd, view):]
-        except OSError as exc:
+        left, error = write_fully(self.fd, chunk)
+        if error is not None:
             # Disk full or similar: the log still has everything; stop here rather than leave holes.
-            self.error = exc.strerror
-            self.dropped_bytes += len(view)
+            self.error = error.strerror
+            self.dropped_bytes += left
 
     def close(self, timeout: float) -> None:
         """Nothing waits: every byte was written in the read loop."""
@@ -173,14 +181,11 @@ class QueuedCopy:
             gap, chunk = self._queue.get()
             data = chunk or b""
             out = (gap_marker(gap, self.log, line_open) if gap else b"") + data
-            view = memoryview(out)
-            try:
-                while view:
-                    view = view[os.write(self.fd, view):]
-            except OSError as exc:
+            left, error = write_fully(self.fd, out)
+            if error is not None:
                 # Reader gone (closed window, EIO, EPIPE): stop copying, keep recording.
-                self._unwritten = min(len(view), len(data))
-                self.error = exc.strerror
+                self._unwritten = min(left, len(data))
+                self.error = error.strerror
                 return
             if out:
                 line_open = not out.endswith(b"\n")
@@ -353,15 +358,11 @@ class Recorder:
         self.state["bytes"] = total
 
     def write_log(self, log_fd: int, chunk: bytes) -> None:
-        view = memoryview(chunk)
-        try:
-            while view:
-                view = view[os.write(log_fd, view):]
-        except OSError as exc:
+        _, error = write_fully(log_fd, chunk)
+        if error is not None and self.log_error is None:
             # Disk full or similar: keep draining so the job is never blocked, and say so.
-            if self.log_error is None:
-                self.log_error = f"{self.opts.log}: {exc.strerror}"
-                self.state["log_error"] = self.log_error
+            self.log_error = f"{self.opts.log}: {error.strerror}"
+            self.state["log_error"] = self.log_error
 
     def finish(self) -> int:
         """Wait for the job (it may have closed its output and still run), then record its end."""
