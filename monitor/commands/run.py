@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="pause before a restart (default 5)")
     parser.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                         help="after a stop signal, SIGKILL what is left after this long (default 10)")
+    parser.add_argument("--stall-after", type=float, default=None, metavar="SECONDS",
+                        help="on the screen, report a possible hang after this much silence "
+                             "(default: max(60, 10x the usual gap))")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the job: -- CMD ARGS...")
     parser.set_defaults(func=run)
 
@@ -43,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("run: no command given (monitor run -- CMD ARGS...)")
     if args.restart < 0 or args.grace < 0 or args.restart_delay < 0:
         raise UsageError("run: --restart, --restart-delay and --grace must not be negative")
+    if args.stall_after is not None and args.stall_after <= 0:
+        raise UsageError("run: --stall-after must be a positive number of seconds")
     for directory in args.rules:
         if not directory.is_dir():
             raise UsageError(f"run: --rules {directory}: no such directory")
@@ -57,4 +62,5 @@ def run(args: argparse.Namespace) -> int:
         command=command, log_dir=args.log_dir, headless=args.headless, rules_dirs=args.rules,
         preflight=not args.no_preflight, max_restarts=args.restart,
         checkpoint_dirs=args.watch_ckpt, grace_s=args.grace, restart_delay_s=args.restart_delay,
+        stall_after_s=args.stall_after,
     ))

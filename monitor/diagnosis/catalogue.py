@@ -17,6 +17,7 @@ from pathlib import Path
 import regex
 
 from monitor.diagnosis.conditions import Condition, ConditionError
+from monitor.diagnosis.knobs import KNOBS_FILE, Knob, KnobError, load_registry
 from monitor.diagnosis.literals import required_literals, required_sets
 from monitor.diagnosis.templates import field_names
 
@@ -102,6 +103,8 @@ class Catalogue:
     rules: list[Rule]
     # Directories read, in order.
     sources: list[str] = field(default_factory=list)
+    # The knobs remedies may name (knobs.toml of every directory read), by name.
+    knobs: dict[str, Knob] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.by_id = {rule.id: rule for rule in self.rules}
@@ -156,14 +159,19 @@ def load_catalogue(extra_dirs=(), include_user: bool = True, include_shipped: bo
             merged.pop(rule.id, None)  # a replacement takes the later place in the order
             merged[rule.id] = rule
     _check_confirmation_fields(list(merged.values()))
-    return Catalogue(list(merged.values()), [str(d) for d in dirs])
+    try:
+        knobs = load_registry(dirs)
+    except KnobError as exc:
+        raise RuleError(str(exc)) from None
+    return Catalogue(list(merged.values()), [str(d) for d in dirs], knobs)
 
 
 def load_dir(directory: Path) -> list[Rule]:
-    """Rules of every ``*.toml`` in ``directory`` (sorted by name); ids must be unique in it."""
+    """Rules of every ``*.toml`` in ``directory`` (sorted by name) but the knob registry
+    (``knobs.toml``); ids must be unique in it."""
     rules: list[Rule] = []
     seen: dict[str, Rule] = {}
-    for path in sorted(Path(directory).glob("*.toml")):
+    for path in sorted(p for p in Path(directory).glob("*.toml") if p.name != KNOBS_FILE):
         for rule in load_file(path):
             if rule.id in seen:
                 raise RuleError(

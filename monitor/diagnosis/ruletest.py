@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from monitor.diagnosis.catalogue import Catalogue, Rule
 from monitor.diagnosis.engine import Engine
+from monitor.diagnosis.knobs import KNOBS_FILE, unknown
 from monitor.diagnosis.literals import required_literals
 from monitor.diagnosis.model import LogLine
 from monitor.logs.decode import clean
@@ -87,11 +88,24 @@ def _ordinary_hit(pattern: str) -> str | None:
     return None
 
 
+def unknown_knobs(catalogue: Catalogue, rule: Rule) -> list[str]:
+    """One line per knob that ``rule``'s title, remedy or advice names and no registry holds."""
+    texts = [rule.title, rule.confirmed_title, rule.remedy, *(advice.text for advice in rule.advice)]
+    names = dict.fromkeys(name for text in texts for name in unknown(text, catalogue.knobs))
+    return [
+        f"{rule.where}: rule {rule.id}: names {name!r}, which no {KNOBS_FILE} holds: check it in the library's "
+        f"source or docs and add it to the registry with where it was verified"
+        for name in names
+    ]
+
+
 def check_rules(catalogue: Catalogue, rules: list[Rule] | None = None) -> tuple[int, list[str]]:
-    """(number of examples run, failure lines) for ``rules`` (default: the whole catalogue)."""
+    """(number of examples run, failure lines) for ``rules`` (default: the whole catalogue): failed
+    examples, and knobs the rules' remedies name that the registry does not hold."""
     failures: list[str] = []
     total = 0
     for rule in catalogue.rules if rules is None else rules:
         total += len(rule.examples_match) + len(rule.examples_no_match)
         failures.extend(check_rule(catalogue, rule))
+        failures.extend(unknown_knobs(catalogue, rule))
     return total, failures

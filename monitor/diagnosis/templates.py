@@ -1,7 +1,9 @@
 """Filling ``{field}`` templates (titles, remedies, advice) from a finding's fields.
 
 A template line that names a field the match did not capture is left out, so one remedy can
-serve several wordings of a message. ``{{`` and ``}}`` are literal braces. ``{name:size}``
+serve several wordings of a message, unless the field gives a fallback: ``{node|<node>}`` shows
+``<node>`` while the log has not named the node, so a command stays in the remedy and is filled in
+when the log holds the value. ``{{`` and ``}}`` are literal braces. ``{name:size}``
 shows a byte count as a human size (``33762398024`` -> ``31.4 GiB``). When the rank is not
 known, the phrases that name it are first rewritten without it (``without_rank``), so
 "NCCL error on rank {rank}" reads "NCCL error" rather than naming rank "?".
@@ -13,7 +15,7 @@ import regex
 
 from monitor.units import binary_size
 
-_FIELD = regex.compile(r"\{\{|\}\}|\{([A-Za-z_]\w*)(?::(size))?\}")
+_FIELD = regex.compile(r"\{\{|\}\}|\{([A-Za-z_]\w*)(?::(size))?(?:\|([^{}|\n]*))?\}")
 
 
 def human_size(count: str) -> str | None:
@@ -63,6 +65,8 @@ def render(template: str, fields: dict[str, str], missing: str | None = None) ->
             if value and match.group(2) == "size":
                 value = human_size(value) or value
             if value is None or value == "":
+                if match.group(3) is not None:
+                    return match.group(3)
                 if missing is not None:
                     return missing
                 dropped = True

@@ -21,7 +21,10 @@ JobPids = Iterable[int] | Callable[[], Iterable[int]]
 # Known processes are re-read on every read.
 DISCOVER_EVERY = 5
 # Environment variables kept per process: advice must not suggest what the job already does.
-ENV_KEPT = ("PYTORCH_CUDA_ALLOC_CONF", "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+# torch reads its allocator settings from PYTORCH_ALLOC_CONF (the primary name in recent torch,
+# include/c10/core/AllocatorConfig.h) or PYTORCH_CUDA_ALLOC_CONF (kept for compatibility).
+ALLOC_CONF_VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+ENV_KEPT = (*ALLOC_CONF_VARIABLES, "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 
 
 class JobReader:

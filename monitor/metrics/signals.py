@@ -13,12 +13,15 @@ remedies are the measured ones.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from monitor.diagnosis.model import Finding, Role, Severity
 from monitor.metrics.gpu import THROTTLE_REASONS
 from monitor.metrics.history import History, gpu_series
+from monitor.metrics.job import ALLOC_CONF_VARIABLES
 from monitor.metrics.model import GpuEvent, GpuSample, JobSample, Sample
 
 GIB = 1024**3
@@ -45,9 +48,10 @@ class Thresholds:
 # Xid number -> (severity, role, what it means, what to do). From NVIDIA's Xid catalogue;
 # numbers not listed are reported as errors with a pointer to it.
 _HW_REMEDY = (
-    "Take this node out of the job (SLURM: scontrol update nodename=<node> state=drain reason=xid) "
-    "and have it checked: nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT; dmesg | grep -i xid. "
-    "A GPU reset (nvidia-smi -r -i {index}, with no process on it) or a reboot is needed before reuse."
+    "Restart the job from its last checkpoint without this node (SLURM: sbatch/srun --exclude={node}) "
+    "and report it; a Slurm admin drains it (scontrol update nodename={node} state=drain reason=xid, "
+    "admin only). Have it checked: nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT; dmesg | grep -i xid. "
+    "A GPU reset (nvidia-smi -r -i {index}, with no process on it, by an admin) or a reboot is needed before reuse."
 )
 _APP_REMEDY = (
     "Usually the job itself (an out-of-bounds access in a kernel): rerun with CUDA_LAUNCH_BLOCKING=1 "
@@ -328,7 +332,7 @@ def _gpu_memory_finding(gpu: GpuSample, sample: Sample, history: History) -> Fin
         "'CUDA out of memory'. To leave headroom: a smaller per-GPU micro-batch with gradient accumulation, "
         "activation checkpointing, or sharding (FSDP / DeepSpeed ZeRO)"
     )
-    if _job_sets(sample.job, "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:true"):
+    if any(_job_sets(sample.job, name, "expandable_segments:true") for name in ALLOC_CONF_VARIABLES):
         remedy += "."
     else:
         remedy += "; against fragmentation, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
@@ -376,7 +380,8 @@ def _event_finding(event: GpuEvent, sample: Sample) -> Finding:
     gpu = next((g for g in sample.gpus if g.index == event.gpu_index and g.mig_index is None), None)
     label = gpu.label if gpu else f"GPU {event.gpu_index}" if event.gpu_index >= 0 else "a GPU"
     ranks = _ranks_on(gpu, sample.job) if gpu else []
-    hw_remedy = _HW_REMEDY.format(index=event.gpu_index)
+    place = {"index": event.gpu_index, "node": _this_node()}
+    hw_remedy = _HW_REMEDY.format(**place)
     fields = {"gpu": str(event.gpu_index), "count": str(event.count)}
     severity: Severity = "error"
     role: Role = "root"
@@ -385,7 +390,7 @@ def _event_finding(event: GpuEvent, sample: Sample) -> Finding:
             event.code, ("error", "root", "see NVIDIA's Xid catalogue", _HW_REMEDY)
         )
         title = f"Xid {event.code} on {label}: {meaning}"
-        remedy = remedy.format(index=event.gpu_index)
+        remedy = remedy.format(**place)
         fields["xid"] = str(event.code)
     elif event.kind == "lost":
         title, remedy = f"{label} has fallen off the bus", hw_remedy
@@ -421,6 +426,11 @@ def _job_gpus(sample: Sample, require_cuda_index: bool) -> list[GpuSample]:
     if job is not None and job.pid_mapping == "unmapped":
         return [g for g in gpus if g.cuda_index is not None and g.processes]
     return [g for g in gpus if g.cuda_index is not None] if require_cuda_index else []
+
+
+def _this_node() -> str:
+    """The name the scheduler knows this machine by: the GPUs sampled are this machine's."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0] or "<node>"
 
 
 def _job_sets(job: JobSample | None, name: str, setting: str) -> bool:

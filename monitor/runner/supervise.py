@@ -30,6 +30,8 @@ class RunOptions:
     checkpoint_dirs: list[Path] = field(default_factory=list)
     grace_s: float = 10.0
     restart_delay_s: float = 5.0
+    # Silence before the screen reports a possible hang (None: the live session's default).
+    stall_after_s: float | None = None
 
 
 def say(text: str) -> None:
@@ -179,7 +181,7 @@ def _run_tui(launch_run, job: Job, catalogue) -> bool:
     """Show the TUI; True when the monitor should wait for the job's end and explain it
     (it ended, it is being stopped, or the UI crashed), False when the user left it running."""
     try:
-        launch_run(job, catalogue=catalogue)
+        launch_run(job, catalogue=catalogue, stall_after=options.stall_after_s)
     except Exception as exc:  # the UI must never take the job down with it
         say(f"the terminal UI failed ({type(exc).__name__}: {exc}); the job keeps running and "
             f"recording to {job.log_path}")

@@ -16,10 +16,10 @@ def launch_watch(paths, *, catalogue, poll: bool = False, stall_after: float | N
     return _run(watch_app(paths, catalogue=catalogue, poll=poll, stall_after=stall_after))
 
 
-def launch_run(job, *, catalogue) -> int:
+def launch_run(job, *, catalogue, stall_after: float | None = None) -> int:
     """Watch a job started by ``monitor run``. Quitting asks whether to stop the job, and never
     stops it unless the user says so."""
-    return _run(run_app(job, catalogue=catalogue))
+    return _run(run_app(job, catalogue=catalogue, stall_after=stall_after))
 
 
 def launch_demo(replayer, *, catalogue) -> int:
@@ -40,14 +40,14 @@ def watch_app(paths, *, catalogue, poll: bool = False, stall_after: float | None
     return MonitorApp(SessionFeed(session), metrics, title=title)
 
 
-def run_app(job, *, catalogue):
+def run_app(job, *, catalogue, stall_after: float | None = None):
     from monitor.live.session import LiveSession
     from monitor.metrics.record import Recorder, recording_path
     from monitor.metrics.sampler import Sampler
     from monitor.tui.app import MonitorApp
     from monitor.tui.feeds import SamplerFeed, SessionFeed
 
-    session = LiveSession([job.log_path, *job.extra_log_paths()], catalogue)
+    session = LiveSession([job.log_path, *job.extra_log_paths()], catalogue, stall_after=stall_after)
     log_path = Path(job.log_path)
     recorder = Recorder(recording_path(log_path))
     metrics = SamplerFeed(Sampler(job_pids=job.pids, watch_dirs=[str(log_path.parent)]), recorder=recorder)
