@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
-        print(f"monitor: {exc}", file=sys.stderr)
+        from monitor.logs.decode import safe_text
+
+        print(f"monitor: {safe_text(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -3,6 +3,7 @@ regex, the job row and the findings' times in a replay."""
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -21,14 +22,16 @@ class StoppableJob:
 
     def __init__(self) -> None:
         self.stops = 0
+        self.signals: list[int] = []
         self.stop_requested = False
         self.code: int | None = None
 
     def exit_code(self):
         return self.code
 
-    def stop(self) -> None:
+    def stop(self, signum: int = signal.SIGTERM) -> None:
         self.stops += 1
+        self.signals.append(signum)
         self.stop_requested = True
 
 
@@ -54,6 +57,7 @@ async def test_ctrl_c_stops_the_job_a_second_kills_and_the_app_exits_at_its_end(
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("ctrl+c")
         assert job.stops == 1 and app.stopping and app.is_running
+        assert job.signals == [signal.SIGINT]  # as Ctrl-C in a terminal: the job exits 130, not 143
         assert "stopping the job" in status_text(app)
         assert not any("ctrl+q" in n.message for n in app._notifications)
         await pilot.press("ctrl+c")

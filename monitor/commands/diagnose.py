@@ -15,20 +15,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-    import os
     import sys
 
     from monitor.cli import UsageError
     from monitor.diagnosis.catalogue import RuleError, load_catalogue
     from monitor.diagnosis.diagnose import MissingPath, diagnose_paths
+    from monitor.diagnosis.reader import path_error
+    from monitor.logs.decode import safe_json, safe_text
 
     # As grep does: a path that does not exist is said on stderr and makes the exit code 2, and
     # the others are still diagnosed (a glob of logs where one rotated away still gets its answer).
-    missing = [f"{path}: no such file or directory" for path in args.paths if not os.path.exists(path)]
+    errors = {path: path_error(path) for path in args.paths}
+    missing = [f"{path}: {error}" for path, error in errors.items() if error is not None]
     for problem in missing:
-        print(f"monitor: {problem}", file=sys.stderr)
-    present = [path for path in args.paths if os.path.exists(path)]
+        print(f"monitor: {safe_text(problem)}", file=sys.stderr)
+    present = [path for path, error in errors.items() if error is None]
     if not present:
         return 2
     try:
@@ -39,14 +40,14 @@ def run(args: argparse.Namespace) -> int:
     diagnosis.problems = missing + diagnosis.problems
     if not diagnosis.files:  # not one log could be read: an input error, said on stderr
         for problem in diagnosis.problems[len(missing):] or ["no log files found"]:
-            print(f"monitor: {problem}", file=sys.stderr)
+            print(f"monitor: {safe_text(problem)}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(diagnosis.to_json(), indent=2, ensure_ascii=False))
+        print(safe_json(diagnosis.to_json(), indent=2))
     else:
         from monitor.diagnosis.report import write_report
 
         write_report(diagnosis, sys.stdout)
-    if missing:
+    if missing or diagnosis.unread:
         return 2
     return 1 if diagnosis.failed else 0

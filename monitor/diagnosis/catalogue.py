@@ -18,6 +18,7 @@ import regex
 
 from monitor.diagnosis.conditions import Condition, ConditionError
 from monitor.diagnosis.knobs import KNOBS_FILE, Knob, KnobError, load_registry
+from monitor.diagnosis.textfile import read_text_file
 from monitor.diagnosis.literals import required_literals, required_sets
 from monitor.diagnosis.templates import field_names
 
@@ -184,10 +185,7 @@ def load_dir(directory: Path) -> list[Rule]:
 
 def load_file(path: Path) -> list[Rule]:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RuleError(f"{path}:1: cannot read rule file: {exc}") from None
+    text = read_text_file(path, "rule file", RuleError)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

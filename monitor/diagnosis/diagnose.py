@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from monitor.diagnosis.catalogue import Catalogue
 from monitor.diagnosis.engine import Engine
 from monitor.diagnosis.model import Diagnosis
-from monitor.diagnosis.reader import UnreadableLog, find_logs, read_log
+from monitor.diagnosis.reader import UnreadableLog, find_logs, path_error, read_log
 from monitor.diagnosis.scan import scan_file
 
 
@@ -25,11 +24,12 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True) -> Diagnosis:
     """
     paths = [Path(p) for p in paths]
     for path in paths:
-        if not os.path.exists(path):
-            raise MissingPath(f"{path}: no such file or directory")
+        if (error := path_error(path)) is not None:
+            raise MissingPath(f"{path}: {error}")
     engine = Engine(catalogue)
     files: list[str] = []
     problems: list[str] = []
+    unread: list[str] = []
     read: set[Path] = set()
     for path in paths:
         found = find_logs(path)
@@ -51,8 +51,11 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True) -> Diagnosis:
                 problems.append(str(exc))
                 if exc.partial:
                     files.append(name)
+                if not exc.binary:
+                    unread.append(name)
             finally:
                 engine.flush(name)
     diagnosis = engine.diagnosis(files)
     diagnosis.problems = problems + diagnosis.problems
+    diagnosis.unread = unread
     return diagnosis

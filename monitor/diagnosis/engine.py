@@ -90,9 +90,7 @@ class Engine:
         record = self._pending.get(key)
         if record is not None:
             if records.continues(record, body):
-                record.lines.append(line)
-                record.bodies.append(body)
-                record.rule_hits.append(rule_hits)
+                records.append(record, line, body, rule_hits)
                 if record.state == "done" or (record.kind == "last_error" and len(record.lines) == 2):
                     self._complete(key, new)
                 return new

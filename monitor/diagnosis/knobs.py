@@ -17,6 +17,8 @@ from pathlib import Path
 
 import regex
 
+from monitor.diagnosis.textfile import read_text_file
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
@@ -149,10 +151,7 @@ def load_registry(directories) -> dict[str, Knob]:
 
 
 def load_file(path: Path) -> list[Knob]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KnobError(f"{path}:1: cannot read the knob registry: {exc}") from None
+    text = read_text_file(path, "the knob registry", KnobError)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

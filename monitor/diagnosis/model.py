@@ -6,7 +6,9 @@ serialise it without importing the others.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+
+from monitor.logs.decode import safe_text
 from typing import Literal
 
 Severity = Literal["error", "warning", "info"]
@@ -64,6 +66,15 @@ class Finding:
     # that fills a None with the time it saw the finding should show that it did.
     first_seen: float | None = None
 
+    def for_display(self) -> Finding:
+        """This finding with every text cleaned for a terminal (``decode.safe_text``): the file
+        name, and a title or remedy from a user's rule pack, may hold escape codes."""
+        return replace(
+            self, title=safe_text(self.title), remedy=safe_text(self.remedy, keep_newlines=True),
+            file=safe_text(self.file), rule=safe_text(self.rule), category=safe_text(self.category),
+            evidence=[safe_text(line) for line in self.evidence],
+        )
+
     def to_json(self) -> dict:
         """The documented JSON shape of a finding (``diagnose --json``, ``watch --json``)."""
         data = asdict(self)
@@ -85,6 +96,10 @@ class Diagnosis:
     files: list[str]
     # Problems with the input itself (unreadable file, binary file, rule timeout): one line each.
     problems: list[str] = field(default_factory=list)
+    # Files named or found that could not be read (permissions, not a regular file, a read
+    # error; not a binary file, which is skipped on purpose): an input error, exit 2 as grep.
+    # Each is also one of ``problems``, which is what the JSON carries.
+    unread: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:

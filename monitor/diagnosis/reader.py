@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,11 +23,27 @@ LOG_NAMES = {"stdout", "stderr", "log", "output"}
 
 class UnreadableLog(Exception):
     """A file that is not a readable text log; ``str()`` is one line naming it. ``partial``:
-    some of it was read (a truncated .gz) before the error."""
+    some of it was read (a truncated .gz) before the error. ``binary``: a binary file, skipped on
+    purpose (as grep skips one); any other is an input error (exit 2, as grep)."""
 
-    def __init__(self, message: str, partial: bool = False) -> None:
+    def __init__(self, message: str, partial: bool = False, binary: bool = False) -> None:
         super().__init__(message)
         self.partial = partial
+        self.binary = binary
+
+
+def path_error(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be read at all ("no such file or directory", "too many levels of
+    symbolic links", "permission denied"), or None."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    return None
+
+
+_SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                  (stat.S_ISSOCK, "a socket"))
 
 
 def is_log_like(path: Path) -> bool:
@@ -54,13 +71,21 @@ def open_log(path: str | os.PathLike):
     """A binary file object for ``path`` (decompressing .gz); raises UnreadableLog."""
     path = Path(path)
     try:
+        # Opening a FIFO blocks until a writer comes, and /dev/zero never ends: only regular files.
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise UnreadableLog(f"{path}: cannot read: {(exc.strerror or str(exc)).lower()}") from None
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _SPECIAL_FILES if test(mode)), "not a regular file")
+        raise UnreadableLog(f"{path}: {kind}, not a log file: skipped")
+    try:
         handle = gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
         head = handle.peek(SNIFF_BYTES)[:SNIFF_BYTES] if hasattr(handle, "peek") else b""
     except (OSError, EOFError) as exc:
-        raise UnreadableLog(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise UnreadableLog(f"{path}: cannot read: {(exc.strerror or str(exc)).lower()}") from None
     if looks_binary(head):
         handle.close()
-        raise UnreadableLog(f"{path}: binary file, skipped")
+        raise UnreadableLog(f"{path}: binary file, skipped", binary=True)
     return handle
 
 

@@ -44,6 +44,11 @@ SILENCE_LINES = 200
 # After the exception line, the rest of a message follows at once: a shorter wait.
 MESSAGE_SILENCE_LINES = 50
 MAX_RECORD_LINES = 400
+# A record over MAX_RECORD_LINES keeps its first HEAD_LINES lines and its newest lines, and drops
+# frame lines from between them: a RecursionError's 1000 frames, or a chain of long tracebacks,
+# must not push out the exception lines. What cannot be dropped (messages) ends it at twice the cap.
+HEAD_LINES = 100
+TAIL_LINES = 100
 # Lines of an exception message after the exception line (CUDA error hints, NCCL details).
 MAX_MESSAGE_LINES = 40
 
@@ -73,6 +78,8 @@ class Record:
     state: str = "frames"
     message_lines: int = 0
     seen_root_cause: bool = False
+    # Frame lines dropped from the middle of a very long record.
+    omitted: int = 0
     # Per line: indexes of the rules whose prefilter literals occur in it.
     rule_hits: list[set[int]] = field(default_factory=list)
 
@@ -108,8 +115,8 @@ def start(kind: str, line: LogLine, body: str, rank: int | None) -> Record:
 
 def continues(record: Record, body: str) -> bool:
     """Whether ``body`` (the next line of the record's stream) belongs to ``record``; if it
-    does, the caller appends it. Updates the record's parsing state."""
-    if len(record.lines) >= MAX_RECORD_LINES:
+    does, the caller appends it (``append``). Updates the record's parsing state."""
+    if len(record.lines) >= 2 * MAX_RECORD_LINES:
         return False
     kind = record.kind
     if kind == "last_error":
@@ -119,6 +126,22 @@ def continues(record: Record, body: str) -> bool:
     if kind == "summary":
         return _continues_summary(record, body)
     return _continues_traceback(record, body)
+
+
+def append(record: Record, line: LogLine, body: str, rule_hits: set[int]) -> None:
+    """Adds a line that continues ``record``, holding at most MAX_RECORD_LINES lines while it
+    can: past that, the oldest indented frame line after the head is dropped (never an
+    exception or message line)."""
+    record.lines.append(line)
+    record.bodies.append(body)
+    record.rule_hits.append(rule_hits)
+    if len(record.lines) <= MAX_RECORD_LINES:
+        return
+    for index in range(HEAD_LINES, len(record.lines) - TAIL_LINES):
+        if record.bodies[index][:1] in (" ", "\t"):
+            del record.lines[index], record.bodies[index], record.rule_hits[index]
+            record.omitted += 1
+            return
 
 
 def _continues_summary(record: Record, body: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 from collections import defaultdict
+from dataclasses import replace
 from typing import TextIO
 
 from rich.console import Console, Group, RenderableType
@@ -18,6 +19,7 @@ from rich.text import Text
 
 from monitor.diagnosis.engine import chronological
 from monitor.diagnosis.model import Diagnosis, Finding
+from monitor.logs.decode import safe_text
 
 TIMELINE_ENTRIES = 12
 EVIDENCE_LINES = 6
@@ -110,6 +112,11 @@ def _timeline(findings: list[Finding]) -> list[RenderableType]:
 
 
 def build(diagnosis: Diagnosis) -> Group:
+    diagnosis = replace(
+        diagnosis, root_cause=diagnosis.root_cause and diagnosis.root_cause.for_display(),
+        findings=[finding.for_display() for finding in diagnosis.findings],
+        problems=[safe_text(problem) for problem in diagnosis.problems],
+    )
     parts: list[RenderableType] = []
     if diagnosis.root_cause is not None:
         parts.extend(_root_cause(diagnosis.root_cause))

@@ -7,16 +7,17 @@ we only read its files) with the summary and the root cause; the exit code is ``
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import threading
 
 from monitor.diagnosis.model import Diagnosis, Finding
 from monitor.live.session import LiveSession
+from monitor.logs.decode import safe_json, safe_text
 
 
 def format_finding(finding: Finding) -> str:
+    finding = finding.for_display()
     who = f"rank {finding.rank}" if finding.rank is not None else "rank ?"
     if len(finding.ranks) > 1:
         who = "ranks " + ",".join(map(str, finding.ranks))
@@ -32,7 +33,7 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
     session = LiveSession(paths, catalogue, poll=poll, stall_after=stall_after)
     try:
         for problem in session.problems:
-            print(f"monitor: {problem}", file=sys.stderr, flush=True)
+            print(f"monitor: {safe_text(problem)}", file=sys.stderr, flush=True)
         # On stderr so that stdout stays one finding per line; also tells a supervising script
         # that the watch is up and a SIGTERM now gets the summary.
         print(f"monitor: watching {len(session.follower.files)} file(s); Ctrl-C or SIGTERM ends the watch with a summary",
@@ -40,9 +41,9 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
         while not stop.is_set():
             update = session.step(timeout=0.25)
             for problem in update.problems:
-                print(f"monitor: {problem}", file=sys.stderr, flush=True)
+                print(f"monitor: {safe_text(problem)}", file=sys.stderr, flush=True)
             for finding in update.new_findings:
-                out.write((json.dumps(finding.to_json(), ensure_ascii=False) if as_json else format_finding(finding)) + "\n")
+                out.write((safe_json(finding.to_json()) if as_json else format_finding(finding)) + "\n")
                 out.flush()
             if update.cleared and not as_json:
                 out.write(f"cleared  {', '.join(update.cleared)}: output resumed\n")
@@ -57,7 +58,7 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
 
 def _summary(diagnosis: Diagnosis, out, as_json: bool) -> None:
     if as_json:
-        out.write(json.dumps({"diagnosis": diagnosis.to_json()}, ensure_ascii=False) + "\n")
+        out.write(safe_json({"diagnosis": diagnosis.to_json()}) + "\n")
     else:
         from monitor.diagnosis.report import render_text
 

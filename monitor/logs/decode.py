@@ -27,7 +27,8 @@ _ESCAPES = regex.compile(
 # Control characters other than tab (NUL and DEL included), C1 controls, and the invisible
 # format characters that can make a line read differently from what it holds: bidirectional
 # overrides and isolates (a "Trojan Source" line), zero-width spaces and joiners, the BOM.
-_CONTROLS = regex.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+# U+2028/U+2029 (line and paragraph separators) break a line on some terminals.
+_CONTROLS = regex.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 
 
 # How much of a file's start is looked at to tell a binary file from a log, and the starts of
@@ -64,6 +65,36 @@ def clean(raw: bytes | str) -> str:
     if "\x1b" in text or "\x9b" in text:
         text = _ESCAPES.sub("", text)
     return _CONTROLS.sub("", text)
+
+
+def safe_text(text: str, keep_newlines: bool = False) -> str:
+    """A string bound for a terminal that did not come from a log line (a file name, a user
+    rule's title, a command line, a problem naming a path), cleaned as log text is: no escape
+    codes, no control or invisible format characters, and no line breaks unless kept (a
+    remedy's lines). A file named with ``ESC ] 0 ; ... BEL`` would otherwise retitle or clear
+    the user's terminal."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    if "\x1b" in text or "\x9b" in text:
+        text = _ESCAPES.sub("", text)
+    if keep_newlines:
+        return "\n".join(_CONTROLS.sub("", line) for line in text.split("\n"))
+    return _CONTROLS.sub("", text.replace("\n", " "))
+
+
+# What json.dumps(ensure_ascii=False) leaves raw that a terminal acts on: C1 controls (0x9b is
+# CSI) and the Unicode line separators. Escaped as \uXXXX, the JSON stays the same data.
+_JSON_RAW = regex.compile(r"[\x7f-\x9f\u2028\u2029]")
+
+
+def safe_json(data, **options) -> str:
+    """``json.dumps(data, ensure_ascii=False)`` with nothing in it a terminal would act on (json
+    escapes the C0 controls, ESC included; this escapes the rest). The data is unchanged."""
+    import json
+
+    text = json.dumps(data, ensure_ascii=False, **options)
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def is_clean(text: str) -> bool:

@@ -81,7 +81,7 @@ class Job:
     """A running (or finished) job started through the recorder."""
 
     def __init__(self, command: list[str], log_path: Path, recorder: subprocess.Popen,
-                 state: dict) -> None:
+                 state: dict, status_fd: int | None = None) -> None:
         self.command = list(command)
         self.log_path = log_path
         self.state_path = side_file(log_path, "job")
@@ -93,6 +93,8 @@ class Job:
         self.stop_requested = False
         # True when the recorder died before it could write the job's exit status.
         self.recorder_lost = False
+        self._status_fd = status_fd
+        self._final: dict | None = None  # the recorder's last word, from the status pipe
 
     @classmethod
     def start(cls, command: list[str], log_path: Path, options: RecordOptions = RecordOptions()) -> Job:
@@ -106,16 +108,24 @@ class Job:
             args.append("--pty")
             if winsize := _terminal_size():
                 args += ["--winsize", winsize]
-        recorder = subprocess.Popen(
-            [*args, "--", *command], stdin=subprocess.DEVNULL,
-            stdout=None if options.tee else subprocess.DEVNULL,
-            start_new_session=True,  # our terminal's Ctrl-C and hang-up must not reach it directly
-        )
+        # The recorder's final state also comes down this pipe: the exit code reaches us even
+        # when the disk is too full for the state file.
+        status_read, status_write = os.pipe()
+        try:
+            recorder = subprocess.Popen(
+                [*args, "--status-fd", str(status_write), "--", *command], stdin=subprocess.DEVNULL,
+                stdout=None if options.tee else subprocess.DEVNULL, pass_fds=(status_write,),
+                start_new_session=True,  # our terminal's Ctrl-C and hang-up must not reach it directly
+            )
+        finally:
+            os.close(status_write)
         state = cls._await_start(recorder, state_path)
         if "job_pid" not in state:
             recorder.wait()
+            state = _read_state(state_path) or _read_status(status_read) or state
+            os.close(status_read)
             raise JobStartError(state.get("error", "the job did not start"), state.get("exit_code", 127))
-        return cls(command, log_path, recorder, state)
+        return cls(command, log_path, recorder, state, status_read)
 
     @staticmethod
     def _await_start(recorder: subprocess.Popen, state_path: Path) -> dict:
@@ -147,7 +157,7 @@ class Job:
     def exit_code(self) -> int | None:
         """The job's exit code (128+N for signal N) once the log is complete; None before."""
         if self._exit_code is None and self._recorder.poll() is not None:
-            state = _read_state(self.state_path)
+            state = self.state()
             if "exit_code" in state:
                 self._exit_code = int(state["exit_code"])
             else:
@@ -176,8 +186,27 @@ class Job:
             signal_job(self.pid, descendants(self.pid), signal.SIGKILL)
 
     def state(self) -> dict:
-        """What the recorder wrote about the job (pids, times, exit code, dropped tee bytes)."""
-        return _read_state(self.state_path)
+        """What the recorder wrote about the job (pids, times, exit code, dropped tee bytes). Once
+        it has exited, its last word from the status pipe where the file lacks it (a full disk)."""
+        state = _read_state(self.state_path)
+        if "exit_code" in state or self._recorder.poll() is None:
+            return state
+        if self._final is None and self._status_fd is not None:
+            self._final = _read_status(self._status_fd)
+            os.close(self._status_fd)
+            self._status_fd = None
+        return {**state, **(self._final or {})}
+
+
+def _read_status(fd: int) -> dict:
+    """The final state the recorder sent down the status pipe ({} if it sent none: it died)."""
+    data = b""
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            data += chunk
+        return json.loads(data.decode().splitlines()[-1]) if data.strip() else {}
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
 
 
 def _read_state(path: Path) -> dict:

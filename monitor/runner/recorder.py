@@ -34,6 +34,7 @@ import time
 import tty
 from pathlib import Path
 
+from monitor.diagnosis.secrets import mask_data
 from monitor.runner.processes import become_subreaper, descendants, exit_status_code, signal_job
 
 CHUNK = 1 << 20
@@ -51,11 +52,30 @@ NETWORK_FILE_SYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def write_state(path: Path, state: dict) -> None:
-    """Replace a JSON side file atomically, so a reader never sees half of it."""
+def write_state(path: Path, state: dict) -> str | None:
+    """Replace a JSON side file atomically, so a reader never sees half of it. Credentials in it
+    (the job's command line, environment) are masked and the file is readable by its owner only.
+    Never raises: returns None, or one line saying why it could not be written (a full disk must
+    not turn a good job into a failed one)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(state, indent=1, default=str))
-    os.replace(tmp, path)
+    data = json.dumps(mask_data(state), indent=1, default=str).encode()
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # a stale .tmp of another mode
+            _, error = write_fully(fd, data)
+        finally:
+            os.close(fd)
+        if error is not None:
+            raise error
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return f"cannot write {path}: {(exc.strerror or str(exc))}"
+    return None
 
 
 def destination_name(fd: int) -> str:
@@ -84,6 +104,13 @@ def write_fully(fd: int, data: bytes) -> tuple[int, OSError | None]:
     except OSError as exc:
         return len(view), exc
     return 0, None
+
+
+def log_gap_marker(lost: int, reason: str, line_open: bool) -> bytes:
+    """The line put in the log where bytes could not be written (a full disk), once writing
+    works again: the log says where it is incomplete."""
+    start = "\n" if line_open else ""
+    return f"{start}[monitor: {lost} bytes lost here: {reason}]\n".encode()
 
 
 def gap_marker(dropped: int, log: str, line_open: bool) -> bytes:
@@ -232,6 +259,10 @@ class Recorder:
         self.stop_at = 0.0
         self.killed = False
         self.log_error: str | None = None
+        # Bytes not written to the log since the last write that worked (a full disk), and why.
+        self.log_lost = 0
+        self.log_lost_reason = ""
+        self.log_line_open = False
 
     # -- signals ---------------------------------------------------------------------------
     def on_stop_signal(self, signum: int, _frame) -> None:
@@ -277,11 +308,11 @@ class Recorder:
             code = 126 if isinstance(exc, PermissionError) else 127
             self.state.update(error=f"cannot start {self.opts.command[0]}: {exc.strerror}",
                               exit_code=code, ended=time.time())
-            write_state(self.state_path, self.state)
+            self.save_state(final=True)
             return None
         os.close(write_fd)
         self.state.update(job_pid=self.job.pid, started=time.time(), pty=bool(self.opts.pty))
-        write_state(self.state_path, self.state)
+        self.save_state()
         if self.stop_signal is not None:  # asked to stop while the job was starting
             signal_job(self.job.pid, [], signal.SIGKILL if self.killed else self.stop_signal)
         return read_fd
@@ -358,11 +389,29 @@ class Recorder:
         self.state["bytes"] = total
 
     def write_log(self, log_fd: int, chunk: bytes) -> None:
-        _, error = write_fully(log_fd, chunk)
-        if error is not None and self.log_error is None:
-            # Disk full or similar: keep draining so the job is never blocked, and say so.
-            self.log_error = f"{self.opts.log}: {error.strerror}"
-            self.state["log_error"] = self.log_error
+        """Append ``chunk``; on a write error (a full disk) keep draining so the job is never
+        blocked, count what is lost, and mark the gap in the log once writing works again."""
+        if self.log_lost:
+            marker = log_gap_marker(self.log_lost, self.log_lost_reason, self.log_line_open)
+            if write_fully(log_fd, marker)[1] is not None:
+                self._lost(len(chunk), None)
+                return
+            self.log_lost = 0
+            self.log_line_open = False
+        left, error = write_fully(log_fd, chunk)
+        if error is not None:
+            self._lost(left, error)
+        if left < len(chunk):
+            self.log_line_open = not chunk[: len(chunk) - left].endswith(b"\n")
+
+    def _lost(self, count: int, error: OSError | None) -> None:
+        self.log_lost += count
+        self.state["log_lost_bytes"] = self.state.get("log_lost_bytes", 0) + count
+        if error is not None:
+            self.log_lost_reason = error.strerror or str(error)
+            if self.log_error is None:
+                self.log_error = f"{self.opts.log}: {self.log_lost_reason}"
+                self.state["log_error"] = self.log_error
 
     def finish(self) -> int:
         """Wait for the job (it may have closed its output and still run), then record its end."""
@@ -373,8 +422,20 @@ class Recorder:
         code = exit_status_code(self.job_status)
         self.reap()
         self.state.update(exit_code=code, ended=time.time())
-        write_state(self.state_path, self.state)
+        self.save_state(final=True)
         return code
+
+    def save_state(self, final: bool = False) -> None:
+        """Write the state file; the final state also goes down the status pipe to the monitor,
+        so the job's exit code reaches it even when no file can be written (a full disk)."""
+        if (error := write_state(self.state_path, self.state)) is not None:
+            self.state["state_error"] = error
+        if final and self.opts.status_fd is not None:
+            try:
+                write_fully(self.opts.status_fd, json.dumps(mask_data(self.state), default=str).encode() + b"\n")
+                os.close(self.opts.status_fd)
+            except OSError:
+                pass  # the monitor is gone: the state file is all there is
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -386,6 +447,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--winsize", help="ROWSxCOLS for the pseudo-terminal")
     parser.add_argument("--grace", type=float, default=10.0)
     parser.add_argument("--linger", type=float, default=5.0)
+    parser.add_argument("--status-fd", type=int, help="a pipe to the monitor for the final state")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     opts = parser.parse_args(argv)
     if opts.command[:1] == ["--"]:

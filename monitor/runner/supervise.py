@@ -4,6 +4,7 @@ mode stdout carries exactly the job's bytes."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitor.diagnosis.model import Diagnosis, Finding
+from monitor.logs.decode import safe_text
 from monitor.runner import explain, launchers, preflight, restart
 from monitor.runner.job import Job, JobStartError, RecordOptions, new_log_path, side_file
 from monitor.runner.recorder import write_state
@@ -35,7 +37,7 @@ class RunOptions:
 
 
 def say(text: str) -> None:
-    print(f"monitor: {text}", file=sys.stderr, flush=True)
+    print(f"monitor: {safe_text(text)}", file=sys.stderr, flush=True)
 
 
 def _finding_line(finding: Finding) -> str:
@@ -114,6 +116,8 @@ def run(options: RunOptions) -> int:
             say("not attached to a terminal (batch job?); running headless")
         elif (launch_run := _find_tui()) is None:
             say("the terminal UI is not available; running headless")
+        elif options.stall_after_s is not None:
+            launch_run = functools.partial(launch_run, stall_after=options.stall_after_s)
     attempt, previous = 1, None
     while True:
         code, decision, previous = _attempt(options, plan, catalogue, checks, launch_run, attempt, previous)
@@ -134,7 +138,8 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
             "launcher": plan.launcher, "under_srun": plan.under_srun,
             "slurm": launchers.slurm_context(), "log": str(log_path),
             "preflight": [f.to_json() for f in checks]}
-    write_state(side_file(log_path, "meta"), meta)
+    if error := write_state(side_file(log_path, "meta"), meta):
+        say(error)
     headless = launch_run is None
     record = RecordOptions(tee=headless, use_pty=not headless or sys.stdout.isatty(),
                            grace_s=options.grace_s)
@@ -172,8 +177,13 @@ def _explain(job: Job, code: int, catalogue, extra: list[Finding]) -> Diagnosis:
     diagnosis = explain.diagnose_run([job.log_path, *job.extra_log_paths()], catalogue, extra)
     if job.recorder_lost:
         diagnosis.problems.append("the recorder died before the job ended: the log may be incomplete")
-    if log_error := job.state().get("log_error"):
-        diagnosis.problems.append(f"the log is incomplete, writing it failed: {log_error}")
+    state = job.state()
+    if log_error := state.get("log_error"):
+        lost = state.get("log_lost_bytes")
+        where = f" ({lost} bytes lost; the log marks where)" if lost else ""
+        diagnosis.problems.append(f"the log is incomplete, writing it failed: {log_error}{where}")
+    if state_error := state.get("state_error"):
+        diagnosis.problems.append(f"the recorder's state file is out of date: {state_error}")
     return diagnosis
 
 
@@ -181,7 +191,7 @@ def _run_tui(launch_run, job: Job, catalogue) -> bool:
     """Show the TUI; True when the monitor should wait for the job's end and explain it
     (it ended, it is being stopped, or the UI crashed), False when the user left it running."""
     try:
-        launch_run(job, catalogue=catalogue, stall_after=options.stall_after_s)
+        launch_run(job, catalogue=catalogue)
     except Exception as exc:  # the UI must never take the job down with it
         say(f"the terminal UI failed ({type(exc).__name__}: {exc}); the job keeps running and "
             f"recording to {job.log_path}")
@@ -226,7 +236,9 @@ def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.Restart
                 "extra_logs": [str(p) for p in job.extra_log_paths()], "slurm": meta["slurm"],
                 "attempt": meta["attempt"], "restart": decision.to_json()}
     path = side_file(job.log_path, "diagnosis")
-    write_state(path, {"run": run_info, **diagnosis.to_json()})
+    save_error = write_state(path, {"run": run_info, **diagnosis.to_json()})
     meta.update(exit_code=code, ended=time.time(), restart=decision.to_json())
-    write_state(side_file(job.log_path, "meta"), meta)
-    say(f"exit code {code}; diagnosis saved to {path}")
+    for error in (save_error, write_state(side_file(job.log_path, "meta"), meta)):
+        if error:
+            say(error)
+    say(f"exit code {code}" + ("" if save_error else f"; diagnosis saved to {path}"))

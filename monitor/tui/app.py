@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from textual.widgets import Footer, Header, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from monitor.diagnosis.model import STOPPED, Finding
-from monitor.logs.decode import clean
+from monitor.logs.decode import safe_text
 from monitor.progress import ProgressTracker
 from monitor.tui.driver import HangUpSafeDriver
 from monitor.tui.feeds import LogBatch, LogFeed, MetricsFeed
@@ -80,7 +81,7 @@ class MonitorApp(App[int]):
         self.metrics_feed = metrics_feed
         self.job = job
         self.metrics_interval = metrics_interval
-        self.sub_title = clean(title)  # a command line or path can hold escape codes too
+        self.sub_title = safe_text(title)  # a command line or path can hold escape codes too
         self.store = LogStore()
         self.progress = ProgressTracker(clock=clock)
         self._clock = clock
@@ -236,7 +237,7 @@ class MonitorApp(App[int]):
 
     def _apply(self, batch: LogBatch) -> None:
         for problem in batch.problems:
-            self.notify(problem, title="input problem", severity="warning", timeout=15, markup=False)
+            self.notify(safe_text(problem), title="input problem", severity="warning", timeout=15, markup=False)
         if batch.files:
             self.files = batch.files
         if batch.lines:
@@ -451,8 +452,8 @@ class MonitorApp(App[int]):
         self.exit(1 if self.failed else 0)
 
     def action_interrupt(self) -> None:
-        """Ctrl-C: with a running job, stop it (again: kill it) and exit when it has ended;
-        without one (watch, demo), quit."""
+        """Ctrl-C: with a running job, interrupt it as Ctrl-C in a terminal would (SIGINT to every
+        rank; again: kill it) and exit when it has ended; without one (watch, demo), quit."""
         if self.job is None or self.job.exit_code() is not None:
             self.exit(1 if self.failed else 0)
             return
@@ -460,7 +461,7 @@ class MonitorApp(App[int]):
             self.job.stop()  # the second stop kills at once
             self.notify("killing the job now (SIGKILL)", title="stopping", timeout=30, markup=False)
             return
-        self.job.stop()
+        self.job.stop(signal.SIGINT)
         self._stopping_shown("Ctrl-C")
 
     def _quit_answered(self, choice: str | None) -> None:

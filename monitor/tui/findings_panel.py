@@ -64,6 +64,7 @@ class JobTimeline:
 
 def describe(finding: Finding, is_root: bool, first: str) -> Text:
     """The full story of one finding: where, evidence (literal text), and the remedy."""
+    finding = finding.for_display()
     text = Text()
     if is_root:
         text.append("ROOT CAUSE  ", style="bold white on red")
@@ -191,6 +192,7 @@ class FindingsPanel(Container):
 
     def _cells(self, finding: Finding, is_root: bool) -> tuple:
         # Every cell is a Text: DataTable reads plain strings as markup, and these come from logs and rules.
+        finding = finding.for_display()
         cells = {
             "mark": Text("★", style="bold red") if is_root else Text(""),
             "sev": Text(SEVERITY_LABEL.get(finding.severity, finding.severity),

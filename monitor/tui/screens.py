@@ -25,7 +25,7 @@ KEYS = (
     ("t", "dark / light theme"),
     ("ctrl+p", "command palette (all of the above by name)"),
     ("q", "quit (asks first when a job started by `monitor run` is still running)"),
-    ("ctrl+c", "`monitor run`: stop the job (SIGTERM to every rank; again: SIGKILL), quit when it ended;"
+    ("ctrl+c", "`monitor run`: stop the job (SIGINT to every rank, as Ctrl-C in a terminal; again: SIGKILL), quit when it ended;"
                " otherwise quit"),
 )
 

@@ -1,0 +1,98 @@
+"""Faults of the monitor's own never change the job's fate (issue #11): a full disk under `monitor
+run`, secrets in the files beside the log, Ctrl-C's exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.runner_helpers import monitor_cmd, only_log, read_json, run_monitor, wait_for
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A real 1 MiB file system (tmpfs), as a log folder that fills up."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+# Fills the disk, waits until the test frees space, then writes its last lines and exits 0.
+FILLING_JOB = """
+import os, sys, time
+go_on = sys.argv[1]
+for i in range(30000):
+    print("burst %06d " % i + "x" * 60)
+sys.stdout.flush()
+print("BURST DONE", flush=True)
+while not os.path.exists(go_on):
+    time.sleep(0.05)
+print("after the gap", flush=True)
+print("the end", flush=True)
+"""
+
+
+def test_a_full_disk_keeps_the_jobs_exit_code_marks_the_gap_and_says_one_line(small_disk: Path, tmp_path: Path):
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * 600_000)
+    go_on = tmp_path / "go-on"
+    proc = subprocess.Popen(monitor_cmd(small_disk, sys.executable, "-c", FILLING_JOB, str(go_on)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    # The headless copy on our stdout carries every byte even while the disk is full.
+    seen = b""
+    while b"BURST DONE" not in seen:
+        chunk = proc.stdout.read1(1 << 16)
+        assert chunk, "the job's output stopped before its burst was done"
+        seen += chunk
+    filler.unlink()  # space comes back
+    go_on.touch()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0  # the job exited 0: a full disk does not make it a failure
+    text = err.decode()
+    assert "Traceback" not in text
+    assert "No space left on device" in text
+    log = only_log(small_disk).read_bytes()
+    assert log.startswith(b"burst 000000 ")
+    marker = [line for line in log.splitlines() if line.startswith(b"[monitor: ")]
+    assert len(marker) == 1 and marker[0].endswith(b"bytes lost here: No space left on device]")
+    assert log.endswith(b"after the gap\nthe end\n")  # written again once there was room
+    assert not list(small_disk.glob("*.tmp"))  # no half-written side files left behind
+
+
+def test_side_files_mask_secrets_and_are_private(tmp_path: Path):
+    done = run_monitor(
+        tmp_path, "env", "WANDB_API_KEY=0123456789abcdef0123456789abcdef01234567", "HF_TOKEN=hf_abcdefghijklmnopqrstuvwx",
+        sys.executable, "-c", "print('ok')", "--hf-token", "plainvalue123", "--api-key=another-secret",
+    )
+    assert done.returncode == 0, done.stderr
+    log = only_log(tmp_path)
+    for kind in ("job", "meta", "diagnosis"):
+        path = log.with_name(f"{log.stem}.{kind}.json")
+        text = path.read_text()
+        for secret in ("0123456789abcdef", "hf_abcdefghijklmnop", "plainvalue123", "another-secret"):
+            assert secret not in text, (kind, secret)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, kind
+    command = read_json(log.with_name(f"{log.stem}.meta.json"))["command"]
+    assert command[1:3] == ["WANDB_API_KEY=****", "HF_TOKEN=****"] and "--hf-token" in command
+
+
+def test_ctrl_c_to_monitor_run_exits_like_an_interrupted_job(tmp_path: Path):
+    import signal
+
+    proc = subprocess.Popen(monitor_cmd(tmp_path, sys.executable, "-c",
+                                        "import time\nprint('up', flush=True)\ntime.sleep(60)\n"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    wait_for(lambda: list(tmp_path.glob("run-*.log")) and b"up" in only_log(tmp_path).read_bytes())
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 130
