@@ -96,3 +96,50 @@ def test_ctrl_c_to_monitor_run_exits_like_an_interrupted_job(tmp_path: Path):
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=30)
     assert proc.returncode == 130
+
+
+# Numbered lines for about three seconds, then exit 3; with SIGPIPE at its default, a write to a
+# pipe nobody reads would kill it.
+COUNTING_JOB = """
+import signal, sys, time
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+for i in range(60):
+    print("line", i, flush=True)
+    time.sleep(0.05)
+sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("use_pty", [False, True])
+def test_killing_the_recorder_leaves_the_job_running_and_every_line_recorded(tmp_path: Path, use_pty: bool):
+    import signal
+
+    from monitor.runner.job import Job, RecordOptions, new_log_path
+
+    log = new_log_path(tmp_path)
+    job = Job.start([sys.executable, "-c", COUNTING_JOB], log, RecordOptions(use_pty=use_pty))
+    wait_for(lambda: b"line 10\n" in log.read_bytes())
+    os.kill(job._recorder.pid, signal.SIGKILL)
+    assert job.wait(30) == 3  # the job ran to its end and its own exit code is known
+    text = log.read_text()
+    numbers = [int(line.split()[1]) for line in text.splitlines() if line.startswith("line ")]
+    assert numbers == list(range(60))
+    assert "[monitor: the recorder (pid " in text and "was killed by SIGKILL" in text
+    assert job.state()["recorder_killed"] == "was killed by SIGKILL"
+    assert not job.recorder_lost
+
+
+def test_monitor_run_says_what_happened_to_the_recorder_and_the_job(tmp_path: Path):
+    import signal
+
+    proc = subprocess.Popen(monitor_cmd(tmp_path, sys.executable, "-c", COUNTING_JOB),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    state = wait_for(lambda: list(tmp_path.glob("run-*.job.json")) and read_json(next(tmp_path.glob("run-*.job.json"))))
+    wait_for(lambda: b"line 5\n" in only_log(tmp_path).read_bytes())
+    os.kill(state["recorder_pid"], signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3
+    assert "the recorder was killed by SIGKILL while the job ran; the job went on" in " ".join(err.decode().split())
+    assert "Traceback" not in err.decode()
+    diagnosis = read_json(next(tmp_path.glob("run-*.diagnosis.json")))
+    assert diagnosis["run"]["exit_code"] == 3

@@ -11,13 +11,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from monitor.runner import launchers
-from monitor.runner.processes import descendants, signal_job
+from monitor.runner.processes import become_subreaper, descendants, signal_job
+from monitor.runner.recorder import open_output, write_state
+from monitor.runner.takeover import record_rest
 
 # How long the recorder may take to start the job before we call it broken.
 START_TIMEOUT_S = 30.0
@@ -95,6 +98,12 @@ class Job:
         self.recorder_lost = False
         self._status_fd = status_fd
         self._final: dict | None = None  # the recorder's last word, from the status pipe
+        self._guard: threading.Thread | None = None
+        # Set when the recorder died before the job ended and we recorded the rest: what it would
+        # have written (exit code, recorder_killed).
+        self._taken_over: dict = {}
+        self._stops = 0
+        self._status_lock = threading.Lock()  # state() is read by the guard and the monitor alike
 
     @classmethod
     def start(cls, command: list[str], log_path: Path, options: RecordOptions = RecordOptions()) -> Job:
@@ -106,26 +115,37 @@ class Job:
             args.append("--tee")
         if options.use_pty:
             args.append("--pty")
-            if winsize := _terminal_size():
-                args += ["--winsize", winsize]
+        # We open the job's output channel and keep a copy of its read end: if the recorder is
+        # killed, we record the rest (takeover.py) instead of the job dying of SIGPIPE. As a
+        # subreaper we become the orphaned job's parent then, and get its exit status.
+        become_subreaper()
+        output_read, output_write = open_output(options.use_pty, _terminal_size() if options.use_pty else None)
         # The recorder's final state also comes down this pipe: the exit code reaches us even
         # when the disk is too full for the state file.
         status_read, status_write = os.pipe()
         try:
             recorder = subprocess.Popen(
-                [*args, "--status-fd", str(status_write), "--", *command], stdin=subprocess.DEVNULL,
-                stdout=None if options.tee else subprocess.DEVNULL, pass_fds=(status_write,),
+                [*args, "--status-fd", str(status_write), "--output-fds", f"{output_read},{output_write}",
+                 "--", *command], stdin=subprocess.DEVNULL,
+                stdout=None if options.tee else subprocess.DEVNULL,
+                pass_fds=(status_write, output_read, output_write),
                 start_new_session=True,  # our terminal's Ctrl-C and hang-up must not reach it directly
             )
         finally:
             os.close(status_write)
+            os.close(output_write)
         state = cls._await_start(recorder, state_path)
         if "job_pid" not in state:
             recorder.wait()
             state = _read_state(state_path) or _read_status(status_read) or state
             os.close(status_read)
+            os.close(output_read)
             raise JobStartError(state.get("error", "the job did not start"), state.get("exit_code", 127))
-        return cls(command, log_path, recorder, state, status_read)
+        job = cls(command, log_path, recorder, state, status_read)
+        job._guard = threading.Thread(target=job._guard_output, args=(output_read,), daemon=True,
+                                      name="recorder-guard")
+        job._guard.start()
+        return job
 
     @staticmethod
     def _await_start(recorder: subprocess.Popen, state_path: Path) -> dict:
@@ -157,6 +177,8 @@ class Job:
     def exit_code(self) -> int | None:
         """The job's exit code (128+N for signal N) once the log is complete; None before."""
         if self._exit_code is None and self._recorder.poll() is not None:
+            if self._guard is not None and self._guard.is_alive():
+                return None  # deciding, or recording what the job writes after its recorder died
             state = self.state()
             if "exit_code" in state:
                 self._exit_code = int(state["exit_code"])
@@ -168,11 +190,27 @@ class Job:
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Block until the job ended and its output is recorded (or ``timeout``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             self._recorder.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+        if self._guard is not None:
+            self._guard.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return self.exit_code()
+
+    def _guard_output(self, output_read: int) -> None:
+        """Waits for the recorder. If it ended normally, lets go of our copy of the job's output;
+        if it died before the job ended, records the rest of the output and reaps the job."""
+        self._recorder.wait()
+        if "exit_code" in self.state():
+            os.close(output_read)
+            return
+        code = self._recorder.returncode
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code} before the job ended"
+        self._taken_over = record_rest(self.log_path, output_read, self.pid, self._recorder.pid, how)
+        if self._taken_over.get("exit_code") is not None:
+            write_state(self.state_path, {**_read_state(self.state_path), **self._taken_over})
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
         """Ask the job to stop: ``signum`` to every process now, SIGKILL after the grace period.
@@ -180,21 +218,23 @@ class Job:
         Calling it a second time kills at once. Returns immediately.
         """
         self.stop_requested = True
+        self._stops += 1
         if self._recorder.poll() is None:
             os.kill(self._recorder.pid, signum)  # the recorder passes it on and escalates
-        elif _exists(self.pid):
-            signal_job(self.pid, descendants(self.pid), signal.SIGKILL)
+        elif _exists(self.pid):  # the recorder is gone: signal the job ourselves
+            signal_job(self.pid, descendants(self.pid), signum if self._stops == 1 else signal.SIGKILL)
 
     def state(self) -> dict:
         """What the recorder wrote about the job (pids, times, exit code, dropped tee bytes). Once
         it has exited, its last word from the status pipe where the file lacks it (a full disk)."""
-        state = _read_state(self.state_path)
+        state = {**_read_state(self.state_path), **self._taken_over}
         if "exit_code" in state or self._recorder.poll() is None:
             return state
-        if self._final is None and self._status_fd is not None:
-            self._final = _read_status(self._status_fd)
-            os.close(self._status_fd)
-            self._status_fd = None
+        with self._status_lock:
+            if self._final is None and self._status_fd is not None:
+                self._final = _read_status(self._status_fd)
+                os.close(self._status_fd)
+                self._status_fd = None
         return {**state, **(self._final or {})}
 
 

@@ -95,6 +95,25 @@ def destination_name(fd: int) -> str:
     return "the output"
 
 
+def open_output(use_pty: bool, winsize: str | None = None) -> tuple[int, int]:
+    """The job's output channel (read end, write end): a pseudo-terminal in raw mode, or a pipe
+    enlarged to PIPE_BYTES."""
+    if use_pty:
+        read_fd, write_fd = os.openpty()
+        # Raw mode: no output processing (ONLCR would turn \n into \r\n), no echo, no signals.
+        tty.setraw(write_fd)
+        if winsize:
+            rows, cols = (int(x) for x in winsize.split("x"))
+            fcntl.ioctl(write_fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    else:
+        read_fd, write_fd = os.pipe()
+        try:
+            fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+        except OSError:
+            pass  # over the system's pipe-max-size: the default pipe still works
+    return read_fd, write_fd
+
+
 def write_fully(fd: int, data: bytes) -> tuple[int, OSError | None]:
     """Writes all of ``data`` (a write may take only part); on an error, the bytes left and it."""
     view = memoryview(data)
@@ -284,19 +303,10 @@ class Recorder:
     # -- the job -----------------------------------------------------------------------------
     def start(self) -> int | None:
         """Start the job; return the read end of its output, or None when it could not start."""
-        if self.opts.pty:
-            read_fd, write_fd = os.openpty()
-            # Raw mode: no output processing (ONLCR would turn \n into \r\n), no echo, no signals.
-            tty.setraw(write_fd)
-            if self.opts.winsize:
-                rows, cols = (int(x) for x in self.opts.winsize.split("x"))
-                fcntl.ioctl(write_fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        if self.opts.output_fds:
+            read_fd, write_fd = (int(fd) for fd in self.opts.output_fds.split(","))
         else:
-            read_fd, write_fd = os.pipe()
-            try:
-                fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
-            except OSError:
-                pass  # over the system's pipe-max-size: the default pipe still works
+            read_fd, write_fd = open_output(self.opts.pty, self.opts.winsize)
         try:
             self.job = subprocess.Popen(
                 self.opts.command, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
@@ -448,6 +458,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--grace", type=float, default=10.0)
     parser.add_argument("--linger", type=float, default=5.0)
     parser.add_argument("--status-fd", type=int, help="a pipe to the monitor for the final state")
+    parser.add_argument("--output-fds", metavar="READ,WRITE",
+                        help="the job's output channel, opened by the monitor (which keeps a copy of the read end)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     opts = parser.parse_args(argv)
     if opts.command[:1] == ["--"]:

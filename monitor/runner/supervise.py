@@ -178,6 +178,10 @@ def _explain(job: Job, code: int, catalogue, extra: list[Finding]) -> Diagnosis:
     if job.recorder_lost:
         diagnosis.problems.append("the recorder died before the job ended: the log may be incomplete")
     state = job.state()
+    if how := state.get("recorder_killed"):
+        diagnosis.problems.append(
+            f"the recorder {how} while the job ran; the job went on, and the monitor recorded the rest of "
+            f"its output (the log marks where) and its exit code")
     if log_error := state.get("log_error"):
         lost = state.get("log_lost_bytes")
         where = f" ({lost} bytes lost; the log marks where)" if lost else ""

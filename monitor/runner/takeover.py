@@ -1,0 +1,92 @@
+"""Recording the rest of a job whose recorder was killed.
+
+The recorder is the one process the job's output depends on: if it were killed (``kill -9``)
+while nobody else held the read end of the job's pipe, the job would die of SIGPIPE at its next
+write. So the monitor opens the job's output channel itself, hands it to the recorder, and keeps
+a copy of the read end that it does not read. If the recorder dies before the job ended, the
+monitor (a subreaper, so the orphaned job is re-parented to it) reads the rest into the same log,
+after one line saying so, and reaps the job for its real exit status.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import time
+from pathlib import Path
+
+from monitor.runner.processes import exit_status_code
+from monitor.runner.recorder import CHUNK, write_fully
+
+# After the job exited, how long to keep reading for what its leftovers still write.
+LINGER_S = 5.0
+
+
+def takeover_marker(recorder_pid: int, how: str, line_open: bool) -> bytes:
+    start = "\n" if line_open else ""
+    return (f"{start}[monitor: the recorder (pid {recorder_pid}) {how}; the monitor records the job's "
+            f"output from here (output the recorder had read but not written is missing)]\n").encode()
+
+
+def record_rest(log_path: Path, read_fd: int, job_pid: int, recorder_pid: int, how: str) -> dict:
+    """Append the job's remaining output to ``log_path`` until its end, reap the job, and return
+    what the recorder would have written: ``exit_code`` (128+N for signal N), ``ended``,
+    ``recorder_killed`` and any ``log_error``."""
+    state: dict = {"recorder_killed": how}
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
+    try:
+        line_open = _ends_mid_line(log_path)
+        write_fully(log_fd, takeover_marker(recorder_pid, how, line_open))
+        status = _pump(read_fd, log_fd, log_path, job_pid, state)
+    finally:
+        os.close(log_fd)
+        os.close(read_fd)
+    if status is None:
+        status = _reap(job_pid, block=True)
+    state["exit_code"] = exit_status_code(status) if status is not None else None
+    state["ended"] = time.time()
+    return state
+
+
+def _pump(read_fd: int, log_fd: int, log_path: Path, job_pid: int, state: dict) -> int | None:
+    """Read until the end of output (or LINGER_S after the job exited); the job's wait status if
+    it was reaped meanwhile."""
+    poller = select.poll()
+    poller.register(read_fd, select.POLLIN)
+    status = None
+    gone_at = None
+    while gone_at is None or time.monotonic() - gone_at < LINGER_S:
+        if poller.poll(200):
+            try:
+                chunk = os.read(read_fd, CHUNK)
+            except OSError as exc:
+                if exc.errno != errno.EIO:  # EIO: every holder of the pty slave closed it
+                    raise
+                chunk = b""
+            if not chunk:
+                break
+            _, error = write_fully(log_fd, chunk)
+            if error is not None and "log_error" not in state:
+                state["log_error"] = f"{log_path}: {error.strerror}"
+        if status is None and (status := _reap(job_pid, block=False)) is not None:
+            gone_at = time.monotonic()
+    return status
+
+
+def _reap(pid: int, block: bool) -> int | None:
+    """The job's wait status once it exited (we are its parent now, as subreaper), else None."""
+    try:
+        reaped, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:
+        return None  # not our child: reaped elsewhere, or no subreaper on this system
+    return status if reaped == pid else None
+
+
+def _ends_mid_line(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) != b"\n"
+    except OSError:
+        return False
