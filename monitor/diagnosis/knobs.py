@@ -59,7 +59,8 @@ class Knob:
 _TEMPLATE_FIELD = regex.compile(r"\{[^{}\n]*\}")
 _DOTTED = regex.compile(r"(?<![\w./-])(?:torch|dist|wandb|jax|os|deepspeed|accelerate|transformers)(?:\.\w+)+")
 _KEYWORD = regex.compile(r"(?<![\w.-])([a-z_][a-z0-9_]{2,})=(?![=\s])")
-_ENV = regex.compile(r"(?<![\w./-])[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
+# NAME_WITH_UNDERSCORES, or any CAPITALS set with "=" (PYTHONFAULTHANDLER=1).
+_ENV = regex.compile(r"(?<![\w./-])(?:[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|[A-Z][A-Z0-9]{3,}(?==))")
 _FLAG = regex.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
 _IDENTIFIER = regex.compile(r"(?<![\w./-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+_?(?![\w-])")
 _CALLEE = regex.compile(r"([A-Za-z_][\w.]*)\($")
