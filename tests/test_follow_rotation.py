@@ -162,3 +162,27 @@ def test_file_with_the_same_banner_is_not_taken_for_a_copy(tmp_path):
         lines += follower.read(0.2).lines
     follower.close()
     assert [l.text for l in lines if l.text.startswith("rank")] == ["rank 0 step 1", "rank 1 step 1"]
+
+
+def _read_all(follower: Follower, want, limit: float = 10.0):
+    got = []
+    deadline = time.monotonic() + limit
+    while not want(got) and time.monotonic() < deadline:
+        got += follower.read(0.2).lines
+    return got
+
+
+def test_truncated_and_regrown_past_our_offset_under_the_same_banner_is_read_again(tmp_path):
+    """Truncated to zero and written past where we were between two reads, under a first line
+    that is the same every run: the new lines before our old offset are not lost."""
+    path = tmp_path / "rank0.log"
+    banner = "=" * 300 + " training run\n"
+    path.write_text(banner + "".join(f"seq {n:06d} first run\n" for n in range(65)))
+    follower = Follower([str(path)])
+    got = _read_all(follower, lambda got: len(seqs(got)) >= 65)
+    with open(path, "r+") as handle:  # truncate and regrow at once: no read sees the short file
+        handle.truncate(0)
+        handle.write(banner + "".join(f"seq {n:06d} second run {'x' * 10}\n" for n in range(65, 165)))
+    got += _read_all(follower, lambda more: len(seqs(more)) >= 100)
+    got += follower.close().lines
+    assert seqs(got) == list(range(165))

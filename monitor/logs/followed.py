@@ -173,7 +173,7 @@ class FollowedFile:
         if fd is None:
             return True  # replaced between stat and open: the next visit sees the new inode
         self.problem = None
-        if st.st_size > self.offset and self.rewritten(fd) or st.st_size < self.offset:
+        if st.st_size < self.offset or st.st_size > self.offset and self.rewritten(fd, at_offset=True):
             self._recover_from_copy(out)
             self._end_generation(fds, out, keep_identity=True)
             self._start_generation(identity, FROM_START)
@@ -287,12 +287,18 @@ class FollowedFile:
         return None
 
     # -- reading ---------------------------------------------------------------------------
-    def rewritten(self, fd: int) -> bool:
+    def rewritten(self, fd: int, at_offset: bool = False) -> bool:
         """Whether the first text read of this generation is no longer where it was: truncated
-        and written again (by a writer without O_APPEND, over a hole of NUL bytes)."""
+        and written again (by a writer without O_APPEND, over a hole of NUL bytes). With
+        ``at_offset``, also whether the bytes just before our offset changed: truncated and
+        grown past our offset between two visits, under a first line that did not change (a
+        banner, a header every run prints)."""
         if self.mark is not None:
-            return os.pread(fd, len(self.mark[1]), self.mark[0]) != self.mark[1]
-        return bool(self.head) and os.pread(fd, len(self.head), 0) != self.head
+            if os.pread(fd, len(self.mark[1]), self.mark[0]) != self.mark[1]:
+                return True
+        elif self.head and os.pread(fd, len(self.head), 0) != self.head:
+            return True
+        return at_offset and bool(self.tail) and os.pread(fd, len(self.tail), self.offset - len(self.tail)) != self.tail
 
     def _read(self, fd: int, size: int, out: ReadOutput, budget: int) -> bool:
         if size <= self.offset:
