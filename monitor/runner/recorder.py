@@ -125,19 +125,23 @@ def write_fully(fd: int, data: bytes) -> tuple[int, OSError | None]:
     return 0, None
 
 
+def monitor_line(note: str, line_open: bool) -> bytes:
+    """``[monitor: note]`` as a line of its own (after a newline if the output stopped mid-line):
+    the one form of everything the monitor ever adds to a job's output."""
+    start = "\n" if line_open else ""
+    # surrogateescape: a log path that is not UTF-8 comes back as the bytes it was made of.
+    return f"{start}[monitor: {note}]\n".encode("utf-8", "surrogateescape")
+
+
 def log_gap_marker(lost: int, reason: str, line_open: bool) -> bytes:
     """The line put in the log where bytes could not be written (a full disk), once writing
     works again: the log says where it is incomplete."""
-    start = "\n" if line_open else ""
-    return f"{start}[monitor: {lost} bytes lost here: {reason}]\n".encode()
+    return monitor_line(f"{lost} bytes lost here: {reason}", line_open)
 
 
 def gap_marker(dropped: int, log: str, line_open: bool) -> bytes:
     """The line put in the copy (never in the log) where bytes were left out."""
-    start = "\n" if line_open else ""
-    # surrogateescape: a log path that is not UTF-8 comes back as the bytes it was made of.
-    return f"{start}[monitor: {dropped} bytes not shown here; all are in {log}]\n".encode(
-        "utf-8", "surrogateescape")
+    return monitor_line(f"{dropped} bytes not shown here; all are in {log}", line_open)
 
 
 class FileCopy:

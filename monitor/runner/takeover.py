@@ -17,16 +17,15 @@ import time
 from pathlib import Path
 
 from monitor.runner.processes import exit_status_code
-from monitor.runner.recorder import CHUNK, write_fully
+from monitor.runner.recorder import CHUNK, monitor_line, write_fully
 
 # After the job exited, how long to keep reading for what its leftovers still write.
 LINGER_S = 5.0
 
 
 def takeover_marker(recorder_pid: int, how: str, line_open: bool) -> bytes:
-    start = "\n" if line_open else ""
-    return (f"{start}[monitor: the recorder (pid {recorder_pid}) {how}; the monitor records the job's "
-            f"output from here (output the recorder had read but not written is missing)]\n").encode()
+    return monitor_line(f"the recorder (pid {recorder_pid}) {how}; the monitor records the job's output from "
+                        f"here (output the recorder had read but not written is missing)", line_open)
 
 
 def record_rest(log_path: Path, read_fd: int, job_pid: int, recorder_pid: int, how: str) -> dict:
