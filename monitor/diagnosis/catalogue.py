@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,14 +17,9 @@ import regex
 
 from monitor.diagnosis.conditions import Condition, ConditionError
 from monitor.diagnosis.knobs import KNOBS_FILE, Knob, KnobError, load_registry
-from monitor.diagnosis.textfile import read_text_file
 from monitor.diagnosis.literals import required_literals, required_sets
 from monitor.diagnosis.templates import field_names
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+from monitor.diagnosis.textfile import read_toml_file
 
 SEVERITIES = ("error", "warning", "info")
 ROLES = ("root", "cascade", "confirm")
@@ -185,13 +179,7 @@ def load_dir(directory: Path) -> list[Rule]:
 
 def load_file(path: Path) -> list[Rule]:
     path = Path(path)
-    text = read_text_file(path, "rule file", RuleError)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None) or _line_from_message(str(exc))
-        message = getattr(exc, "msg", None) or str(exc).split(" (at line")[0]
-        raise RuleError(f"{path}:{line}: invalid TOML: {message}") from None
+    text, data = read_toml_file(path, "rule file", RuleError)
     locator = _Locator(path, text)
     unknown = set(data) - {"rule"}
     if unknown:
@@ -201,11 +189,6 @@ def load_file(path: Path) -> list[Rule]:
     if not isinstance(tables, list):
         raise RuleError(f"{path}:1: 'rule' must be an array of tables: write [[rule]]")
     return [_build_rule(table, index, locator) for index, table in enumerate(tables)]
-
-
-def _line_from_message(message: str) -> int:
-    match = regex.search(r"line (\d+)", message)
-    return int(match.group(1)) if match else 1
 
 
 class _Locator:

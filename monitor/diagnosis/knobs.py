@@ -11,18 +11,12 @@ and where that was verified. ``monitor rules test`` fails on a remedy naming one
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import regex
 
-from monitor.diagnosis.textfile import read_text_file
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+from monitor.diagnosis.textfile import read_toml_file
 
 KNOBS_FILE = "knobs.toml"
 KINDS = ("env", "flag", "function", "argument", "config", "command", "module", "value")
@@ -152,13 +146,7 @@ def load_registry(directories) -> dict[str, Knob]:
 
 
 def load_file(path: Path) -> list[Knob]:
-    text = read_text_file(path, "the knob registry", KnobError)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None) or 1
-        message = getattr(exc, "msg", None) or str(exc).split(" (at line")[0]
-        raise KnobError(f"{path}:{line}: invalid TOML: {message}") from None
+    text, data = read_toml_file(path, "the knob registry", KnobError)
     lines = text.splitlines()
     starts = [n for n, line in enumerate(lines, start=1) if regex.match(r"\s*\[\[\s*knob\s*\]\]", line)]
     if set(data) - {"knob"}:
@@ -180,5 +168,5 @@ def load_file(path: Path) -> list[Knob]:
         if name in seen:
             raise KnobError(f"{where}: duplicate name (first at line {seen[name]})")
         seen[name] = line
-        knobs.append(Knob(**{key: value for key, value in table.items()}, source=str(path), line=line))
+        knobs.append(Knob(**table, source=str(path), line=line))
     return knobs

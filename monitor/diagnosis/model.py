@@ -7,9 +7,9 @@ serialise it without importing the others.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
 
 from monitor.logs.decode import safe_text
-from typing import Literal
 
 Severity = Literal["error", "warning", "info"]
 # root: can start a failure; cascade: a symptom of another rank's failure;

@@ -78,8 +78,6 @@ class Record:
     state: str = "frames"
     message_lines: int = 0
     seen_root_cause: bool = False
-    # Frame lines dropped from the middle of a very long record.
-    omitted: int = 0
     # Per line: indexes of the rules whose prefilter literals occur in it.
     rule_hits: list[set[int]] = field(default_factory=list)
 
@@ -140,7 +138,6 @@ def append(record: Record, line: LogLine, body: str, rule_hits: set[int]) -> Non
     for index in range(HEAD_LINES, len(record.lines) - TAIL_LINES):
         if record.bodies[index][:1] in (" ", "\t"):
             del record.lines[index], record.bodies[index], record.rule_hits[index]
-            record.omitted += 1
             return
 
 

@@ -1,8 +1,17 @@
-"""Reading a small UTF-8 data file (a rule file, the knob registry) with errors that name the line."""
+"""Reading a small UTF-8 TOML data file (a rule file, the knob registry) with errors that name
+the file and the line."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+import regex
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
 
 
 def read_text_file(path: Path, what: str, error: type[Exception]) -> str:
@@ -16,3 +25,19 @@ def read_text_file(path: Path, what: str, error: type[Exception]) -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise error(f"{path}:{line}: {what} is not UTF-8 (byte 0x{data[exc.start]:02x})") from None
+
+
+def read_toml_file(path: Path, what: str, error: type[Exception]) -> tuple[str, dict]:
+    """The text of ``path`` and its TOML data; raises ``error`` as ``file:line: message``."""
+    text = read_text_file(path, what, error)
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None) or _line_from_message(str(exc))
+        message = getattr(exc, "msg", None) or str(exc).split(" (at line")[0]
+        raise error(f"{path}:{line}: invalid TOML: {message}") from None
+
+
+def _line_from_message(message: str) -> int:
+    match = regex.search(r"line (\d+)", message)
+    return int(match.group(1)) if match else 1

@@ -209,7 +209,7 @@ class Job:
         code = self._recorder.returncode
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code} before the job ended"
         self._taken_over = record_rest(self.log_path, output_read, self.pid, self._recorder.pid, how)
-        if self._taken_over.get("exit_code") is not None:
+        if "exit_code" in self._taken_over:
             write_state(self.state_path, {**_read_state(self.state_path), **self._taken_over})
 
     def stop(self, signum: int = signal.SIGTERM) -> None:

@@ -30,8 +30,8 @@ def takeover_marker(recorder_pid: int, how: str, line_open: bool) -> bytes:
 
 def record_rest(log_path: Path, read_fd: int, job_pid: int, recorder_pid: int, how: str) -> dict:
     """Append the job's remaining output to ``log_path`` until its end, reap the job, and return
-    what the recorder would have written: ``exit_code`` (128+N for signal N), ``ended``,
-    ``recorder_killed`` and any ``log_error``."""
+    what the recorder would have written: ``exit_code`` (128+N for signal N; absent when the job
+    could not be reaped here), ``ended``, ``recorder_killed`` and any ``log_error``."""
     state: dict = {"recorder_killed": how}
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
     try:
@@ -43,7 +43,8 @@ def record_rest(log_path: Path, read_fd: int, job_pid: int, recorder_pid: int, h
         os.close(read_fd)
     if status is None:
         status = _reap(job_pid, block=True)
-    state["exit_code"] = exit_status_code(status) if status is not None else None
+    if status is not None:  # else not our child (no subreaper): Job falls back to "recorder lost"
+        state["exit_code"] = exit_status_code(status)
     state["ended"] = time.time()
     return state
 
