@@ -26,8 +26,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from monitor.diagnosis.catalogue import Catalogue, load_catalogue  # noqa: E402
 from monitor.diagnosis.engine import Engine  # noqa: E402
-from monitor.diagnosis.model import LogLine  # noqa: E402
-from monitor.logs.decode import clean  # noqa: E402
+from monitor.model import LogLine  # noqa: E402
+from monitor.text import clean  # noqa: E402
 
 SAMPLES = HERE.parent / "sample_logs"
 

@@ -3,10 +3,10 @@
 8 writer processes append to ``rank<i>.log`` at a combined ``--rate`` lines/s (in 10 ms batches,
 as buffered training output arrives). Every line carries its write time. Every ``--every``-th
 line of a writer starts a Python traceback with its own frame line, so each is a *new* finding;
-the normal line after it completes the record. The monitor process runs a LiveSession
+the normal line after it completes the record. The monitor process runs a JobSession
 (inotify, or ``--poll``) and measures:
 
-- line latency: written -> returned by ``LiveSession.step`` (baseline in the same run: the
+- line latency: written -> returned by ``JobSession.step`` (baseline in the same run: the
   Follower alone, without the engine),
 - finding latency: the traceback's last line written -> the finding returned as new,
 - the monitor process's CPU (all its threads, watchdog's observer included) as a share of one
@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 
 from monitor.diagnosis.catalogue import load_catalogue
-from monitor.live.session import LiveSession
+from monitor.session.job_session import JobSession
 from monitor.logs import follow
 from monitor.logs.follow import Follower
 from monitor.logs.watchdog_events import WatchdogEvents
@@ -97,7 +97,7 @@ def _run_case(label: str, use_engine: bool, args) -> dict:
         for path in paths:
             Path(path).touch()
         if use_engine:
-            session = LiveSession([folder], load_catalogue(include_user=False), poll=args.poll)
+            session = JobSession([folder], load_catalogue(include_user=False), poll=args.poll)
             step = session.step
         else:
             follower = Follower([folder], poll=args.poll)
@@ -166,7 +166,7 @@ def main() -> int:
     print(f"{WRITERS} writers, {args.rate:.0f} lines/s combined, {args.seconds:g} s, {mode}; "
           f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     results = [run_case("Follower, inotify read in its own thread", False, args),
-               run_case("LiveSession (follow + engine)", True, args)]
+               run_case("JobSession (follow + engine)", True, args)]
     if not args.poll:
         results.insert(0, run_case("Follower, events from watchdog's observer threads", False, args, watchdog=True))
     print("| case | lines | line p50 | line p99 | findings | finding p50 | finding p99 | CPU (one core) | RSS start -> end |")

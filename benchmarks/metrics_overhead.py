@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from metrics_fake_nvml import GIB, FakeNvml, FakeProcess, make_gpus  # noqa: E402
 
 from monitor.metrics.history import History  # noqa: E402
-from monitor.metrics.record import Recorder  # noqa: E402
+from monitor.metrics.samples_file import SamplesFile  # noqa: E402
 from monitor.metrics.sampler import Sampler  # noqa: E402
 from monitor.metrics.signals import SignalDetector  # noqa: E402
 
@@ -78,7 +78,7 @@ def measure(sampler: Sampler, samples: int, pipeline: bool) -> dict[str, float]:
     """Wall and CPU (this thread) seconds per sample; with ``pipeline`` also history, signals, recording."""
     history, detector = History(), SignalDetector()
     with tempfile.TemporaryDirectory() as tmp:
-        recorder = Recorder(Path(tmp) / "metrics.jsonl") if pipeline else None
+        recorder = SamplesFile(Path(tmp) / "metrics.jsonl") if pipeline else None
         sampler.sample()  # baselines (CPU percentages, rates), NVML init
         walls, cpus = [], []
         for _ in range(samples):

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from monitor.runner.job import Job, RecordOptions, new_log_path
+from monitor.runner.job import Job, CaptureOptions, new_log_path
 
 BULK = """
 import os, sys, time
@@ -69,7 +69,7 @@ def recorded(code: str, arg: str, work: Path, use_pty: bool, copy_to_file: bool)
     start = time.perf_counter()
     with stdout_to(copy) if copy_to_file else contextlib.nullcontext():
         job = Job.start([sys.executable, "-c", code, arg, str(timing)], log,
-                        RecordOptions(use_pty=use_pty, tee=copy_to_file))
+                        CaptureOptions(use_pty=use_pty, tee=copy_to_file))
     assert job.wait() == 0
     if copy_to_file:
         assert copy.stat().st_size == log.stat().st_size, "the copy to a file lost bytes"

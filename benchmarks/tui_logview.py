@@ -17,7 +17,7 @@ import psutil
 
 import regex
 
-from monitor.diagnosis.model import LogLine
+from monitor.model import LogLine
 from monitor.tui.log_store import LineFilter, LogStore
 
 

@@ -6,8 +6,8 @@ A separate writer process appends realistic training lines (rank prefixes, progr
 dicts, now and then a warning) to ``--files`` per-rank files at ``--rate`` lines/s in total.
 Measured in this process, over the same window, as a share of one core:
 
-1. baseline: the headless pipeline alone (LiveSession.step in a loop + Sampler at 1 Hz);
-2. the app: ``watch_app`` (the same LiveSession and Sampler in the app's thread workers,
+1. baseline: the headless pipeline alone (JobSession.step in a loop + Sampler at 1 Hz);
+2. the app: ``watch_app`` (the same JobSession and Sampler in the app's thread workers,
    the log view, panels and findings) under ``App.run_test`` (headless: the screen is
    composed and rendered, but not written to a terminal).
 
@@ -61,10 +61,10 @@ def start_writer(folder: Path, files: int, rate: float, seconds: float) -> subpr
 
 
 def baseline(folder: Path, seconds: float, catalogue) -> tuple[float, int]:
-    from monitor.live.session import LiveSession
+    from monitor.session.job_session import JobSession
     from monitor.metrics.sampler import Sampler
 
-    session = LiveSession([folder], catalogue)
+    session = JobSession([folder], catalogue)
     sampler = Sampler(watch_dirs=[str(folder)])
     lines = 0
     next_sample = 0.0

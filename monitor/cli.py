@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
-        from monitor.logs.decode import safe_text
+        from monitor.text import safe_text
 
         print(f"monitor: {safe_text(str(exc))}", file=sys.stderr)
         return 2

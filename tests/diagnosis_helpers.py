@@ -6,7 +6,7 @@ from pathlib import Path
 
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.engine import Engine
-from monitor.diagnosis.model import LogLine
+from monitor.model import LogLine
 
 RULES = r'''
 [[rule]]

@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from monitor.diagnosis.reader import find_logs, is_log_like
+from monitor.logs.reader import find_logs, is_log_like
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
 

@@ -56,3 +56,11 @@ def alive(pid: int) -> bool:
 
 def python_job(code: str) -> tuple[str, ...]:
     return (sys.executable, "-c", code)
+
+
+def run_session(job, stall_after: float | None = None):
+    """(session, metrics) for ``job`` as ``monitor run`` opens them (``supervise.open_session``)."""
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.runner.supervise import open_session
+
+    return open_session(job, load_catalogue(include_user=False), stall_after=stall_after)

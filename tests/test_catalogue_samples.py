@@ -144,9 +144,15 @@ def test_a_stop_that_monitor_run_forwarded_is_no_failure(stop_signal: str | None
     runner's 'Stopped on request' says so and the launcher's lines are no failure."""
     from monitor.runner import explain
 
+    from monitor.session.job_session import JobSession
+
     log = SAMPLES / "demo/sigterm-torchrun-2ranks.log"
-    extra = [explain.exit_finding(log, 1, stop_signal)]
-    diagnosis = explain.diagnose_run([log], load_catalogue(include_user=False), extra)
+    session = JobSession([log], load_catalogue(include_user=False))  # as `monitor run` holds it
+    if stop_signal is not None:
+        session.request_stop()
+    session.close()
+    session.job_ended(explain.exit_finding(log, 1, stop_signal))
+    diagnosis = session.diagnosis()
     stopped = next(f for f in diagnosis.findings if f.rule == "torchrun-stopped-by-signal")
     if stop_signal is None:
         assert diagnosis.root_cause is stopped and stopped.severity == "error"

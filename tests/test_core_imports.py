@@ -5,7 +5,7 @@ import sys
 
 CORE = [
     "monitor.cli",
-    "monitor.diagnosis.model",
+    "monitor.model",
     "monitor.logs.decode",
 ]
 

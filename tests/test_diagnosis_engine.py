@@ -9,8 +9,8 @@ from zone_helpers import in_time_zone
 
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.engine import Engine
-from monitor.diagnosis.model import LogLine
-from monitor.diagnosis.ranks import line_rank, parse_prefix, rank_from_path, rank_in_text
+from monitor.model import LogLine
+from monitor.logs.ranks import line_rank, parse_prefix, rank_from_path, rank_in_text
 
 WATCHDOG = (
     "[rank{r}]:[E1218 20:27:2{r}.426415540 ProcessGroupNCCL.cpp:629] [Rank {r}] Watchdog caught collective "

@@ -13,10 +13,11 @@ from monitor.cli import main
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.diagnose import MissingPath, diagnose_paths
 from monitor.diagnosis.engine import Engine
-from monitor.diagnosis.reader import UnreadableLog, find_logs, read_log
+from monitor.logs.reader import UnreadableLog, find_logs, read_log
 from monitor.diagnosis.report import render_text
 from monitor.diagnosis.scan import scan_file
-from monitor.logs.decode import LineAssembler, clean
+from monitor.logs.decode import LineAssembler
+from monitor.text import clean
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from monitor.diagnosis.model import Diagnosis, Finding
+from monitor.model import Diagnosis, Finding
 from monitor.diagnosis.report import render_text
 
 

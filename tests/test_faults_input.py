@@ -13,8 +13,8 @@ import pytest
 
 from monitor.diagnosis.catalogue import RuleError, load_catalogue
 from monitor.diagnosis.diagnose import diagnose_paths
-from monitor.live.headless import watch_headless
-from monitor.logs.decode import safe_text
+from monitor.session.headless import watch_headless
+from monitor.text import safe_text
 from monitor.tui.findings_panel import describe
 
 # OSC 0 (set the window title), BEL, CSI 2J (clear the screen), and a Unicode line separator.

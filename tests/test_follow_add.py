@@ -3,9 +3,9 @@
 import time
 
 from monitor.diagnosis.catalogue import load_catalogue
-from monitor.live.session import LiveSession
+from monitor.session.job_session import JobSession
 from monitor.logs.follow import Follower
-from monitor.tui.feeds import SessionFeed
+from monitor.session.feeds import SessionFeed
 
 
 def _read_until(read, want: int, seconds: float = 10.0) -> list[str]:
@@ -40,7 +40,7 @@ def test_run_feed_picks_up_per_rank_files_as_they_appear(tmp_path):
     combined.write_text("")
     rank_file = tmp_path / "logdir" / "attempt_0" / "2" / "stderr.log"
     created: list = []
-    session = LiveSession([str(combined)], load_catalogue(include_user=False))
+    session = JobSession([str(combined)], load_catalogue(include_user=False))
     feed = SessionFeed(session, more_paths=lambda: list(created))
     try:
         feed.poll(0.1)

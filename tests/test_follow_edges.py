@@ -8,7 +8,8 @@ import tracemalloc
 
 import pytest
 
-from monitor.logs.decode import MAX_LINE_BYTES, TRUNCATION_MARK, clean
+from monitor.logs.decode import MAX_LINE_BYTES, TRUNCATION_MARK
+from monitor.text import clean
 from monitor.logs.follow import Follower
 from monitor.logs.sources import SourceError
 
@@ -171,7 +172,7 @@ def test_unreadable_file_is_reported_and_recovers(tmp_path):
 
 def test_permission_error_is_reported_once_and_recovers(tmp_path, monkeypatch):
     """The same as above where the tests run as root: opening fails as it does for EACCES."""
-    import monitor.logs.followed as followed
+    import monitor.logs.tracked_file as followed
 
     log = tmp_path / "a.log"
     log.write_text("one\n")
@@ -266,7 +267,7 @@ def test_a_long_line_is_read_through_without_waiting_between_chunks(tmp_path):
     b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 8,  # a program
 ])
 def test_watch_and_diagnose_agree_on_what_is_binary(tmp_path, body):
-    from monitor.diagnosis.reader import UnreadableLog, read_log
+    from monitor.logs.reader import UnreadableLog, read_log
 
     log = tmp_path / "x.log"
     log.write_bytes(body)

@@ -14,13 +14,14 @@ import pytest
 
 from monitor.diagnosis.catalogue import RuleError, load_catalogue
 from monitor.diagnosis.knobs import KnobError, load_file, lookup, mentions, unknown
+from monitor.diagnosis.advice import shipped as shipped_advice
 from monitor.diagnosis.ruletest import check_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 # The Python modules that write remedies and advice of their own (not from rule files).
 ADVICE_MODULES = (
     "monitor/runner/explain.py", "monitor/runner/preflight.py", "monitor/runner/restart.py",
-    "monitor/metrics/signals.py", "monitor/live/stall.py", "monitor/checkpoints/watch.py",
+    "monitor/metrics/signals.py", "monitor/session/stall.py", "monitor/checkpoints/watch.py",
     "monitor/diagnosis/pyexc.py",
 )
 
@@ -88,6 +89,7 @@ def test_every_knob_the_python_advice_names_is_registered(catalogue):
 def test_the_advice_scan_reads_the_python_remedies():
     """The scan is not vacuous: it sees the knobs the metric and preflight remedies name."""
     seen = {name for module in ADVICE_MODULES for _, text in _advice_strings(ROOT / module) for name in mentions(text)}
+    seen |= {name for entry in shipped_advice().values() for name in mentions(entry.text)}  # rules/advice.toml
     assert {"--stall-after", "NCCL_TIMEOUT", "ROW_REMAPPER", "--shm-size", "CUDA_LAUNCH_BLOCKING"} <= seen
 
 

@@ -12,7 +12,7 @@ from metrics_fake_nvml import GIB, FakeNvml, FakeProcess, make_gpus
 
 from monitor.cli import main
 from monitor.metrics import sampler as sampler_module
-from monitor.metrics.record import read_recording
+from monitor.metrics.samples_file import read_samples
 
 # Fields that are text by nature; every other leaf is a number, a bool or null.
 TEXT_FIELDS = {
@@ -81,7 +81,7 @@ def test_text_output_and_recording(fake_gpus, capsys, tmp_path):
     assert "GPU 1 cuda:1  NVIDIA H100 80GB HBM3  util 97%  mem 79.0 GiB/80.0 GiB  65 °C  550/700 W" in text
     assert "clocks held by hw_thermal_slowdown" in text
     assert f"pid {os.getpid()}" in text and "GPU 0 5.0 GiB" in text
-    samples = list(read_recording(record))
+    samples = list(read_samples(record))
     assert len(samples) == 2 and samples[1].gpus[1].memory_used_bytes == 79 * GIB
 
 
@@ -111,7 +111,7 @@ def test_metrics_command_stays_light():
 
 
 def test_metrics_core_never_imports_textual_or_torch():
-    modules = ["sampler", "signals", "history", "record", "render", "model"]
+    modules = ["sampler", "signals", "history", "samples_file", "render", "model"]
     code = (
         "import sys\n"
         + "".join(f"import monitor.metrics.{m}\n" for m in modules)

@@ -104,7 +104,7 @@ def test_progress_and_replay_are_plain_python():
 
 
 def _track(path):
-    from monitor.diagnosis.reader import read_log
+    from monitor.logs.reader import read_log
 
     tracker = ProgressTracker(clock=lambda: 0.0)
     for line in read_log(path):

@@ -11,8 +11,8 @@ import pytest
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.diagnose import diagnose_paths
 from monitor.diagnosis.engine import Engine
-from monitor.diagnosis.model import LogLine
-from monitor.logs.decode import clean
+from monitor.model import LogLine
+from monitor.text import clean
 from monitor.metrics.history import History
 from monitor.metrics.model import GpuEvent, GpuSample, HostSample, JobProcess, JobSample, Sample
 from monitor.metrics.signals import SignalDetector
@@ -174,10 +174,12 @@ def test_12_run_passes_stall_after_to_the_screen(monkeypatch, tmp_path):
     from monitor.runner import supervise
 
     passed = []
-    monkeypatch.setattr(supervise, "run", lambda options: passed.append(options) or 0)
+    monkeypatch.setattr(supervise, "run", lambda options, catalogue, present: passed.append(options) or 0)
     assert main(["run", "--stall-after", "12.5", "--log-dir", str(tmp_path), "--", "true"]) == 0
     assert passed[0].stall_after_s == 12.5
-    assert "stall_after" in inspect.signature(tui.launch_run).parameters
+    # The screen shows the runner's session, which has the threshold (one session, every mode).
+    assert "session" in inspect.signature(tui.launch_run).parameters
+    assert "stall_after" in inspect.signature(supervise.JobSession).parameters
 
 
 def test_13_the_new_allocator_variable_counts_as_already_set(catalogue):

@@ -112,10 +112,10 @@ sys.exit(3)
 def test_killing_the_recorder_leaves_the_job_running_and_every_line_recorded(tmp_path: Path, use_pty: bool):
     import signal
 
-    from monitor.runner.job import Job, RecordOptions, new_log_path
+    from monitor.runner.job import Job, CaptureOptions, new_log_path
 
     log = new_log_path(tmp_path)
-    job = Job.start([sys.executable, "-c", COUNTING_JOB], log, RecordOptions(use_pty=use_pty))
+    job = Job.start([sys.executable, "-c", COUNTING_JOB], log, CaptureOptions(use_pty=use_pty))
     wait_for(lambda: b"line 10\n" in log.read_bytes())
     os.kill(job._recorder.pid, signal.SIGKILL)
     assert job.wait(30) == 3  # the job ran to its end and its own exit code is known

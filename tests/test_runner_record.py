@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.runner.job import Job, JobStartError, RecordOptions, new_log_path
+from monitor.runner.job import Job, JobStartError, CaptureOptions, new_log_path
 from tests.runner_helpers import monitor_cmd, only_log, python_job, read_json, run_monitor
 
 # 20 MB of random bytes (seeded, so the test can recompute them) with no final newline,
@@ -61,7 +61,7 @@ def test_line_ends_and_escapes_are_not_translated(tmp_path: Path, use_pty: bool)
     payload = b"a\nb\r\nprogress 10%\rprogress 20%\r\x1b[31mred\x1b[0m\n\x00\xff tail"
     code = f"import sys; sys.stdout.buffer.write({payload!r}); sys.stdout.flush()"
     log = new_log_path(tmp_path)
-    job = Job.start([sys.executable, "-c", code], log, RecordOptions(use_pty=use_pty))
+    job = Job.start([sys.executable, "-c", code], log, CaptureOptions(use_pty=use_pty))
     assert job.wait(timeout=30) == 0
     assert log.read_bytes() == payload
     assert job.state()["pty"] is use_pty
@@ -70,7 +70,7 @@ def test_line_ends_and_escapes_are_not_translated(tmp_path: Path, use_pty: bool)
 def test_the_job_sees_a_terminal_when_given_a_pty(tmp_path: Path):
     code = "import sys; print(sys.stdout.isatty(), sys.stderr.isatty(), sys.stdin.isatty())"
     log = new_log_path(tmp_path)
-    job = Job.start([sys.executable, "-c", code], log, RecordOptions(use_pty=True))
+    job = Job.start([sys.executable, "-c", code], log, CaptureOptions(use_pty=True))
     assert job.wait(timeout=30) == 0
     assert log.read_bytes() == b"True True False\n"
 
@@ -122,7 +122,7 @@ def test_side_files_describe_the_run(tmp_path: Path):
 
 def test_20mb_through_a_pseudo_terminal_are_exact_too(tmp_path: Path):
     log = new_log_path(tmp_path)
-    job = Job.start([sys.executable, "-c", RANDOM_JOB], log, RecordOptions(use_pty=True))
+    job = Job.start([sys.executable, "-c", RANDOM_JOB], log, CaptureOptions(use_pty=True))
     assert job.wait(timeout=120) == 7
     assert log.read_bytes() == expected_random_bytes()
 
@@ -134,7 +134,7 @@ def test_unwritable_log_dir_and_missing_rules_are_one_line_errors(tmp_path: Path
     assert result.returncode == 2
     assert result.stderr.decode().strip().startswith(f"monitor: run: cannot write logs to {blocker / 'logs'}")
     result = run_monitor(tmp_path, *python_job("print(1)"), extra=("--rules", str(tmp_path / "nope")))
-    assert result.returncode == 2 and b"no such directory" in result.stderr
+    assert result.returncode == 2 and b"no such rules directory" in result.stderr
 
 
 def test_slurm_names_are_in_the_report(tmp_path: Path):
@@ -154,7 +154,7 @@ def test_a_monitor_package_in_the_jobs_directory_does_not_shadow_ours(tmp_path: 
     (tmp_path / "train.py").write_text("print('trained')\n")
     log = new_log_path(tmp_path / "logs")
     monkeypatch.chdir(tmp_path)
-    job = Job.start([sys.executable, "train.py"], log, RecordOptions(use_pty=False))
+    job = Job.start([sys.executable, "train.py"], log, CaptureOptions(use_pty=False))
     assert job.wait(timeout=30) == 0
     assert log.read_bytes() == b"trained\n"
 

@@ -131,10 +131,10 @@ def test_leftover_processes_are_cleared_after_the_launcher_exits(tmp_path: Path)
     job = ("import subprocess, sys\n"
            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
            "print('pid', p.pid, flush=True)\n")
-    from monitor.runner.job import Job, RecordOptions, new_log_path
+    from monitor.runner.job import Job, CaptureOptions, new_log_path
     log = new_log_path(tmp_path)
     job_handle = Job.start([sys.executable, "-c", job], log,
-                           RecordOptions(use_pty=False, linger_s=0.5, grace_s=1))
+                           CaptureOptions(use_pty=False, linger_s=0.5, grace_s=1))
     assert job_handle.wait(timeout=30) == 0
     pids = logged_pids(log)
     assert pids and not any(alive(pid) for pid in pids)
@@ -146,9 +146,9 @@ def test_a_job_that_closed_its_output_is_still_waited_for_and_stopped(tmp_path: 
     # SIGTERM: the recorder must keep waiting, and a stop must still escalate to SIGKILL.
     job = ("import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
            "print('closing', flush=True)\nos.close(1); os.close(2)\ntime.sleep(60)\n")
-    from monitor.runner.job import Job, RecordOptions, new_log_path
+    from monitor.runner.job import Job, CaptureOptions, new_log_path
     log = new_log_path(tmp_path)
-    handle = Job.start([sys.executable, "-c", job], log, RecordOptions(use_pty=False, grace_s=0.5))
+    handle = Job.start([sys.executable, "-c", job], log, CaptureOptions(use_pty=False, grace_s=0.5))
     wait_for(lambda: log.read_bytes() == b"closing\n")
     assert handle.wait(timeout=1) is None and alive(handle.pid)
     handle.stop()
@@ -157,14 +157,14 @@ def test_a_job_that_closed_its_output_is_still_waited_for_and_stopped(tmp_path: 
 
 
 def test_a_stop_signal_during_start_up_reaches_the_job_once_it_exists(tmp_path: Path):
-    from monitor.runner.job import Job, RecordOptions, new_log_path
+    from monitor.runner.job import Job, CaptureOptions, new_log_path
     from monitor.runner.supervise import StopForwarder
 
     with StopForwarder() as forwarder:
         os.kill(os.getpid(), signal.SIGTERM)  # arrives before there is a job to pass it to
         wait_for(lambda: forwarder.received == "SIGTERM")
         job = Job.start([sys.executable, "-c", "import time; time.sleep(60)"], new_log_path(tmp_path),
-                        RecordOptions(use_pty=False))
+                        CaptureOptions(use_pty=False))
         forwarder.attach(job)
         assert job.wait(timeout=20) == 128 + signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

@@ -15,10 +15,12 @@ SLOW_JOB = "import time\nfor i in range(40):\n    print(f'line {i}', flush=True)
 
 
 def run_with_ui(tmp_path: Path, monkeypatch, ui, code: str = SLOW_JOB) -> int:
+    from monitor.diagnosis.catalogue import load_catalogue
+
     monkeypatch.setattr(supervise, "_attached_to_terminal", lambda: True)
-    monkeypatch.setattr(supervise, "_find_tui", lambda: ui)
     return supervise.run(supervise.RunOptions(
-        command=[sys.executable, "-c", code], log_dir=tmp_path, preflight=False, grace_s=2))
+        command=[sys.executable, "-c", code], log_dir=tmp_path, preflight=False, grace_s=2),
+        load_catalogue(include_user=False), ui)
 
 
 def expected_log() -> str:
@@ -28,7 +30,7 @@ def expected_log() -> str:
 def test_the_job_handle_api(tmp_path: Path, monkeypatch):
     seen = {}
 
-    def ui(job, *, catalogue):
+    def ui(job, session, metrics):
         seen["running"] = job.exit_code()
         seen["pids"] = job.pids()
         seen.update(pid=job.pid, log=job.log_path, command=job.command, extra=job.extra_log_paths())
@@ -42,7 +44,7 @@ def test_the_job_handle_api(tmp_path: Path, monkeypatch):
 
 
 def test_a_crashing_ui_loses_nothing(tmp_path: Path, monkeypatch, capsys):
-    def ui(job, *, catalogue):
+    def ui(job, session, metrics):
         raise RuntimeError("widget exploded")
 
     assert run_with_ui(tmp_path, monkeypatch, ui, SLOW_JOB + "raise SystemExit(4)\n") == 4
@@ -51,7 +53,7 @@ def test_a_crashing_ui_loses_nothing(tmp_path: Path, monkeypatch, capsys):
 
 
 def test_quitting_the_ui_leaves_the_job_running(tmp_path: Path, monkeypatch, capsys):
-    assert run_with_ui(tmp_path, monkeypatch, lambda job, *, catalogue: 0) == 0
+    assert run_with_ui(tmp_path, monkeypatch, lambda job, session, metrics: 0) == 0
     assert "the job is still running" in capsys.readouterr().err
     state = wait_for(lambda: "exit_code" in job_state(tmp_path) and job_state(tmp_path))
     assert state["exit_code"] == 0
@@ -61,7 +63,7 @@ def test_quitting_the_ui_leaves_the_job_running(tmp_path: Path, monkeypatch, cap
 def test_stopping_from_the_ui_waits_for_the_end_and_explains(tmp_path: Path, monkeypatch):
     pids = []
 
-    def ui(job, *, catalogue):
+    def ui(job, session, metrics):
         wait_for(lambda: "line 3" in job.log_path.read_text())
         pids.extend(job.pids())
         job.stop()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from monitor.diagnosis.model import LogLine
+from monitor.model import LogLine
 from monitor.tui.app import MonitorApp
-from monitor.tui.feeds import LogBatch
+from monitor.session.feeds import LogBatch
 from monitor.tui.findings_panel import FindingsPanel
 from monitor.tui.log_view import LogView
 from monitor.tui.screens import HelpScreen, QuitScreen
@@ -135,7 +135,7 @@ async def test_selecting_a_finding_jumps_the_log_to_its_line():
         assert app.query_one(FindingsPanel).selected().rule == "gloo_peer_closed"
         assert view.cursor_index == app.store.find("logs/rank0.log", 6)
         assert not view.follow
-        assert "collective" in str(app.query_one("#finding-text").render())
+        assert "nccl_error" in str(app.query_one("#finding-text").render())
 
 
 async def test_next_previous_finding_and_root_cause_keys():
@@ -234,9 +234,16 @@ async def test_quit_cancel_keeps_running():
     assert not job.stopped
 
 
-async def test_metric_findings_join_the_list():
+async def test_metric_findings_join_the_list(tmp_path):
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.session.feeds import SessionFeed
+    from monitor.session.job_session import JobSession
+
     findings, _ = crash_findings()
-    app = MonitorApp(ScriptedLogFeed(), FixedMetricsFeed(host_sample(), [findings[2]]), clock=lambda: 0.0)
+    (tmp_path / "job.log").write_text("step 1\n")
+    session = JobSession([str(tmp_path / "job.log")], load_catalogue(include_user=False))
+    metrics = FixedMetricsFeed(host_sample(), [findings[2]], post=session.post)
+    app = MonitorApp(SessionFeed(session), metrics, clock=lambda: 0.0)
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(50):
             await pilot.pause(0.02)
@@ -275,7 +282,7 @@ async def test_mouse_click_on_a_line_and_the_command_palette_commands():
 
 async def test_markup_in_findings_title_and_notes_shows_literally():
     findings, root = crash_findings()
-    findings[1].category = "[bold]x[/] [/]"
+    root.rule = "[bold]x[/] [/]"
     findings[1].title = "[red]t[/]"
     feed = ScriptedLogFeed([LogBatch(lines=crash_lines(), findings=findings, root_cause=root, finished=True,
                                      note="[/] note [b]")])

@@ -11,6 +11,7 @@ import pytest
 
 from monitor.demo.replay import BUNDLED, RecordedMetrics, RecordingFormatError, Replayer, load_recording
 from monitor.diagnosis.catalogue import load_catalogue
+from tests.runner_helpers import run_session
 from monitor.tui import demo_app, job_ending, run_app
 from monitor.tui.findings_panel import FindingsPanel
 from monitor.tui.log_view import LogView
@@ -56,8 +57,8 @@ def test_replay_writes_every_line_in_order_with_its_timing(tmp_path):
         expected = "".join(text + "\n" for _, text in lines)
         assert (tmp_path / name).read_text(encoding="utf-8") == expected
     metrics = RecordedMetrics(recording, replayer)
-    sample, findings = metrics.sample()
-    assert findings == [] and sample.host.memory_total_bytes > 0
+    sample = metrics.sample()
+    assert sample.host.memory_total_bytes > 0
 
 
 def test_demo_headless_prints_the_diagnosis_without_textual():
@@ -72,7 +73,7 @@ def test_demo_headless_prints_the_diagnosis_without_textual():
     assert "Root cause: ValueError on rank 2" in out.stdout
     # Printed live, as it appeared, at the time the recorded job wrote it (not when the record
     # completed: at 40x, the half second of idle that completes it is 20 recorded seconds).
-    assert "[  24.6s] error   rank 2: ValueError on rank 2" in out.stdout
+    assert "[  24.6s] ERROR   rank 2: ValueError on rank 2" in out.stdout
 
 
 def test_demo_rejects_a_bad_speed(capsys):
@@ -126,15 +127,15 @@ def test_job_ending_words():
 
 
 async def test_run_app_follows_a_real_job_and_quits_without_stopping_it(tmp_path: Path):
-    from monitor.runner.job import Job, RecordOptions, new_log_path
+    from monitor.runner.job import Job, CaptureOptions, new_log_path
 
     code = (
         "import time\n"
         "for i in range(5):\n    print(f'step {i} loss {1.0 / (i + 1):.3f}', flush=True)\n    time.sleep(0.05)\n"
         "raise ValueError('bad batch')\n"
     )
-    job = Job.start([sys.executable, "-c", code], new_log_path(tmp_path), RecordOptions(use_pty=False))
-    app = run_app(job, catalogue=load_catalogue())
+    job = Job.start([sys.executable, "-c", code], new_log_path(tmp_path), CaptureOptions(use_pty=False))
+    app = run_app(job, *run_session(job))
     try:
         async with app.run_test(size=(100, 30)) as pilot:
             for _ in range(300):
@@ -148,6 +149,7 @@ async def test_run_app_follows_a_real_job_and_quits_without_stopping_it(tmp_path
         assert app.return_value == 1
     finally:
         app.metrics_feed.close()
+        app.log_feed.session.close()
         job.wait(10)
 
 
@@ -178,6 +180,7 @@ async def test_watch_app_follows_growing_files_with_real_metrics(tmp_path: Path)
             assert "host" in text and "ram" in text  # real psutil numbers
     finally:
         app.metrics_feed.close()
+        app.log_feed.session.close()
 
 
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])

@@ -10,7 +10,7 @@ from textual.drivers.linux_driver import LinuxDriver
 
 from monitor.tui.app import MonitorApp
 from monitor.tui.driver import HangUpSafeDriver, LostTerminalTolerantOutput
-from monitor.tui.feeds import LogBatch
+from monitor.session.feeds import LogBatch
 
 
 class NoLogs:

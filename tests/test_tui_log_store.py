@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from monitor.diagnosis.model import LogLine
+from monitor.model import LogLine
 from monitor.tui.log_store import (
     LEVEL_ERROR,
     LEVEL_INFO,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.diagnosis.catalogue import load_catalogue
+from tests.runner_helpers import run_session
 from monitor.tui import run_app
 from monitor.tui.app import MonitorApp
 from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, host_sample
@@ -95,11 +95,11 @@ async def test_ctrl_c_quits_watch_and_an_ended_job():
 
 
 async def test_ctrl_c_stops_a_real_job(tmp_path: Path):
-    from monitor.runner.job import Job, RecordOptions, new_log_path
+    from monitor.runner.job import Job, CaptureOptions, new_log_path
 
     code = "import time\nprint('step 1 loss 1.0', flush=True)\ntime.sleep(60)\n"
-    job = Job.start([sys.executable, "-c", code], new_log_path(tmp_path), RecordOptions(use_pty=False, grace_s=2))
-    app = run_app(job, catalogue=load_catalogue())
+    job = Job.start([sys.executable, "-c", code], new_log_path(tmp_path), CaptureOptions(use_pty=False, grace_s=2))
+    app = run_app(job, *run_session(job))
     try:
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_until(pilot, lambda: len(app.store) >= 1, tries=200)
@@ -108,6 +108,7 @@ async def test_ctrl_c_stops_a_real_job(tmp_path: Path):
         assert job.exit_code() is not None and job.exit_code() != 0
     finally:
         app.metrics_feed.close()
+        app.log_feed.session.close()
         job.stop()
         job.wait(10)
 
@@ -170,7 +171,7 @@ def test_timeline_shows_stamps_and_seen_times_since_the_job_start():
 
 
 def test_invisible_format_characters_never_reach_the_screen():
-    from monitor.diagnosis.model import LogLine
+    from monitor.model import LogLine
     from monitor.tui.log_store import LogStore
 
     store = LogStore()
@@ -202,26 +203,30 @@ async def test_help_lists_itself_ctrl_c_and_how_to_close_it():
         assert not isinstance(app.screen, HelpScreen)
 
 
-async def test_the_launcher_reporting_our_own_stop_is_no_root_cause_on_screen():
+async def test_the_launcher_reporting_our_own_stop_is_no_root_cause_on_screen(tmp_path):
     # torchrun prints "Received 15 death signal" when monitor run forwards the user's stop: the
     # end report calls that 'Stopped on request'; the screen must not call it a failure from outside.
-    from monitor.diagnosis.model import Finding
-    from monitor.tui.feeds import LogBatch
+    # The screen shows what the job session decides (one policy for every mode).
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.session.feeds import SessionFeed
+    from monitor.session.job_session import JobSession
     from monitor.tui.findings_panel import FindingsPanel
 
-    stop = Finding(rule="torchrun-stopped-by-signal", category="stopped", severity="error", role="cascade",
-                   title="torchrun was stopped by signal 15 from outside the job", rank=None, ranks=[],
-                   file="run.log", line=1, count=1, evidence=["Received 15 death signal"], fields={},
-                   remedy="")
+    line = ("W1121 13:52:04.032000 4668 site-packages/torch/distributed/elastic/agent/server/api.py:753] "
+            "Received 15 death signal, shutting down workers\n")
+    log = tmp_path / "run.log"
+    log.write_text("")
     job = StoppableJob()
-    feed = ScriptedLogFeed()
-    app = MonitorApp(feed, FixedMetricsFeed(host_sample()), clock=lambda: 0.0, job=job)
+    session = JobSession([str(log)], load_catalogue(include_user=False), stop_requested=lambda: job.stop_requested)
+    app = MonitorApp(SessionFeed(session), FixedMetricsFeed(host_sample()), clock=lambda: 0.0, job=job)
     async with app.run_test(size=(100, 30)) as pilot:
         panel = app.query_one(FindingsPanel)
-        feed.batches.put(LogBatch(findings=[stop], root_cause=stop))
+        with open(log, "a") as handle:
+            handle.write(line)
         await wait_until(pilot, lambda: panel.root is not None)  # stopped by someone else: the root
         await pilot.press("ctrl+c")  # now the user stops it through the monitor
         await wait_until(pilot, lambda: panel.root is None)
-        feed.batches.put(LogBatch(findings=[stop], root_cause=stop))  # and it stays so
+        with open(log, "a") as handle:  # and it stays so
+            handle.write(line.replace("13:52:04", "13:52:05"))
         await pilot.pause(0.3)
         assert panel.root is None and app.stopping

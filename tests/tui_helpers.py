@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import queue
 
-from monitor.diagnosis.model import Diagnosis, Finding, LogLine
+from monitor.model import Diagnosis, Finding, LogLine
 from monitor.metrics.model import DirUsage, GpuSample, HostSample, JobProcess, JobSample, Sample
-from monitor.tui.feeds import LogBatch
+from monitor.session.feeds import LogBatch
 
 FIRST_SEEN = 1_763_720_000.0  # a fixed wall-clock time; tests set TZ=UTC
 
@@ -34,14 +34,14 @@ def crash_lines() -> list[LogLine]:
 
 def crash_findings() -> tuple[list[Finding], Finding]:
     root = Finding(
-        rule="python_exception", category="exception", severity="error", role="root",
+        rule="python_exception", category="python_exception", severity="error", role="root",
         title="ValueError on rank 2", rank=2, ranks=[2], file="logs/rank2.log", line=8, count=1,
         evidence=["Traceback (most recent call last):", "ValueError: bad batch at step 6 [bold]not markup[/]"],
         fields={"type": "ValueError"}, remedy="Fix the exception on rank 2; the other ranks only waited for it.",
         seq=0, first_seen=FIRST_SEEN,
     )
     cascade = Finding(
-        rule="gloo_peer_closed", category="collective", severity="error", role="cascade",
+        rule="gloo_peer_closed", category="nccl_error", severity="error", role="cascade",
         title="gloo connection closed by peer", rank=0, ranks=[0, 1, 3], file="logs/rank0.log", line=6, count=3,
         evidence=["RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"],
         fields={}, remedy="A symptom: another rank died first.", seq=1, first_seen=FIRST_SEEN + 2,
@@ -106,14 +106,19 @@ class ScriptedLogFeed:
 
 
 class FixedMetricsFeed:
-    def __init__(self, sample: Sample, findings: list[Finding] | None = None) -> None:
+    """Always the same sample; on the first call, ``findings`` go to ``post`` (a job session's)."""
+
+    def __init__(self, sample: Sample, findings: list[Finding] | None = None, post=None) -> None:
         self._sample = sample
         self._findings = findings or []
+        self._post = post
         self.calls = 0
 
-    def sample(self) -> tuple[Sample, list[Finding]]:
+    def sample(self) -> Sample:
         self.calls += 1
-        return self._sample, (self._findings if self.calls == 1 else [])
+        if self.calls == 1 and self._findings:
+            self._post(self._findings)
+        return self._sample
 
 
 def crash_feed() -> ScriptedLogFeed:

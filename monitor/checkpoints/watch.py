@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 
 from monitor.checkpoints.verify import SUFFIXES, CheckResult, check_checkpoint
-from monitor.diagnosis.model import Finding
+from monitor.model import Finding
 
 # Checkpoints up to this size get every CRC checked; bigger ones only their structure (which
 # already catches truncation), so the check never competes with training for minutes of I/O.
@@ -31,8 +31,8 @@ ATOMIC_SAVE = ("Save atomically: write to <name>.tmp in the same directory, flus
 
 def _finding(rule: str, title: str, path: Path, remedy: str, evidence: list[str], **fields: str) -> Finding:
     return Finding(rule=rule, category="corrupt_checkpoint", severity="warning", role="root",
-                   title=title, rank=None, ranks=[], file=str(path), line=0, count=1,
-                   evidence=evidence, fields={"path": str(path), **fields}, remedy=remedy)
+                   title=title, file=str(path), evidence=evidence, fields={"path": str(path), **fields},
+                   remedy=remedy, origin="checkpoint")
 
 
 def bad_checkpoint_finding(result: CheckResult) -> Finding:

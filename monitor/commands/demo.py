@@ -83,23 +83,23 @@ def _headless(replayer, catalogue) -> int:
     import time
 
     from monitor.diagnosis.report import render_text
-    from monitor.live.session import IDLE_FLUSH_S, LiveSession
+    from monitor.model import one_line
+    from monitor.session.job_session import IDLE_FLUSH_S, JobSession
 
     meta = replayer.recording.meta
     print(f"monitor demo: replaying {meta.get('what', 'a recorded job')} (×{replayer.speed:g})", flush=True)
-    session = LiveSession([replayer.target], catalogue)
+    session = JobSession([replayer.target], catalogue)
     last_line = time.monotonic()
     try:
         while True:
             finished = replayer.done.is_set()
             update = session.step(timeout=0.2)
             for finding in update.new_findings:
-                rank = "?" if finding.rank is None else finding.rank
                 # When the recorded job wrote it (a record completes a little later, and at a
                 # high replay speed that little is many recorded seconds).
                 written = replayer.line_time(finding.file, finding.line) if finding.file else None
                 at = replayer.elapsed() if written is None else written
-                print(f"[{at:6.1f}s] {finding.severity:<7} rank {rank}: {finding.title}", flush=True)
+                print(f"[{at:6.1f}s] {one_line(finding)}", flush=True)
             if update.lines:
                 last_line = time.monotonic()
             elif finished and time.monotonic() - last_line > IDLE_FLUSH_S:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from monitor.commands.options import add_rules_options, load_rules
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("diagnose", help="Explain why a training job failed, from its logs (post-mortem).", description="Explain why a training job failed, from its logs (post-mortem). Exit 0: no failure found, 1: a failure, 2: usage or input error.")
     parser.add_argument("paths", nargs="+", metavar="LOG_OR_DIR", help="log files (.gz too) or folders of logs (torchrun --log-dir, SLURM outputs)")
     parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
-    parser.add_argument("--rules", action="append", default=[], metavar="DIR", help="add a directory of rule files (repeatable)")
-    parser.add_argument("--no-user-rules", action="store_true", help="ignore ~/.config/monitor/rules")
+    add_rules_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -18,10 +19,9 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from monitor.cli import UsageError
-    from monitor.diagnosis.catalogue import RuleError, load_catalogue
     from monitor.diagnosis.diagnose import MissingPath, diagnose_paths
-    from monitor.diagnosis.reader import path_error
-    from monitor.logs.decode import safe_json, safe_text
+    from monitor.logs.reader import path_error
+    from monitor.text import safe_json, safe_text
 
     # As grep does: a path that does not exist is said on stderr and makes the exit code 2, and
     # the others are still diagnosed (a glob of logs where one rotated away still gets its answer).
@@ -32,10 +32,10 @@ def run(args: argparse.Namespace) -> int:
     present = [path for path, error in errors.items() if error is None]
     if not present:
         return 2
+    catalogue = load_rules(args)
     try:
-        catalogue = load_catalogue(args.rules, include_user=not args.no_user_rules)
         diagnosis = diagnose_paths(present, catalogue)
-    except (RuleError, MissingPath) as exc:  # MissingPath: deleted since we looked
+    except MissingPath as exc:  # MissingPath: deleted since we looked
         raise UsageError(str(exc)) from None
     diagnosis.problems = missing + diagnosis.problems
     if not diagnosis.files:  # not one log could be read: an input error, said on stderr

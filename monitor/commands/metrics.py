@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     from monitor.cli import UsageError
     from monitor.metrics.history import History
-    from monitor.metrics.record import Recorder
+    from monitor.metrics.samples_file import SamplesFile
     from monitor.metrics.render import render_finding, render_sample
     from monitor.metrics.sampler import Sampler
     from monitor.metrics.signals import SignalDetector
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     recorder = None
     if args.record:
         try:
-            recorder = Recorder(args.record)
+            recorder = SamplesFile(args.record)
         except OSError as exc:
             raise UsageError(f"{args.record}: {exc.strerror or exc}") from None
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from monitor.commands.options import add_rules_options, load_rules
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("rules", help="List or test the rule catalogue.", description="List or test the rule catalogue.")
@@ -13,23 +15,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     testing = actions.add_parser("test", help="Run every rule's examples; exit 1 if any fails.")
     testing.add_argument("dir", nargs="?", help="test only the rules of this directory (loaded over the shipped ones)")
     for action in (listing, testing):
-        action.add_argument("--rules", action="append", default=[], metavar="DIR", help="add a directory of rule files (repeatable)")
-        action.add_argument("--no-user-rules", action="store_true", help="ignore ~/.config/monitor/rules")
+        add_rules_options(action)
     parser.set_defaults(func=run, rules_parser=parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from monitor.cli import UsageError
-    from monitor.diagnosis.catalogue import RuleError, load_catalogue
-
     if not args.rules_command:
         args.rules_parser.print_help()
         return 2
-    extra = list(args.rules) + ([args.dir] if getattr(args, "dir", None) else [])
-    try:
-        catalogue = load_catalogue(extra, include_user=not args.no_user_rules)
-    except RuleError as exc:
-        raise UsageError(str(exc)) from None
+    catalogue = load_rules(args, (args.dir,) if getattr(args, "dir", None) else ())
     if args.rules_command == "list":
         return _list(catalogue, args.json)
     return _test(catalogue, args.dir)
@@ -50,9 +44,12 @@ def _list(catalogue, as_json: bool) -> int:
     from rich.table import Table
     from rich.text import Text
 
+    from monitor.text import safe_text
+
     table = Table("id", "category", "severity", "role", "title", box=None, header_style="bold")
     for rule in catalogue.rules:
-        table.add_row(*(Text(value) for value in (rule.id, rule.category, rule.severity, rule.role, rule.title)))
+        # A user's rule pack may hold escape codes in a title.
+        table.add_row(*(Text(safe_text(value)) for value in (rule.id, rule.category, rule.severity, rule.role, rule.title)))
     import sys
 
     # Piped output (grep, CI logs) gets whole rows rather than rows wrapped at 80 columns.

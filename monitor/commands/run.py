@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from monitor.commands.options import add_rules_options, add_stall_option, check_stall_option, load_rules
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -19,8 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="where run-YYYYmmdd-HHMMSS.log and its side files go (default: ./logs)")
     parser.add_argument("--headless", action="store_true",
                         help="no UI: pass the job's output through to the terminal unchanged")
-    parser.add_argument("--rules", type=Path, action="append", default=[], metavar="DIR",
-                        help="extra rule directory (repeatable)")
+    add_rules_options(parser)
     parser.add_argument("--no-preflight", action="store_true", help="skip the checks before launch")
     parser.add_argument("--restart", type=int, default=0, metavar="N",
                         help="restart up to N times after failures a retry can fix")
@@ -30,9 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="pause before a restart (default 5)")
     parser.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                         help="after a stop signal, SIGKILL what is left after this long (default 10)")
-    parser.add_argument("--stall-after", type=float, default=None, metavar="SECONDS",
-                        help="on the screen, report a possible hang after this much silence "
-                             "(default: max(60, 10x the usual gap))")
+    add_stall_option(parser, "on the screen and headless,")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the job: -- CMD ARGS...")
     parser.set_defaults(func=run)
 
@@ -46,11 +45,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("run: no command given (monitor run -- CMD ARGS...)")
     if args.restart < 0 or args.grace < 0 or args.restart_delay < 0:
         raise UsageError("run: --restart, --restart-delay and --grace must not be negative")
-    if args.stall_after is not None and args.stall_after <= 0:
-        raise UsageError("run: --stall-after must be a positive number of seconds")
-    for directory in args.rules:
-        if not directory.is_dir():
-            raise UsageError(f"run: --rules {directory}: no such directory")
+    check_stall_option(args)
+    catalogue = load_rules(args)  # a rule file with a typo stops here, before the launch
     try:
         args.log_dir.mkdir(parents=True, exist_ok=True)
         probe = args.log_dir / ".monitor-write-test"
@@ -58,9 +54,22 @@ def run(args: argparse.Namespace) -> int:
         probe.unlink()
     except OSError as exc:
         raise UsageError(f"run: cannot write logs to {args.log_dir}: {exc.strerror}") from None
-    return supervise(RunOptions(
-        command=command, log_dir=args.log_dir, headless=args.headless, rules_dirs=args.rules,
+    options = RunOptions(
+        command=command, log_dir=args.log_dir, headless=args.headless,
         preflight=not args.no_preflight, max_restarts=args.restart,
         checkpoint_dirs=args.watch_ckpt, grace_s=args.grace, restart_delay_s=args.restart_delay,
         stall_after_s=args.stall_after,
-    ))
+    )
+    return supervise(options, catalogue, None if args.headless else _presenter())
+
+
+def _presenter():
+    """The screen that shows the job, or None (headless) when textual cannot be loaded."""
+    from monitor.runner.supervise import say
+
+    try:
+        from monitor.tui import launch_run
+    except ImportError as exc:
+        say(f"the terminal UI is not available ({exc}); running headless")
+        return None
+    return launch_run

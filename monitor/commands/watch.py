@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from monitor.commands.options import add_rules_options, add_stall_option, check_stall_option, load_rules
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -23,34 +25,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --headless: one JSON object per new finding, and {\"diagnosis\": ...} at the end",
     )
     parser.add_argument("--poll", action="store_true", help="poll files instead of inotify events (NFS, Lustre)")
-    parser.add_argument(
-        "--stall-after", type=float, default=None, metavar="SECONDS",
-        help="report a possible hang after this much silence (default: max(60, 10x the usual gap))",
-    )
-    parser.add_argument("--rules", action="append", default=[], metavar="DIR", help="add a directory of rule files (repeatable)")
-    parser.add_argument("--no-user-rules", action="store_true", help="ignore ~/.config/monitor/rules")
+    add_stall_option(parser, "")
+    add_rules_options(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from monitor.cli import UsageError
-    from monitor.diagnosis.catalogue import RuleError, load_catalogue
     from monitor.logs.sources import SourceError, parse_source
 
     if args.json and not args.headless:
         raise UsageError("--json needs --headless")
-    if args.stall_after is not None and args.stall_after <= 0:
-        raise UsageError("--stall-after must be a positive number of seconds")
+    check_stall_option(args)
     try:
         for path in args.paths:
             parse_source(path)
-        catalogue = load_catalogue(args.rules, include_user=not args.no_user_rules)
-    except (RuleError, SourceError) as exc:
+    except SourceError as exc:
         raise UsageError(str(exc)) from None
+    catalogue = load_rules(args)
     if not args.headless:
         from monitor.tui import launch_watch
 
         return launch_watch(args.paths, catalogue=catalogue, poll=args.poll, stall_after=args.stall_after)
-    from monitor.live.headless import watch_headless
+    from monitor.session.headless import watch_headless
 
     return watch_headless(args.paths, catalogue, as_json=args.json, poll=args.poll, stall_after=args.stall_after)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from monitor.metrics.model import Sample
-from monitor.metrics.record import read_recording
+from monitor.metrics.samples_file import read_samples
 
 BUNDLED = Path(__file__).with_name("recording") / "crash"
 
@@ -57,7 +57,7 @@ def load_recording(root: str | os.PathLike = BUNDLED) -> Recording:
     metrics = root / "metrics.jsonl"
     if metrics.exists():
         started = float(meta.get("started", 0.0))
-        samples = [(sample.time - started, sample) for sample in read_recording(metrics)]
+        samples = [(sample.time - started, sample) for sample in read_samples(metrics)]
     return Recording(root=root, meta=meta, streams=streams, samples=samples)
 
 
@@ -168,7 +168,7 @@ class RecordedMetrics:
         self._samples = recording.samples
         self._replayer = replayer
 
-    def sample(self) -> tuple[Sample, list]:
+    def sample(self) -> Sample:
         elapsed = self._replayer.elapsed()
         chosen = self._samples[0][1] if self._samples else None
         for t, sample in self._samples:
@@ -180,4 +180,4 @@ class RecordedMetrics:
         if self._replayer.done.is_set() and chosen.job is not None:
             chosen = replace(chosen, job=replace(chosen.job, alive=False))  # the recorded job has ended
         # Shown as happening now, like the lines being written now.
-        return replace(chosen, time=time.time()), []
+        return replace(chosen, time=time.time())

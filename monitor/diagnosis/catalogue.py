@@ -15,7 +15,9 @@ from pathlib import Path
 
 import regex
 
+from monitor.model import Category
 from monitor.diagnosis.conditions import Condition, ConditionError
+from monitor.diagnosis.advice import ADVICE_FILE
 from monitor.diagnosis.knobs import KNOBS_FILE, Knob, KnobError, load_registry
 from monitor.diagnosis.literals import required_literals, required_sets
 from monitor.diagnosis.templates import field_names
@@ -37,14 +39,9 @@ BUILTIN_FIELDS = {"rank", "file", "line", "count", "ranks"}
 CONFIRMED_BY = "confirmed_by"
 CONFIRM_PREFIX = "confirm_"
 _ID = regex.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-# The categories a finding may have (docs/rules-format.md, "Categories"): a typo in a rule's
-# category would otherwise make a category of its own that nothing groups or confirms with.
-CATEGORIES = (
-    "cuda_oom", "host_oom", "nccl_timeout", "nccl_error", "gloo_timeout", "rendezvous_timeout", "libuv",
-    "port_in_use", "wandb", "corrupt_checkpoint", "cuda_assert", "gpu_hardware", "nan_loss", "shm_exhausted",
-    "disk_full", "slurm_event", "python_exception", "hang", "launcher", "stopped", "metrics", "gpu_throttle",
-    "preflight",
-)
+# The categories a finding may have (``model.Category``): a typo in a rule's category is an error
+# naming the rule file and line.
+CATEGORIES = tuple(category.value for category in Category)
 
 
 class RuleError(Exception):
@@ -166,7 +163,7 @@ def load_dir(directory: Path) -> list[Rule]:
     (``knobs.toml``); ids must be unique in it."""
     rules: list[Rule] = []
     seen: dict[str, Rule] = {}
-    for path in sorted(p for p in Path(directory).glob("*.toml") if p.name != KNOBS_FILE):
+    for path in sorted(p for p in Path(directory).glob("*.toml") if p.name not in (KNOBS_FILE, ADVICE_FILE)):
         for rule in load_file(path):
             if rule.id in seen:
                 raise RuleError(

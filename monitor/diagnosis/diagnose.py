@@ -6,8 +6,8 @@ from pathlib import Path
 
 from monitor.diagnosis.catalogue import Catalogue
 from monitor.diagnosis.engine import Engine
-from monitor.diagnosis.model import Diagnosis
-from monitor.diagnosis.reader import UnreadableLog, find_logs, path_error, read_log
+from monitor.model import Diagnosis
+from monitor.logs.reader import UnreadableLog, find_logs, path_error, read_log
 from monitor.diagnosis.scan import scan_file
 
 

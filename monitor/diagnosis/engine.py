@@ -12,14 +12,14 @@ from __future__ import annotations
 import itertools
 
 from dataclasses import replace
-from functools import cmp_to_key
 
 import regex
 
 from monitor.diagnosis import pyexc, records
 from monitor.diagnosis.catalogue import CONFIRM_PREFIX, CONFIRMED_BY, Catalogue, Rule
-from monitor.diagnosis.model import SEVERITY_ORDER, STOPPED, Diagnosis, Finding, LogLine
-from monitor.diagnosis.ranks import parse_prefix, rank_in_text
+from monitor.diagnosis.root_cause import choose
+from monitor.model import SEVERITY_ORDER, Diagnosis, Finding, LogLine
+from monitor.logs.ranks import parse_prefix, rank_in_text
 from monitor.diagnosis.records import Record
 from monitor.diagnosis.secrets import mask
 from monitor.diagnosis.templates import render
@@ -31,7 +31,6 @@ REGEX_TIMEOUT_S = 0.5
 MAX_EVIDENCE = 8
 # Shortest terminal width whose wrapped lines are joined again inside a record.
 WRAP_WIDTH = 80
-TIMEOUT_CATEGORIES = ("nccl_timeout", "gloo_timeout")
 # Fields (named groups) that hold a rank's last completed collective, as rules name them.
 LAST_COMPLETED_FIELDS = ("last_completed", "completed", "done", "last_done")
 _WORLD_SIZE = regex.compile(r"(?i)\bworld[_ ]?size\s*[=:]\s*(\d+)")
@@ -49,6 +48,7 @@ class Engine:
         self.findings: list[Finding] = []
         self.problems: list[str] = []
         self.version = 0
+        self.lines_fed = 0  # Finding.arrival: lines fed before a finding's first line
         self._seq = itertools.count()  # Finding.seq: arrival order, unique even after a withdrawal
         self._by_key: dict[tuple, Finding] = {}
         self._occurrences: dict[int, list[tuple[int | None, dict[str, str]]]] = {}
@@ -72,6 +72,8 @@ class Engine:
     def feed(self, line: LogLine) -> list[Finding]:
         """The findings this line made new (most lines: none)."""
         new: list[Finding] = []
+        arrival = self.lines_fed
+        self.lines_fed += 1
         file_pending = self._pending_per_file.get(line.file, 0)
         if file_pending:
             self._expire(line, new)
@@ -97,12 +99,12 @@ class Engine:
             self._complete(key, new)
         kind = records.starter_kind(body) if starter else None
         if kind is not None:
-            record = records.start(kind, line, body, rank)
+            record = records.start(kind, line, body, rank, arrival)
             record.rule_hits.append(rule_hits)
             self._pending[key] = record
             self._pending_per_file[line.file] = self._pending_per_file.get(line.file, 0) + 1
         elif rule_hits:
-            self._classify(Record("line", [line], [body], rank, rule_hits=[rule_hits]), new)
+            self._classify(Record("line", [line], [body], rank, rule_hits=[rule_hits], arrival=arrival), new)
         return new
 
     def _learn_ranks(self, rank: int | None, body: str) -> None:
@@ -291,7 +293,7 @@ class Engine:
             rule=rule.id if rule else pyexc.RULE_ID, category=category, severity=severity, role=role,
             title=title, rank=rank, ranks=[rank] if rank is not None else [], file=first.file,
             line=first.line, count=1, evidence=evidence, fields=fields, remedy="",
-            seq=next(self._seq), first_seen=parse_timestamp(record.bodies[0]) or parse_timestamp(record.bodies[positions[0]]),
+            seq=next(self._seq), arrival=record.arrival, first_seen=parse_timestamp(record.bodies[0]) or parse_timestamp(record.bodies[positions[0]]),
         )
         self._by_key[key] = finding
         self._occurrences[id(finding)] = [(rank, fields)]
@@ -310,8 +312,10 @@ class Engine:
 
     def add_external(self, finding: Finding) -> None:
         """A finding that no log line made (a stall, a metric signal): it is reported, counted in
-        ``version`` and weighed for the root cause like the others."""
+        ``version`` and weighed for the root cause like the others, ordered after the lines
+        fed so far."""
         finding.seq = next(self._seq)
+        finding.arrival = self.lines_fed
         self.findings.append(finding)
         self.version += 1
 
@@ -430,27 +434,12 @@ class Engine:
     # ---- results -------------------------------------------------------------------------
 
     def root_cause(self) -> Finding | None:
-        """Roots beat cascades; the earliest root wins. With only timeouts, the suspect is the
-        rank that never reached (or never finished) the collective the others waited in."""
-        # A timeout is a symptom of another rank's hang even where a rule calls it a root.
-        roots = [f for f in self.findings
-                 if f.role == "root" and f.severity == "error" and f.category not in TIMEOUT_CATEGORIES]
-        if roots:
-            return _earliest(roots)
-        timeouts = [f for f in self.findings if f.category in TIMEOUT_CATEGORIES and f.severity == "error"]
-        if timeouts:
-            # The job was being shut down from outside before anything timed out: the ranks lost
-            # their peers to the stop, nobody hung.
-            stops = [f for f in self.findings if f.category == STOPPED and f.severity == "error"]
-            first_stop = _earliest(stops) if stops else None
-            if first_stop is not None and all(happened_before(first_stop, t) for t in timeouts):
-                return first_stop
-            return self._hang_suspect(timeouts)
-        # Only cascades: the earliest (a SIGKILL before the peers' lost connections).
-        errors = [f for f in self.findings if f.severity == "error" and f.role != "confirm"]
-        return _earliest(errors) if errors else None
+        """The root cause of the log findings (``root_cause.choose``)."""
+        return choose(self.findings, self.hang_suspect)
 
-    def _hang_suspect(self, timeouts: list[Finding]) -> Finding:
+    def hang_suspect(self, timeouts: list[Finding]) -> Finding:
+        """With only timeouts, the suspect is the rank that never reached (or never finished)
+        the collective the others waited in: ``timeouts[0]`` retitled to name it, or itself."""
         first = timeouts[0]
         reporting: set[int] = set()
         completed: dict[int, float] = {}
@@ -500,27 +489,3 @@ class Engine:
 def _is_summary(record: Record) -> bool:
     """A torchelastic ChildFailedError summary, alone or ending torchrun's traceback."""
     return record.kind == "summary" or record.state in ("summary", "done")
-
-
-def _earliest(findings: list[Finding]) -> Finding:
-    best = findings[0]
-    for finding in findings[1:]:
-        if happened_before(finding, best):
-            best = finding
-    return best
-
-
-def chronological(findings: list[Finding]) -> list[Finding]:
-    """The findings in the order they happened (see ``happened_before``)."""
-    return sorted(findings, key=cmp_to_key(lambda a, b: -1 if happened_before(a, b) else 1 if happened_before(b, a) else 0))
-
-
-def happened_before(a: Finding, b: Finding) -> bool:
-    """Whether ``a`` happened before ``b``: by line within a file (a traceback completes after
-    the lines that follow it), by the logs' timestamps across files, else by arrival."""
-    if a.file == b.file:
-        return (a.line, a.seq) < (b.line, b.seq)
-    if a.first_seen is not None and b.first_seen is not None and a.first_seen != b.first_seen:
-        return a.first_seen < b.first_seen
-    return a.seq < b.seq
-

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import regex
 
-from monitor.diagnosis.model import LogLine
+from monitor.model import LogLine
 
 # Literal text of every starter line, for the prefilter: a line without any cannot start a record.
 STARTER_LITERALS = (
@@ -80,6 +80,8 @@ class Record:
     seen_root_cause: bool = False
     # Per line: indexes of the rules whose prefilter literals occur in it.
     rule_hits: list[set[int]] = field(default_factory=list)
+    # How many lines the engine had been fed before the record's first line (Finding.arrival).
+    arrival: int = 0
 
     @property
     def last_line(self) -> int:
@@ -104,8 +106,8 @@ def starter_kind(body: str) -> str | None:
     return None
 
 
-def start(kind: str, line: LogLine, body: str, rank: int | None) -> Record:
-    record = Record(kind, [line], [body], rank)
+def start(kind: str, line: LogLine, body: str, rank: int | None, arrival: int = 0) -> Record:
+    record = Record(kind, [line], [body], rank, arrival=arrival)
     if kind == "summary":
         record.state = "summary"
     return record

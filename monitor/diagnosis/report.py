@@ -17,9 +17,8 @@ from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
-from monitor.diagnosis.engine import chronological
-from monitor.diagnosis.model import Diagnosis, Finding
-from monitor.logs.decode import safe_text
+from monitor.model import Diagnosis, Finding, chronological
+from monitor.text import safe_text
 
 TIMELINE_ENTRIES = 12
 EVIDENCE_LINES = 6

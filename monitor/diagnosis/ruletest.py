@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from monitor.diagnosis.catalogue import Catalogue, Rule
 from monitor.diagnosis.engine import Engine
+from monitor.diagnosis.advice import ADVICE_FILE
+from monitor.diagnosis.advice import shipped as shipped_advice
 from monitor.diagnosis.knobs import KNOBS_FILE, unknown
+from monitor.diagnosis.templates import render
 from monitor.diagnosis.literals import required_literals
-from monitor.diagnosis.model import LogLine
-from monitor.logs.decode import clean
+from monitor.model import LogLine
+from monitor.text import clean
 
 
 def example_findings(catalogue: Catalogue, example: str, name: str = "<example>") -> tuple[list, list[str]]:
@@ -108,4 +111,21 @@ def check_rules(catalogue: Catalogue, rules: list[Rule] | None = None) -> tuple[
         total += len(rule.examples_match) + len(rule.examples_no_match)
         failures.extend(check_rule(catalogue, rule))
         failures.extend(unknown_knobs(catalogue, rule))
+    if rules is None:
+        total += len(shipped_advice())
+        failures.extend(check_advice(catalogue))
     return total, failures
+
+
+def check_advice(catalogue: Catalogue) -> list[str]:
+    """The shipped advice (advice.toml): each example renders and holds its text, and every knob
+    it names is in the registry."""
+    failures = []
+    for entry in shipped_advice().values():
+        where = f"{ADVICE_FILE}: advice {entry.id}"
+        text = render(entry.text, entry.example_fields)
+        if entry.example_contains not in text:
+            failures.append(f"{where}: example does not contain {entry.example_contains!r}: {text!r}")
+        failures.extend(f"{where}: names {name!r}, which no {KNOBS_FILE} holds"
+                        for name in dict.fromkeys(unknown(entry.text, catalogue.knobs)))
+    return failures

@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 
 from monitor.diagnosis.engine import EARLY_LINES, Engine
-from monitor.diagnosis.ranks import rank_from_path
-from monitor.diagnosis.reader import make_line, open_log, read_chunks
+from monitor.logs.ranks import rank_from_path
+from monitor.logs.reader import make_line, open_log, read_chunks
 from monitor.logs.decode import MAX_LINE_BYTES, LineAssembler
 
 CHUNK_BYTES = 4 << 20

@@ -7,7 +7,7 @@ returns the new lines of all files in the order they were read, each once:
 - a line is emitted when its newline arrives; a partial last line is held (``pending()`` shows
   it for display) and emitted only when its generation ends: rotation, truncation, deletion,
   or ``close()``. So bytes are never emitted twice, and line numbers match the finished file;
-- line numbers count from 1 in each generation of a file (see ``followed.py``);
+- line numbers count from 1 in each generation of a file (see ``tracked_file.py``);
 - ``rank`` is left None here: the live session attributes ranks like ``diagnose`` does.
 
 Change detection: file events (``fs_events``: inotify on Linux, else watchdog) wake the reader
@@ -23,8 +23,8 @@ import resource
 import time
 from dataclasses import dataclass, field
 
-from monitor.diagnosis.model import LogLine
-from monitor.logs.followed import (
+from monitor.model import LogLine
+from monitor.logs.tracked_file import (
     FROM_START, DescriptorCache, FollowedFile, Identity, ReadOutput, ReadUpTo, is_rotated_name,
 )
 from monitor.logs.fs_events import OVERFLOW, RESCAN, FileEvents, open_file_events

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.diagnosis.reader import is_log_like
+from monitor.logs.reader import is_log_like
 
 # A compressed (rotated) log cannot be followed; its text was read while it was the live file.
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip")

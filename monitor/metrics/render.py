@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from monitor.diagnosis.model import Finding
+from monitor.model import Finding
 from monitor.metrics.model import GpuSample, HostSample, JobSample, Sample
 from monitor.units import binary_size
 

@@ -18,7 +18,8 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from monitor.diagnosis.model import Finding, Role, Severity
+from monitor.diagnosis.advice import advice
+from monitor.model import Finding, Role, Severity
 from monitor.metrics.gpu import THROTTLE_REASONS
 from monitor.metrics.history import History, gpu_series
 from monitor.metrics.job import ALLOC_CONF_VARIABLES
@@ -215,12 +216,7 @@ class SignalDetector:
         if not latch.update(sample.time, fraction >= t.shm_fraction, fraction < t.shm_clear_fraction):
             return []
         used, total = host.shm_used_bytes, host.shm_total_bytes
-        remedy = (
-            f"/dev/shm has {_gib(total - used)} free of {_gib(total)}. DataLoader workers hand batches over "
-            "through /dev/shm and NCCL uses it between GPUs of one node; when it fills they fail with "
-            "'No space left on device' or a bus error. In a container give it more room (docker run "
-            "--shm-size=16g, or --ipc=host); otherwise lower num_workers."
-        )
+        remedy = f"/dev/shm has {_gib(total - used)} free of {_gib(total)}. {advice('shm')}"
 
         def build() -> Finding:
             return _finding(
@@ -311,8 +307,8 @@ def _finding(rule: str, category: str, severity: Severity, role: Role, title: st
              ranks: list[int], evidence: list[str], remedy: str, fields: dict[str, str]) -> Finding:
     return Finding(
         rule=rule, category=category, severity=severity, role=role, title=title,
-        rank=ranks[0] if ranks else None, ranks=ranks, file="", line=0, count=1,
-        evidence=evidence, fields=fields, remedy=remedy,
+        rank=ranks[0] if ranks else None, ranks=ranks, evidence=evidence, fields=fields, remedy=remedy,
+        origin="metrics",
     )
 
 

@@ -45,7 +45,7 @@ class JobStartError(Exception):
 
 
 @dataclass(frozen=True)
-class RecordOptions:
+class CaptureOptions:
     """How the recorder handles the job's output and a stop request."""
 
     tee: bool = False         # copy the output to our stdout (headless)
@@ -106,7 +106,7 @@ class Job:
         self._status_lock = threading.Lock()  # state() is read by the guard and the monitor alike
 
     @classmethod
-    def start(cls, command: list[str], log_path: Path, options: RecordOptions = RecordOptions()) -> Job:
+    def start(cls, command: list[str], log_path: Path, options: CaptureOptions = CaptureOptions()) -> Job:
         state_path = side_file(log_path, "job")
         args = [sys.executable, "-c", RECORDER_BOOT, "--log", str(log_path),
                 "--state", str(state_path), "--grace", str(options.grace_s),

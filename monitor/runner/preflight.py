@@ -17,7 +17,8 @@ from typing import Any
 
 import psutil
 
-from monitor.diagnosis.model import Finding, Severity
+from monitor.diagnosis.advice import advice
+from monitor.model import Finding, Severity
 from monitor.metrics.gpu import GpuReader
 from monitor.metrics.model import GpuSample
 from monitor.metrics.nvml import Nvml, import_pynvml
@@ -58,8 +59,7 @@ KNOBS = {
 def _finding(name: str, severity: Severity, title: str, remedy: str, evidence: list[str],
              category: str = "preflight", **fields: str) -> Finding:
     return Finding(rule=f"preflight-{name}", category=category, severity=severity, role="confirm",
-                   title=title, rank=None, ranks=[], file="", line=0, count=1, evidence=evidence,
-                   fields=dict(fields), remedy=remedy)
+                   title=title, evidence=evidence, fields=dict(fields), remedy=remedy, origin="preflight")
 
 
 def check_knobs(env: dict[str, str]) -> list[Finding]:
@@ -311,9 +311,7 @@ def check_shm(shm: Path = Path("/dev/shm")) -> list[Finding]:
     if total >= MIN_SHM:
         return []
     return [_finding("shm", "warning", f"/dev/shm is only {total / (1 << 20):.0f} MiB",
-                     f"/dev/shm holds {total / (1 << 20):.0f} MiB: DataLoader workers and NCCL's "
-                     "shared-memory transport fail with 'Bus error' or 'Error while attaching to "
-                     "shared memory'. Run the container with --shm-size=16g or --ipc=host.",
+                     f"/dev/shm holds {total / (1 << 20):.0f} MiB. {advice('shm')}",
                      [f"/dev/shm: {total} bytes"], category="shm_exhausted", size=str(total))]
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from monitor.diagnosis.model import STOPPED, Diagnosis
+from monitor.model import STOPPED, Diagnosis
 
 RETRYABLE = {
     "nccl_error": "NCCL reported a communication error (flaky link or a peer that went away)",

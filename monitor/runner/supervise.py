@@ -4,19 +4,24 @@ mode stdout carries exactly the job's bytes."""
 
 from __future__ import annotations
 
-import functools
+import copy
 import os
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
-from monitor.diagnosis.model import Diagnosis, Finding
-from monitor.logs.decode import safe_text
+from monitor.metrics.sampler import Sampler
+from monitor.metrics.samples_file import SamplesFile, samples_path
+from monitor.model import Diagnosis, Finding, one_line
 from monitor.runner import explain, launchers, preflight, restart
-from monitor.runner.job import Job, JobStartError, RecordOptions, new_log_path, side_file
+from monitor.runner.job import CaptureOptions, Job, JobStartError, new_log_path, side_file
 from monitor.runner.recorder import write_state
+from monitor.session.feeds import MORE_PATHS_EVERY_S, MetricsPump, SamplerFeed
+from monitor.session.job_session import JobSession
+from monitor.text import safe_text
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -26,7 +31,6 @@ class RunOptions:
     command: list[str]
     log_dir: Path = Path("logs")
     headless: bool = False
-    rules_dirs: list[Path] = field(default_factory=list)
     preflight: bool = True
     max_restarts: int = 0
     checkpoint_dirs: list[Path] = field(default_factory=list)
@@ -93,34 +97,28 @@ def _attached_to_terminal() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def _find_tui():
-    try:
-        from monitor.tui import launch_run
-    except ImportError:
-        return None
-    return launch_run
+# What shows a job on a screen: ``present(job, session, metrics)`` returns when the user leaves
+# it (``monitor.tui.launch_run``, passed in by the command: the runner never imports the UI).
+Presenter = Callable[[Job, JobSession, SamplerFeed], object]
 
 
-def run(options: RunOptions) -> int:
+def run(options: RunOptions, catalogue, present: Presenter | None = None) -> int:
+    """Preflight, launch, watch (on ``present``'s screen, or headless), explain and maybe
+    retry; returns the job's exit code. ``catalogue``: the rules (``load_catalogue``)."""
     env = dict(os.environ)
     plan = launchers.parse(options.command, env)
-    catalogue = explain.load_catalogue(options.rules_dirs, say)
     checks: list[Finding] = []
     if options.preflight:
         checks = preflight.run_checks(plan, env, options.log_dir, options.checkpoint_dirs)
         for finding in checks:
             say(f"preflight {_finding_line(finding)}")
-    launch_run = None
-    if not options.headless:
-        if not _attached_to_terminal():
-            say("not attached to a terminal (batch job?); running headless")
-        elif (launch_run := _find_tui()) is None:
-            say("the terminal UI is not available; running headless")
-        elif options.stall_after_s is not None:
-            launch_run = functools.partial(launch_run, stall_after=options.stall_after_s)
+    if present is not None and not options.headless and not _attached_to_terminal():
+        say("not attached to a terminal (batch job?); running headless")
+    if options.headless or not _attached_to_terminal():
+        present = None
     attempt, previous = 1, None
     while True:
-        code, decision, previous = _attempt(options, plan, catalogue, checks, launch_run, attempt, previous)
+        code, decision, previous = _attempt(options, plan, catalogue, checks, present, attempt, previous)
         if code is None or not decision.retry:
             return 0 if code is None else code
         say(f"restarting in {options.restart_delay_s:g} s: {decision.reason}")
@@ -129,7 +127,7 @@ def run(options: RunOptions) -> int:
 
 
 def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks: list[Finding],
-             launch_run, attempt: int, previous: str | None
+             present: Presenter | None, attempt: int, previous: str | None
              ) -> tuple[int | None, restart.RestartDecision, str | None]:
     """One launch to its end. Returns the exit code (None: left running), the restart decision
     and the root cause's category (for the next decision)."""
@@ -140,29 +138,31 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
             "preflight": [f.to_json() for f in checks]}
     if error := write_state(side_file(log_path, "meta"), meta):
         say(error)
-    headless = launch_run is None
-    record = RecordOptions(tee=headless, use_pty=not headless or sys.stdout.isatty(),
-                           grace_s=options.grace_s)
+    headless = present is None
+    capture = CaptureOptions(tee=headless, use_pty=not headless or sys.stdout.isatty(),
+                             grace_s=options.grace_s)
     with StopForwarder() as forwarder:
         try:
-            job = Job.start(options.command, log_path, record)
+            job = Job.start(options.command, log_path, capture)
         except JobStartError as exc:
             say(f"{exc}")
             return exc.exit_code, restart.RestartDecision(False, str(exc)), None
         forwarder.attach(job)
         say(f"recording to {log_path} (job pid {job.pid})")
-        # Under the UI, checkpoint warnings wait for the final report instead of printing over it.
-        watcher = _start_checkpoint_watch(options.checkpoint_dirs, job, announce=headless)
-        if not headless and not _run_tui(launch_run, job, catalogue):
-            say(f"the job is still running (pid {job.pid}) and recording to {log_path}; "
-                f"follow it with `monitor watch {log_path}`")
+        session, metrics = open_session(job, catalogue, checks, options.stall_after_s)
+        watcher = _start_checkpoint_watch(options.checkpoint_dirs, job, session.post)
+        try:
+            if not headless and not _run_tui(present, job, session, metrics):
+                say(f"the job is still running (pid {job.pid}) and recording to {log_path}; "
+                    f"follow it with `monitor watch {log_path}`")
+                session.close()
+                return None, restart.RestartDecision(False, "the monitor left the job running"), None
+            code = _follow_to_end(job, session, MetricsPump(metrics, warn=say) if headless else None)
+        finally:
             if watcher:
                 watcher.stop()
-            return None, restart.RestartDecision(False, "the monitor left the job running"), None
-        code = _wait(job)
-        if watcher:
-            watcher.stop()
-    diagnosis = _explain(job, code, catalogue, checks + (watcher.findings() if watcher else []))
+            metrics.close()
+    diagnosis = _explain(job, code, session)
     stopped = bool(job.state().get("stop_signal")) or forwarder.received is not None
     decision = restart.decide(diagnosis, code, attempt, options.max_restarts,
                               stopped_by_user=stopped, previous_category=previous)
@@ -170,11 +170,56 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
     return code, decision, diagnosis.root_cause.category if diagnosis.root_cause else None
 
 
-def _explain(job: Job, code: int, catalogue, extra: list[Finding]) -> Diagnosis:
-    """The engine's diagnosis of every log of the run, plus the runner's findings."""
-    if exit_note := explain.exit_finding(job.log_path, code, job.state().get("stop_signal")):
-        extra = [*extra, exit_note]
-    diagnosis = explain.diagnose_run([job.log_path, *job.extra_log_paths()], catalogue, extra)
+def open_session(job: Job, catalogue, checks: list[Finding] = (), stall_after: float | None = None
+                 ) -> tuple[JobSession, SamplerFeed]:
+    """The job's session (its logs, the preflight findings, its stop requests) and its metrics
+    feed (the job's processes; each sample kept in ``run-X.metrics.jsonl``, findings posted to
+    the session): what the screen shows and the end report explains."""
+    session = JobSession([job.log_path, *job.extra_log_paths()], catalogue, stall_after=stall_after,
+                         stop_requested=lambda: job.stop_requested)
+    session.add([copy.copy(finding) for finding in checks])  # one copy per attempt: the session numbers them
+    metrics = SamplerFeed(Sampler(job_pids=job.pids, watch_dirs=[str(job.log_path.parent)]), session.post,
+                          samples_file=_samples_file(job.log_path))
+    return session, metrics
+
+
+def _samples_file(log_path: Path) -> SamplesFile | None:
+    try:
+        return SamplesFile(samples_path(log_path))
+    except OSError as exc:  # the metrics file is a nicety; the job's log is what matters
+        say(f"metrics not kept: {samples_path(log_path)}: {exc.strerror}")
+        return None
+
+
+def _follow_to_end(job: Job, session: JobSession, pump: MetricsPump | None) -> int:
+    """Diagnose the job's output as it comes until the job has ended (the screen did this while
+    it was up); with ``pump`` (headless), sample the metrics meanwhile. Findings the job's output
+    does not show (metrics, checkpoints, a stall) are said on stderr as they come."""
+    if pump is not None:
+        pump.start()
+    next_more_paths = 0.0
+    try:
+        while (code := job.wait(timeout=0)) is None:
+            if time.monotonic() >= next_more_paths:
+                session.follow(job.extra_log_paths())  # torchrun creates per-rank files late
+                next_more_paths = time.monotonic() + MORE_PATHS_EVERY_S
+            update = session.step(timeout=0.25)
+            for finding in update.new_findings:
+                if pump is not None and finding.origin != "log":
+                    say(one_line(finding))
+    finally:
+        if pump is not None:
+            pump.stop()
+    session.follow(job.extra_log_paths())
+    return code
+
+
+def _explain(job: Job, code: int, session: JobSession) -> Diagnosis:
+    """The session's diagnosis of the whole run, with how the job ended and what went wrong
+    in the monitor itself."""
+    session.close()  # reads the last bytes, and what the metrics and checkpoint threads posted
+    session.job_ended(explain.exit_finding(job.log_path, code, job.state().get("stop_signal")))
+    diagnosis = session.diagnosis()
     if job.recorder_lost:
         diagnosis.problems.append("the recorder died before the job ended: the log may be incomplete")
     state = job.state()
@@ -191,11 +236,11 @@ def _explain(job: Job, code: int, catalogue, extra: list[Finding]) -> Diagnosis:
     return diagnosis
 
 
-def _run_tui(launch_run, job: Job, catalogue) -> bool:
-    """Show the TUI; True when the monitor should wait for the job's end and explain it
+def _run_tui(present: Presenter, job: Job, session: JobSession, metrics: SamplerFeed) -> bool:
+    """Show the screen; True when the monitor should wait for the job's end and explain it
     (it ended, it is being stopped, or the UI crashed), False when the user left it running."""
     try:
-        launch_run(job, catalogue=catalogue)
+        present(job, session, metrics)
     except Exception as exc:  # the UI must never take the job down with it
         say(f"the terminal UI failed ({type(exc).__name__}: {exc}); the job keeps running and "
             f"recording to {job.log_path}")
@@ -203,22 +248,13 @@ def _run_tui(launch_run, job: Job, catalogue) -> bool:
     return job.exit_code() is not None or job.stop_requested
 
 
-def _wait(job: Job) -> int:
-    while (code := job.wait(timeout=0.5)) is None:
-        pass
-    return code
-
-
-def _start_checkpoint_watch(dirs: list[Path], job: Job, announce: bool):
+def _start_checkpoint_watch(dirs: list[Path], job: Job, post):
     if not dirs:
         return None
     from monitor.checkpoints.watch import CheckpointWatcher
 
-    def on_finding(finding: Finding) -> None:
-        if announce:
-            say(_finding_line(finding))
-
-    watcher = CheckpointWatcher(dirs, on_finding=on_finding, since=job.started, job_pids=job.pids)
+    watcher = CheckpointWatcher(dirs, on_finding=lambda finding: post([finding]), since=job.started,
+                                job_pids=job.pids)
     watcher.start()
     return watcher
 

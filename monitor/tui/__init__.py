@@ -16,10 +16,11 @@ def launch_watch(paths, *, catalogue, poll: bool = False, stall_after: float | N
     return _run(watch_app(paths, catalogue=catalogue, poll=poll, stall_after=stall_after))
 
 
-def launch_run(job, *, catalogue, stall_after: float | None = None) -> int:
-    """Watch a job started by ``monitor run``. Quitting asks whether to stop the job, and never
-    stops it unless the user says so."""
-    return _run(run_app(job, catalogue=catalogue, stall_after=stall_after))
+def launch_run(job, session, metrics) -> int:
+    """Show a job started by ``monitor run``: its session (``session.JobSession``, which the
+    runner goes on with after the screen) and its metrics feed (``session.feeds.SamplerFeed``).
+    Quitting asks whether to stop the job, and never stops it unless the user says so."""
+    return _run(run_app(job, session, metrics))
 
 
 def launch_demo(replayer, *, catalogue) -> int:
@@ -28,41 +29,35 @@ def launch_demo(replayer, *, catalogue) -> int:
 
 
 def watch_app(paths, *, catalogue, poll: bool = False, stall_after: float | None = None):
-    from monitor.live.session import LiveSession
     from monitor.metrics.sampler import Sampler
+    from monitor.session.feeds import SamplerFeed, SessionFeed
+    from monitor.session.job_session import JobSession
     from monitor.tui.app import MonitorApp
-    from monitor.tui.feeds import SamplerFeed, SessionFeed
 
-    session = LiveSession(paths, catalogue, poll=poll, stall_after=stall_after)
+    session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after)
     watch_dirs = sorted({str(p if Path(p).is_dir() else Path(p).parent) for p in paths})
-    metrics = SamplerFeed(Sampler(watch_dirs=watch_dirs))
+    metrics = SamplerFeed(Sampler(watch_dirs=watch_dirs), session.post)
     title = "watching " + " ".join(str(p) for p in paths)
     return MonitorApp(SessionFeed(session), metrics, title=title)
 
 
-def run_app(job, *, catalogue, stall_after: float | None = None):
-    from monitor.live.session import LiveSession
-    from monitor.metrics.record import Recorder, recording_path
-    from monitor.metrics.sampler import Sampler
+def run_app(job, session, metrics):
+    from monitor.session.feeds import SessionFeed
     from monitor.tui.app import MonitorApp
-    from monitor.tui.feeds import SamplerFeed, SessionFeed
 
-    session = LiveSession([job.log_path, *job.extra_log_paths()], catalogue, stall_after=stall_after)
-    log_path = Path(job.log_path)
-    recorder = Recorder(recording_path(log_path))
-    metrics = SamplerFeed(Sampler(job_pids=job.pids, watch_dirs=[str(log_path.parent)]), recorder=recorder)
-    feed = SessionFeed(session, ended=lambda: job_ending(job.exit_code()), more_paths=job.extra_log_paths)
+    feed = SessionFeed(session, ended=lambda: job_ending(job.exit_code()), more_paths=job.extra_log_paths,
+                       close_session=False)
     return MonitorApp(feed, metrics, title=" ".join(job.command), job=job)
 
 
 def demo_app(replayer, *, catalogue):
     from monitor.demo.replay import RecordedMetrics
-    from monitor.live.session import LiveSession
+    from monitor.session.feeds import SessionFeed
+    from monitor.session.job_session import JobSession
     from monitor.tui.app import MonitorApp
-    from monitor.tui.feeds import SessionFeed
     from monitor.tui.findings_panel import JobTimeline
 
-    session = LiveSession([replayer.target], catalogue)
+    session = JobSession([replayer.target], catalogue)
     recording = replayer.recording
 
     def ended() -> str | None:
@@ -88,12 +83,14 @@ def job_ending(code: int | None) -> str | None:
 
 
 def _run(app) -> int:
+    """Run the app; a feed the app was given to own (watch, demo) is closed after it."""
     try:
         result = app.run()
     finally:
-        close = getattr(app.metrics_feed, "close", None)
-        if close is not None:
-            close()
+        if app.job is None:
+            close = getattr(app.metrics_feed, "close", None)
+            if close is not None:
+                close()
     if app.return_code:
         return app.return_code
     return int(result or 0)

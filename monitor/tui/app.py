@@ -16,12 +16,12 @@ from textual.drivers.linux_driver import LinuxDriver
 from textual.widgets import Footer, Header, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from monitor.diagnosis.model import STOPPED, Finding
-from monitor.logs.decode import safe_text
+from monitor.model import Finding
+from monitor.text import safe_text
 from monitor.progress import ProgressTracker
 from monitor.tui.driver import HangUpSafeDriver
-from monitor.tui.feeds import LogBatch, LogFeed, MetricsFeed
-from monitor.tui.findings_panel import FindingsPanel, JobTimeline, finding_key
+from monitor.session.feeds import LogBatch, LogFeed, MetricsFeed
+from monitor.tui.findings_panel import FindingsPanel, JobTimeline
 from monitor.tui.log_store import LEVEL_ERROR, LEVEL_INFO, LEVEL_WARNING, FilterError, LineFilter, LogStore
 from monitor.tui.log_view import LogView
 from monitor.tui.messages import LogsArrived, MetricsSampled
@@ -85,8 +85,7 @@ class MonitorApp(App[int]):
         self.store = LogStore()
         self.progress = ProgressTracker(clock=clock)
         self._clock = clock
-        self._log_findings: list[Finding] = []
-        self._metric_findings: dict[str, Finding] = {}
+        self._findings: list[Finding] = []
         self._root: Finding | None = None
         self._applied = threading.Event()
         self._log_stopped = threading.Event()
@@ -136,18 +135,8 @@ class MonitorApp(App[int]):
         if self.stopping and self.job.exit_code() is not None:
             self.exit(1 if self.failed else 0)
 
-    def _unless_own_stop(self, root: Finding | None) -> Finding | None:
-        """No root cause in the launcher reporting the stop this monitor sent it (the end
-        report calls it 'Stopped on request'): that is the user's request, not a failure."""
-        if self.stopping and root is not None and root.category == STOPPED:
-            return None
-        return root
-
     def _stopping_shown(self, why: str) -> None:
         self.stopping = True
-        if self._root is not None and self._unless_own_stop(self._root) is None:
-            self._root = None
-            self._show_findings()
         self.notify(f"{why}: stopping the job (SIGTERM to every rank, SIGKILL after the grace period). "
                     "Ctrl-C again kills it now.", title="stopping", timeout=30, markup=False)
         self._update_status()
@@ -187,8 +176,7 @@ class MonitorApp(App[int]):
         self.run_worker(self._take_sample, thread=True, group="metrics", name="metrics", exit_on_error=False)
 
     def _take_sample(self) -> None:
-        sample, findings = self.metrics_feed.sample()
-        self.post_message(MetricsSampled(sample, findings))
+        self.post_message(MetricsSampled(self.metrics_feed.sample()))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group == "metrics" and event.state == WorkerState.ERROR:
@@ -243,8 +231,8 @@ class MonitorApp(App[int]):
         if batch.lines:
             self._add_lines(batch.lines)
         if batch.findings is not None:
-            self._log_findings = list(batch.findings)
-            self._root = self._unless_own_stop(batch.root_cause)
+            self._findings = batch.findings
+            self._root = batch.root_cause
             self._show_findings()
         elif self._unplaced and batch.lines:
             self._mark_lines()
@@ -255,32 +243,24 @@ class MonitorApp(App[int]):
         if self._torn_down():
             return
         self.query_one(MetricsPanel).show(message.sample)
-        if message.findings:
-            for finding in message.findings:
-                self._metric_findings[finding_key(finding)] = finding
-            self._show_findings()
         self.set_timer(self.metrics_interval, self._start_sample)
 
-    def _all_findings(self) -> list[Finding]:
-        return self._log_findings + list(self._metric_findings.values())
-
     def _show_findings(self) -> None:
-        findings = self._all_findings()
-        self.failed = any(f.severity == "error" for f in findings)
-        self.query_one(FindingsPanel).show(findings, self._root)
+        self.failed = any(f.severity == "error" for f in self._findings)
+        self.query_one(FindingsPanel).show(self._findings, self._root)
         self._mark_lines()
         self._update_status()
 
     def _mark_lines(self) -> None:
         marks: dict[int, str] = {}
-        root_key = finding_key(self._root) if self._root else None
+        root_id = self._root.id if self._root else None
         self._unplaced = False
-        for finding in self._all_findings():
+        for finding in self._findings:
             index = self.store.find(finding.file, finding.line) if finding.file else None
             if index is None:
                 self._unplaced = self._unplaced or bool(finding.file)
                 continue
-            marks[index] = "root" if finding_key(finding) == root_key else finding.severity
+            marks[index] = "root" if finding.id == root_id else finding.severity
         self.query_one(LogView).set_marks(marks)
 
     def _finish(self, note: str) -> None:
@@ -408,7 +388,7 @@ class MonitorApp(App[int]):
         view = self.query_one(LogView)
         placed = sorted(
             (index, finding)
-            for finding in self._all_findings()
+            for finding in self._findings
             if (index := self.store.find(finding.file, finding.line)) is not None
         )
         if not placed:

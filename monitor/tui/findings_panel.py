@@ -12,7 +12,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 from textual.widgets.data_table import CellDoesNotExist
 
-from monitor.diagnosis.model import SEVERITY_ORDER, Finding
+from monitor.model import SEVERITY_ORDER, Finding
 from monitor.tui import text_format as fmt
 
 # The title before the category: in a panel too narrow for every column (45% of 120), what is
@@ -30,16 +30,12 @@ def _plain(cell) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
 
 
-def finding_key(finding: Finding) -> str:
-    return f"{finding.rule}|{finding.file}|{finding.line}|{finding.seq}"
-
-
 def order(findings: list[Finding], root: Finding | None) -> list[Finding]:
     """Root cause first, then by severity and first appearance."""
-    root_key = finding_key(root) if root else None
+    root_key = root.id if root else None
     return sorted(
         findings,
-        key=lambda f: (finding_key(f) != root_key, SEVERITY_ORDER.get(f.severity, 3), f.seq),
+        key=lambda f: (f.id != root_key, SEVERITY_ORDER.get(f.severity, 3), f.seq),
     )
 
 
@@ -149,17 +145,17 @@ class FindingsPanel(Container):
     def show(self, findings: list[Finding], root: Finding | None) -> None:
         table = self.table
         selected = self.selected_key()
-        root_key = finding_key(root) if root else None
+        root_key = root.id if root else None
         # The root cause may be the engine's reading of a finding (with only timeouts: "rank 7
         # stalled", the rank that never reached the collective): show that, as diagnose does.
-        findings = [root if finding_key(f) == root_key else f for f in findings]
+        findings = [root if f.id == root_key else f for f in findings]
         self.findings = order(findings, root)
         self.root = root
-        self._by_key = {finding_key(f): f for f in self.findings}
+        self._by_key = {f.id: f for f in self.findings}
         now = self.timeline.elapsed() if self.timeline else self._clock()
         for key in self._by_key:
             self._seen.setdefault(key, now)
-        rows = [(finding_key(f), self._cells(f, finding_key(f) == root_key)) for f in self.findings]
+        rows = [(f.id, self._cells(f, f.id == root_key)) for f in self.findings]
         if [key for key, _ in rows] == self._keys:
             # The same findings in the same order (counts grew): change only the cells that differ.
             for key, cells in rows:
@@ -179,7 +175,7 @@ class FindingsPanel(Container):
     def first_time(self, finding: Finding) -> str:
         """The log line's time, or "~" and the time this panel first showed the finding (with a
         timeline: both as +MM:SS since the job's start)."""
-        seen = self._seen.get(finding_key(finding))
+        seen = self._seen.get(finding.id)
         if self.timeline is not None:
             if finding.file and (recorded := self.timeline.line_time(finding.file, finding.line)) is not None:
                 return fmt.since_start(recorded)
@@ -215,7 +211,7 @@ class FindingsPanel(Container):
             return None
 
     def select(self, finding: Finding) -> None:
-        key = finding_key(finding)
+        key = finding.id
         if key in self._by_key:
             self.table.move_cursor(row=self.table.get_row_index(key), animate=False)
             self._show_detail()
@@ -230,7 +226,7 @@ class FindingsPanel(Container):
         if finding is None:
             detail.update(Text("no findings yet", style="dim"))
             return
-        is_root = self.root is not None and finding_key(finding) == finding_key(self.root)
+        is_root = self.root is not None and finding.id == self.root.id
         detail.update(describe(finding, is_root, self.first_time(finding)))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import regex
 
-from monitor.diagnosis.model import LogLine
-from monitor.logs.decode import clean, is_clean
+from monitor.model import LogLine
+from monitor.text import clean, is_clean
 
 LEVEL_INFO, LEVEL_WARNING, LEVEL_ERROR = 0, 1, 2
 NO_RANK = -1

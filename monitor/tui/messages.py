@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from monitor.diagnosis.model import Finding
 from monitor.metrics.model import Sample
-from monitor.tui.feeds import LogBatch
+from monitor.session.feeds import LogBatch
 
 
 class LogsArrived(Message):
@@ -16,7 +15,6 @@ class LogsArrived(Message):
 
 
 class MetricsSampled(Message):
-    def __init__(self, sample: Sample, findings: list[Finding]) -> None:
+    def __init__(self, sample: Sample) -> None:
         super().__init__()
         self.sample = sample
-        self.findings = findings

@@ -9,7 +9,7 @@ SIGTERM and reports the failure) and records, while it runs:
 - every line of every per-rank file torchrun writes (``attempt_0/<rank>/{stdout,stderr}.log``)
   and of the combined output, with its arrival time (seconds since the start), as one JSONL per
   file under ``lines/``: ``[t, "text"]`` per line, text exactly as written (no newline);
-- host and job metrics once a second through the metrics Recorder (``metrics.jsonl``). The
+- host and job metrics once a second through the metrics SamplesFile (``metrics.jsonl``). The
   machine that made the recording has no GPU, and the recording says so (no GPU rows);
 - ``meta.json``: the command, exit code, versions, which files the replay writes.
 
@@ -30,8 +30,8 @@ import threading
 import time
 from pathlib import Path
 
-from monitor.diagnosis.ranks import parse_prefix
-from monitor.metrics.record import Recorder
+from monitor.logs.ranks import parse_prefix
+from monitor.metrics.samples_file import SamplesFile
 from monitor.metrics.sampler import Sampler
 
 HERE = Path(__file__).resolve().parent
@@ -91,7 +91,7 @@ def read_combined(stream, timeline: Timeline) -> None:
 
 def record_metrics(pid: int, log_dir: Path, out: Path, done: threading.Event) -> None:
     sampler = Sampler(job_pids=[pid], watch_dirs=[log_dir])
-    recorder = Recorder(out)
+    recorder = SamplesFile(out)
     try:
         while not done.is_set():
             began = time.monotonic()

@@ -8,7 +8,7 @@ import pytest
 
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.diagnose import diagnose_paths
-from monitor.live.session import LiveSession
+from monitor.session.job_session import JobSession
 
 from live_helpers import ProgressiveCopy, finding_key, sample_units, step_until_quiet
 
@@ -31,7 +31,7 @@ def test_live_follow_finds_what_diagnose_finds(tmp_path, catalogue, unit):
         target.mkdir()
     else:
         target.touch()  # the job's log exists (empty) before the watch starts
-    session = LiveSession([str(target)], catalogue)
+    session = JobSession([str(target)], catalogue)
     writer = ProgressiveCopy(unit, target)
     writer.start()
     live_lines, live_new, _ = step_until_quiet(session, [writer])
@@ -56,7 +56,7 @@ def test_live_follow_finds_what_diagnose_finds(tmp_path, catalogue, unit):
 
 
 def test_ranks_from_prefix_and_from_torchrun_log_dir_created_later(tmp_path, catalogue):
-    session = LiveSession([str(tmp_path)], catalogue)
+    session = JobSession([str(tmp_path)], catalogue)
     step_until_quiet(session, quiet=0.1)
     rank_dir = tmp_path / "attempt_0" / "3"
     rank_dir.mkdir(parents=True)
@@ -72,7 +72,7 @@ def test_ranks_from_prefix_and_from_torchrun_log_dir_created_later(tmp_path, cat
 def test_traceback_completes_after_idle_without_a_following_line(tmp_path, catalogue):
     log = tmp_path / "rank0.log"
     log.write_text("step 1 loss=2.0\n")
-    session = LiveSession([str(log)], catalogue)
+    session = JobSession([str(log)], catalogue)
     step_until_quiet(session, quiet=0.1)
     with open(log, "a") as handle:
         handle.write(

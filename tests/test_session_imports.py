@@ -7,7 +7,7 @@ import sys
 def test_live_core_does_not_import_textual_or_torch():
     code = (
         "import sys\n"
-        "import monitor.logs.follow, monitor.live.session, monitor.live.headless, monitor.commands.watch\n"
+        "import monitor.logs.follow, monitor.session.job_session, monitor.session.headless, monitor.commands.watch\n"
         "from monitor.cli import main\n"
         "try:\n    main(['watch', '--help'])\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in ('textual', 'torch') if m in sys.modules))"

@@ -1,4 +1,4 @@
-"""Recording samples to a JSONL file beside the logs, and replaying a recording.
+"""Samples kept in a JSONL file beside the logs (``run-X.metrics.jsonl``), and read back.
 
 The file is one JSON object per line: a header ``{"monitor_metrics": 1}`` and then one
 ``Sample.to_json()`` per sample. Each line is flushed as it is written, so a post-mortem
@@ -18,18 +18,18 @@ from monitor.metrics.model import Sample
 FORMAT_VERSION = 1
 
 
-class RecordingError(Exception):
+class SamplesFileError(Exception):
     """A recording that cannot be read: one line naming the file (and line)."""
 
 
-def recording_path(log_path: str | os.PathLike) -> Path:
+def samples_path(log_path: str | os.PathLike) -> Path:
     """Where the metrics of a run are recorded: beside its log (``run-X.log`` ->
     ``run-X.metrics.jsonl``), so a post-mortem finds them with it."""
     log_path = Path(log_path)
     return log_path.with_name(f"{log_path.stem}.metrics.jsonl")
 
 
-class Recorder:
+class SamplesFile:
     """Appends samples to ``path``; a write failure (disk full) stops recording, never the caller."""
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -65,13 +65,13 @@ class Recorder:
             self._file = None
 
 
-def read_recording(path: str | os.PathLike) -> Iterator[Sample]:
-    """The samples of a recording, in order. Raises ``RecordingError`` for an unreadable file."""
+def read_samples(path: str | os.PathLike) -> Iterator[Sample]:
+    """The samples of a recording, in order. Raises ``SamplesFileError`` for an unreadable file."""
     path = Path(path)
     try:
         handle = open(path, "rb")  # noqa: SIM115 (a generator closes it below)
     except OSError as exc:
-        raise RecordingError(f"{path}: {exc.strerror or exc}") from None
+        raise SamplesFileError(f"{path}: {exc.strerror or exc}") from None
     with handle:
         pending: tuple[int, bytes] | None = None
         for number, raw in enumerate(handle, start=1):
@@ -94,15 +94,15 @@ def _parse(path: Path, number: int, raw: bytes) -> Iterator[Sample]:
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        raise RecordingError(f"{path}:{number}: not UTF-8 (is this a metrics recording?)") from None
+        raise SamplesFileError(f"{path}:{number}: not UTF-8 (is this a metrics recording?)") from None
     except ValueError as exc:
-        raise RecordingError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        raise SamplesFileError(f"{path}:{number}: not JSON ({exc.msg})") from None
     if isinstance(data, dict) and "monitor_metrics" in data:
         if data["monitor_metrics"] != FORMAT_VERSION:
-            raise RecordingError(f"{path}:{number}: recording format {data['monitor_metrics']!r} is not supported")
+            raise SamplesFileError(f"{path}:{number}: recording format {data['monitor_metrics']!r} is not supported")
         return
     try:
         sample = Sample.from_json(data)
     except (KeyError, TypeError, AttributeError) as exc:
-        raise RecordingError(f"{path}:{number}: not a metrics sample ({exc})") from None
+        raise SamplesFileError(f"{path}:{number}: not a metrics sample ({exc})") from None
     yield sample

@@ -27,8 +27,9 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from monitor.diagnosis.model import LogLine
-from monitor.logs.decode import SNIFF_BYTES, LineAssembler, clean, looks_binary
+from monitor.model import LogLine
+from monitor.logs.decode import SNIFF_BYTES, LineAssembler, looks_binary
+from monitor.text import clean
 from monitor.logs.sources import COMPRESSED_SUFFIXES
 
 Identity = tuple[int, int]

@@ -1,18 +1,14 @@
-"""Stall detection with real writers and a short threshold."""
+"""Stall detection on a real file, with the session's clock moved by the test (no sleeps)."""
 
 from __future__ import annotations
-
-import threading
-import time
 
 import pytest
 
 from monitor.diagnosis.catalogue import load_catalogue
-from monitor.live.session import LiveSession, finding_id
-from monitor.live.stall import MIN_STALL_S, StallDetector
-from monitor.diagnosis.model import LogLine
+from monitor.session.job_session import JobSession
+from monitor.session.stall import MIN_STALL_S, StallDetector
+from monitor.model import LogLine
 
-from live_helpers import step_until_quiet
 
 
 @pytest.fixture(scope="module")
@@ -20,42 +16,42 @@ def catalogue():
     return load_catalogue(include_user=False)
 
 
-class RankWriter(threading.Thread):
-    """Prints ``[rankN]: step k`` every ``pause`` s for ``steps`` steps, like a training loop."""
+class Clock:
+    """The session's clock, moved by the test: no test waits for a stall to happen."""
 
-    def __init__(self, path, rank: int, steps: int, pause: float = 0.02) -> None:
-        super().__init__(daemon=True)
-        self.path, self.rank, self.steps, self.pause = path, rank, steps, pause
+    def __init__(self) -> None:
+        self.now = 1000.0
 
-    def run(self) -> None:
-        with open(self.path, "a", buffering=1) as handle:
-            for step in range(self.steps):
-                handle.write(f"[rank{self.rank}]: step {step} loss={1 / (step + 1):.4f}\n")
-                time.sleep(self.pause)
+    def __call__(self) -> float:
+        return self.now
 
 
-def wait_for(session, predicate, limit: float = 10.0):
-    deadline = time.monotonic() + limit
-    seen = []
-    while time.monotonic() < deadline:
-        update = session.step(timeout=0.05)
-        seen.append(update)
-        if predicate(update):
-            return update, seen
-    raise AssertionError("condition not reached")
+def write(log, *lines: str) -> None:
+    with open(log, "a") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+
+
+def step(session, clock: Clock, advance: float = 0.0):
+    """One step at ``clock.now + advance``, after the follower has seen what was written."""
+    clock.now += advance
+    return session.step(timeout=0)
 
 
 def test_stall_names_the_rank_that_went_silent_first_and_clears_on_output(tmp_path, catalogue):
     log = tmp_path / "job.log"
     log.touch()
-    session = LiveSession([str(log)], catalogue, stall_after=0.8)
-    # Rank 1 stops after 10 steps (~0.2 s); rank 0 goes on for ~1 s more, then stops too.
-    writers = [RankWriter(log, 0, 60), RankWriter(log, 1, 10)]
-    for writer in writers:
-        writer.start()
-    update, _ = wait_for(session, lambda u: any(f.rule == "possible-hang" for f in u.new_findings))
+    clock = Clock()
+    session = JobSession([str(log)], catalogue, stall_after=0.8, clock=clock, wall_clock=lambda: 5000.0)
+    # Both ranks train; rank 1 stops after step 9; rank 0 goes on for 50 more steps, then stops too.
+    for index in range(60):
+        lines = [f"[rank0]: step {index} loss={1 / (index + 1):.4f}"]
+        if index < 10:
+            lines.append(f"[rank1]: step {index} loss={1 / (index + 1):.4f}")
+        write(log, *lines)
+        assert not step(session, clock, 0.03).new_findings
+    assert not step(session, clock, 0.5).new_findings  # quiet, under the threshold
+    update = step(session, clock, 0.4)
     stall = next(f for f in update.new_findings if f.rule == "possible-hang")
-    assert not any(w.is_alive() for w in writers)
     assert (stall.category, stall.severity) == ("hang", "warning")
     assert stall.fields["first_silent"] == "1" and stall.rank == 1
     assert "rank 1 went silent first" in stall.title
@@ -65,11 +61,11 @@ def test_stall_names_the_rank_that_went_silent_first_and_clears_on_output(tmp_pa
     assert stall in session.engine.findings
     assert session.diagnosis().root_cause is stall  # nothing failed: the silence is the news
     assert not session.diagnosis().failed
+    assert stall.first_seen == pytest.approx(5000.0 - 0.9)  # when the silence began, by the wall clock
 
-    with open(log, "a") as handle:
-        handle.write("[rank0]: step 60 loss=0.0164\n")
-    update, _ = wait_for(session, lambda u: bool(u.cleared))
-    assert update.cleared == [finding_id(stall)]
+    write(log, "[rank0]: step 60 loss=0.0164")
+    update = step(session, clock, 0.1)
+    assert update.cleared == [stall.id]
     assert stall not in session.engine.findings
     session.close()
 
@@ -81,8 +77,11 @@ def test_no_stall_while_an_error_explains_the_silence(tmp_path, catalogue):
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.02 GiB is free.\n"
         "done\n"
     )
-    session = LiveSession([str(log)], catalogue, stall_after=0.3)
-    _, new, _ = step_until_quiet(session, quiet=1.0)
+    clock = Clock()
+    session = JobSession([str(log)], catalogue, stall_after=0.3, clock=clock)
+    new = step(session, clock).new_findings
+    for _ in range(10):  # ten times the threshold of silence
+        new += step(session, clock, 0.3).new_findings
     session.close()
     assert [f.category for f in new] == ["cuda_oom"]
     assert session.diagnosis().root_cause.category == "cuda_oom"

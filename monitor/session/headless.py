@@ -1,8 +1,10 @@
 """``monitor watch --headless``: findings printed as they occur, a summary at the end.
 
-Each new finding is one line (``--json``: one ``Finding.to_json()`` object), flushed at once so
-a pipe or a log collector sees it immediately. Ctrl-C or SIGTERM ends the watch (never the job:
-we only read its files) with the summary and the root cause; the exit code is ``diagnose``'s.
+Each new finding is one line (``model.one_line``; ``--json``: one ``Finding.to_json()``
+object), flushed at once so a pipe or a log collector sees it immediately. The metrics are
+sampled as on the screen (``feeds.MetricsPump``), so an Xid or GPU memory near full is reported
+here too. Ctrl-C or SIGTERM ends the watch (never the job: we only read its files) with the
+summary and the root cause; the exit code is ``diagnose``'s.
 """
 
 from __future__ import annotations
@@ -11,49 +13,58 @@ import signal
 import sys
 import threading
 
-from monitor.diagnosis.model import Diagnosis, Finding
-from monitor.live.session import LiveSession
-from monitor.logs.decode import safe_json, safe_text
+from monitor.model import Diagnosis, one_line
+from monitor.session.feeds import MetricsPump, SamplerFeed
+from monitor.session.job_session import JobSession
+from monitor.text import safe_json, safe_text
 
 
-def format_finding(finding: Finding) -> str:
-    finding = finding.for_display()
-    who = f"rank {finding.rank}" if finding.rank is not None else "rank ?"
-    if len(finding.ranks) > 1:
-        who = "ranks " + ",".join(map(str, finding.ranks))
-    return f"{finding.severity.upper():<7} {who}: {finding.title}  ({finding.file}:{finding.line})"
+def say(text: str) -> None:
+    print(f"monitor: {safe_text(text)}", file=sys.stderr, flush=True)
 
 
 def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = False,
-                   stall_after: float | None = None, out=None, stop: threading.Event | None = None) -> int:
-    """Runs until ``stop`` is set, or SIGINT/SIGTERM (in the main thread); returns the exit code."""
+                   stall_after: float | None = None, out=None, stop: threading.Event | None = None,
+                   sampler=None) -> int:
+    """Runs until ``stop`` is set, or SIGINT/SIGTERM (in the main thread); returns the exit code.
+    ``sampler``: the metrics Sampler (default: this machine's, watching the logs' folders)."""
     out = out or sys.stdout
     stop = stop or threading.Event()
     restore = _stop_on_signals(stop)
-    session = LiveSession(paths, catalogue, poll=poll, stall_after=stall_after)
+    session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after)
+    pump = MetricsPump(SamplerFeed(sampler or _sampler(paths), session.post), warn=say).start()
     try:
         for problem in session.problems:
-            print(f"monitor: {safe_text(problem)}", file=sys.stderr, flush=True)
+            say(problem)
         # On stderr so that stdout stays one finding per line; also tells a supervising script
         # that the watch is up and a SIGTERM now gets the summary.
-        print(f"monitor: watching {len(session.follower.files)} file(s); Ctrl-C or SIGTERM ends the watch with a summary",
-              file=sys.stderr, flush=True)
+        say(f"watching {len(session.follower.files)} file(s); Ctrl-C or SIGTERM ends the watch with a summary")
         while not stop.is_set():
             update = session.step(timeout=0.25)
             for problem in update.problems:
-                print(f"monitor: {safe_text(problem)}", file=sys.stderr, flush=True)
+                say(problem)
             for finding in update.new_findings:
-                out.write((safe_json(finding.to_json()) if as_json else format_finding(finding)) + "\n")
+                out.write((safe_json(finding.to_json()) if as_json else one_line(finding)) + "\n")
                 out.flush()
             if update.cleared and not as_json:
                 out.write(f"cleared  {', '.join(update.cleared)}: output resumed\n")
                 out.flush()
     finally:
+        pump.stop()
+        pump.feed.close()
         session.close()
         restore()
     diagnosis = session.diagnosis()
     _summary(diagnosis, out, as_json)
     return 1 if diagnosis.failed else 0
+
+
+def _sampler(paths):
+    from pathlib import Path
+
+    from monitor.metrics.sampler import Sampler
+
+    return Sampler(watch_dirs=sorted({str(p if Path(p).is_dir() else Path(p).parent) for p in paths}))
 
 
 def _summary(diagnosis: Diagnosis, out, as_json: bool) -> None:

@@ -12,9 +12,10 @@ import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from monitor.diagnosis.model import LogLine
-from monitor.diagnosis.ranks import line_rank, rank_from_path
-from monitor.logs.decode import SNIFF_BYTES, LineAssembler, clean, looks_binary
+from monitor.model import LogLine
+from monitor.logs.ranks import line_rank, rank_from_path
+from monitor.logs.decode import SNIFF_BYTES, LineAssembler, looks_binary
+from monitor.text import clean
 
 CHUNK_BYTES = 1 << 20
 LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".stdout", ".stderr"}

@@ -7,7 +7,7 @@ import json
 import pytest
 from metrics_fake_nvml import GIB, FakeNvml, FakeProcess, make_gpus
 
-from monitor.metrics.record import Recorder, RecordingError, read_recording, recording_path
+from monitor.metrics.samples_file import SamplesFile, SamplesFileError, read_samples, samples_path
 from monitor.metrics.sampler import Sampler
 
 
@@ -26,15 +26,15 @@ def real_samples(count=3):
 
 
 def test_round_trip_of_real_samples(tmp_path):
-    path = recording_path(tmp_path / "run-20261121-101500.log")
+    path = samples_path(tmp_path / "run-20261121-101500.log")
     assert path == tmp_path / "run-20261121-101500.metrics.jsonl"
     samples = real_samples()
-    recorder = Recorder(path)
+    recorder = SamplesFile(path)
     for sample in samples:
         assert recorder.write(sample)
     recorder.close()
-    assert list(read_recording(path)) == samples
-    replayed = list(read_recording(path))
+    assert list(read_samples(path)) == samples
+    replayed = list(read_samples(path))
     assert replayed[1].events[0].code == 79 and replayed[0].gpus[1].fan_percent is None
     assert replayed[0].gpus[0].cuda_index == 1
 
@@ -43,23 +43,23 @@ def test_reopening_appends_without_a_second_header(tmp_path):
     path = tmp_path / "m.jsonl"
     first, second = real_samples(2)
     for sample in (first, second):
-        recorder = Recorder(path)
+        recorder = SamplesFile(path)
         recorder.write(sample)
         recorder.close()
     lines = path.read_text().splitlines()
     assert json.loads(lines[0]) == {"monitor_metrics": 1} and len(lines) == 3
-    assert list(read_recording(path)) == [first, second]
+    assert list(read_samples(path)) == [first, second]
 
 
 def test_a_last_line_cut_by_a_crash_is_skipped(tmp_path):
     path = tmp_path / "m.jsonl"
     (sample,) = real_samples(1)
-    recorder = Recorder(path)
+    recorder = SamplesFile(path)
     recorder.write(sample)
     recorder.close()
     with open(path, "a") as handle:
         handle.write('{"time": 17, "host": {"cpu_')
-    assert list(read_recording(path)) == [sample]
+    assert list(read_samples(path)) == [sample]
 
 
 @pytest.mark.parametrize(
@@ -74,19 +74,19 @@ def test_a_last_line_cut_by_a_crash_is_skipped(tmp_path):
 def test_bad_recordings_name_file_and_line(tmp_path, content, message):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(content)
-    with pytest.raises(RecordingError) as error:
-        list(read_recording(path))
+    with pytest.raises(SamplesFileError) as error:
+        list(read_samples(path))
     assert str(error.value).startswith(str(path)) and message in str(error.value)
 
 
 def test_missing_recording(tmp_path):
-    with pytest.raises(RecordingError, match="No such file"):
-        list(read_recording(tmp_path / "absent.jsonl"))
+    with pytest.raises(SamplesFileError, match="No such file"):
+        list(read_samples(tmp_path / "absent.jsonl"))
 
 
 def test_write_failure_stops_recording_not_the_caller(tmp_path):
     (sample,) = real_samples(1)
-    recorder = Recorder("/dev/full")
+    recorder = SamplesFile("/dev/full")
     assert recorder.write(sample) is False
     assert "No space left on device" in recorder.error and str("/dev/full") in recorder.error
     assert recorder.write(sample) is False

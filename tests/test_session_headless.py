@@ -12,7 +12,7 @@ import threading
 import time
 
 from monitor.diagnosis.catalogue import load_catalogue
-from monitor.live.headless import watch_headless
+from monitor.session.headless import watch_headless
 
 from live_helpers import SAMPLES, ProgressiveCopy
 

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from monitor.diagnosis.model import Finding, LogLine
+from monitor.model import Category, Finding, LogLine
 
 MIN_STALL_S = 60.0
 GAP_FACTOR = 10.0
@@ -90,7 +90,7 @@ class StallDetector:
         if first:
             fields["first_silent"] = ",".join(str(key) for key in first)
         return Finding(
-            rule=RULE, category="hang", severity="warning", role="root", title=title,
+            rule=RULE, category=Category.HANG, severity="warning", role="root", title=title, origin="stall",
             rank=first_ranks[0] if len(first_ranks) == 1 else None, ranks=ranks,
             file=subject.line.file, line=subject.line.line, count=1, evidence=evidence,
             fields=fields, remedy=_remedy(silent, threshold, first, subject), first_seen=wall_now - silent,

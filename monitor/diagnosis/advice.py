@@ -1,0 +1,54 @@
+"""Advice for findings no rule makes (the exit, preflight checks, metric signals), kept as data in
+``advice.toml`` beside the shipped rules: one text per piece of advice, wherever it is shown,
+checked like the rules' remedies (examples, knobs).
+
+``advice(id, **fields)`` renders one (``templates.render``). An unknown id is a bug of ours, not
+of the user's input: it raises ``KeyError``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from monitor.diagnosis.templates import render
+from monitor.diagnosis.textfile import read_toml_file
+
+ADVICE_FILE = "advice.toml"
+
+
+class AdviceError(Exception):
+    """The advice file cannot be used; ``str()`` is one line naming the file."""
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    id: str
+    text: str
+    example_fields: dict[str, str] = field(default_factory=dict)
+    example_contains: str = ""
+
+
+def advice(advice_id: str, **fields: str) -> str:
+    return render(shipped()[advice_id].text, {name: str(value) for name, value in fields.items()})
+
+
+@functools.cache
+def shipped() -> dict[str, Advice]:
+    from monitor.diagnosis.catalogue import shipped_rules_dir
+
+    directory = shipped_rules_dir()
+    return load_file(directory / ADVICE_FILE) if directory is not None else {}
+
+
+def load_file(path: Path) -> dict[str, Advice]:
+    _, data = read_toml_file(path, "the advice file", AdviceError)
+    entries: dict[str, Advice] = {}
+    for index, table in enumerate(data.get("advice", [])):
+        if not isinstance(table.get("id"), str) or not isinstance(table.get("text"), str):
+            raise AdviceError(f"{path}: advice #{index + 1}: needs an id and a text")
+        example = table.get("example", {})
+        entries[table["id"]] = Advice(table["id"], table["text"], dict(example.get("fields", {})),
+                                      example.get("contains", ""))
+    return entries

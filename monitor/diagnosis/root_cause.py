@@ -1,0 +1,70 @@
+"""The one root-cause policy: of every finding a job produced (its logs, the metrics, the checks
+before the launch, checkpoints, a stall, how it exited), which one is the cause.
+
+``diagnose`` applies it to the log findings (``Engine.root_cause``); the job session
+(``monitor/session``) to all of them, so every mode names the same cause for the same job.
+In order:
+
+1. the earliest error with role ``root`` that is no timeout (a timeout is a symptom of another
+   rank's hang, even where a rule calls it a root);
+2. with timeouts: the earliest stop from outside (``stopped``) when it came before every
+   timeout (the ranks lost their peers to the stop; nobody hung), else the hang suspect: the
+   rank that never reached, or never finished, the collective the others waited in;
+3. the earliest other error that is not a confirmation (only cascades: a SIGKILL before the
+   peers' lost connections);
+4. a stall (the job went silent while nothing failed);
+5. how the job exited (a bare "exited with 1" says less than any of the above).
+
+"Earliest" is ``model.chronological``. A stop the user asked for (Ctrl-C, ``monitor run``
+forwarding a SIGTERM) is no failure: ``mark_requested_stop`` turns the launcher's report of
+it into information, so it is never chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from monitor.model import STOPPED, TIMEOUT_CATEGORIES, Finding, chronological
+
+# Not weighed with the log's errors: a stall only when nothing failed, the exit only when
+# nothing else explains it.
+_LAST_RESORTS = ("stall", "exit")
+
+
+def choose(findings: list[Finding], hang_suspect: Callable[[list[Finding]], Finding] | None = None) -> Finding | None:
+    """The root cause of ``findings`` (None: nothing failed and nothing stalled).
+    ``hang_suspect(timeouts)`` names the rank that hung (``Engine.hang_suspect``)."""
+    weighed = [f for f in findings if f.origin not in _LAST_RESORTS]
+    roots = [f for f in weighed
+             if f.role == "root" and f.severity == "error" and f.category not in TIMEOUT_CATEGORIES]
+    if roots:
+        return chronological(roots)[0]
+    timeouts = [f for f in weighed if f.category in TIMEOUT_CATEGORIES and f.severity == "error"]
+    if timeouts:
+        stops = [f for f in weighed if f.category == STOPPED and f.severity == "error"]
+        if stops:
+            first = chronological(stops + timeouts)[0]
+            if first.category == STOPPED:
+                return first
+        return hang_suspect(timeouts) if hang_suspect is not None else chronological(timeouts)[0]
+    errors = [f for f in weighed if f.severity == "error" and f.role != "confirm"]
+    if errors:
+        return chronological(errors)[0]
+    stalls = [f for f in findings if f.origin == "stall"]
+    if stalls:
+        return stalls[-1]
+    exits = [f for f in findings if f.origin == "exit" and f.severity == "error"]
+    return exits[-1] if exits else None
+
+
+def mark_requested_stop(finding: Finding) -> bool:
+    """The launcher reporting a stop this monitor forwarded to it (torchrun's "Received 15
+    death signal") is that request arriving, not someone outside stopping the job: kept as
+    information, never a root cause. True when ``finding`` was such a report."""
+    if finding.category != STOPPED:
+        return False
+    finding.severity = "info"
+    finding.title = "the launcher received the stop request and stopped its workers"
+    finding.remedy = ("This is the stop request that monitor forwarded to the job (see 'Stopped on "
+                      "request'), not a failure.")
+    return True

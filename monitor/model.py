@@ -1,0 +1,203 @@
+"""Plain data passed between the core packages (logs, diagnosis, metrics, session, runner) and
+the UI: the bottom layer, which imports nothing of ``monitor`` but ``monitor.text``.
+
+Everything here is a dataclass of plain values so that any layer can build, compare and
+serialise it without importing the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from typing import Literal
+
+from monitor.text import safe_text
+
+Severity = Literal["error", "warning", "info"]
+# root: can start a failure; cascade: a symptom of another rank's failure;
+# confirm: only strengthens another finding (e.g. a kernel OOM-kill line for a SIGKILL).
+Role = Literal["root", "cascade", "confirm"]
+# Where a finding came from: a log line (a rule, or an uncaught exception), the metrics (NVML,
+# psutil), the checks before the launch, a checkpoint check, how the job exited, the silence
+# of every log (a stall), or the stacks of live ranks.
+Origin = Literal["log", "metrics", "preflight", "checkpoint", "exit", "stall", "stacks"]
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+class Category(StrEnum):
+    """What kind of failure a finding is (docs/rules-format.md, "Categories"). Every finding is
+    checked against it when built, so a typo is an error where it is made, not a category of
+    its own that nothing groups, confirms or retries."""
+
+    CUDA_OOM = "cuda_oom"
+    HOST_OOM = "host_oom"
+    NCCL_TIMEOUT = "nccl_timeout"
+    NCCL_ERROR = "nccl_error"
+    GLOO_TIMEOUT = "gloo_timeout"
+    RENDEZVOUS_TIMEOUT = "rendezvous_timeout"
+    LIBUV = "libuv"
+    PORT_IN_USE = "port_in_use"
+    WANDB = "wandb"
+    CORRUPT_CHECKPOINT = "corrupt_checkpoint"
+    CUDA_ASSERT = "cuda_assert"
+    GPU_HARDWARE = "gpu_hardware"
+    NAN_LOSS = "nan_loss"
+    SHM_EXHAUSTED = "shm_exhausted"
+    DISK_FULL = "disk_full"
+    SLURM_EVENT = "slurm_event"
+    PYTHON_EXCEPTION = "python_exception"
+    HANG = "hang"
+    LAUNCHER = "launcher"
+    # A launcher stopped from outside the job (scancel, preemption, kill).
+    STOPPED = "stopped"
+    METRICS = "metrics"
+    GPU_THROTTLE = "gpu_throttle"
+    PREFLIGHT = "preflight"
+
+
+STOPPED = Category.STOPPED
+TIMEOUT_CATEGORIES = (Category.NCCL_TIMEOUT, Category.GLOO_TIMEOUT)
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One decoded line of a log, as the engine and the UI see it.
+
+    ``text`` is clean: no line end, no terminal escape codes, only the last state of a
+    ``\\r``-updated progress line, capped in length. ``line`` is 1-based within ``file``.
+    ``rank`` is the rank the line belongs to when known (from its prefix or its file name).
+    """
+
+    file: str
+    line: int
+    text: str
+    rank: int | None = None
+
+
+@dataclass(slots=True)
+class Finding:
+    """One diagnosed problem: a rule (or a built-in classifier) matched one or more records, or
+    a source other than the logs saw one (``origin``).
+
+    The same rule firing on several ranks is one finding with ``count`` and ``ranks``;
+    ``rank``/``file``/``line``/``evidence``/``fields`` describe the first occurrence. A finding
+    with no log line behind it has ``file`` "" and ``line`` 0.
+    """
+
+    rule: str
+    category: Category
+    severity: Severity
+    role: Role
+    title: str
+    rank: int | None = None
+    ranks: list[int] = field(default_factory=list)
+    file: str = ""
+    line: int = 0
+    count: int = 1
+    evidence: list[str] = field(default_factory=list)
+    fields: dict[str, str] = field(default_factory=dict)
+    remedy: str = ""
+    origin: Origin = "log"
+    # Order in which the engine (or the job session) took this finding in (0, 1, 2, ...):
+    # unique within one engine, so ``id`` names it even after another was withdrawn.
+    seq: int = 0
+    # How many log lines the engine had been fed before this finding's first line: the order
+    # in which things were seen, for findings whose logs carry no time (see ``chronological``).
+    # A finding from outside the logs gets the count at the moment it was taken in.
+    arrival: int = 0
+    # When the first occurrence happened, in seconds since the epoch: the time written in the
+    # log line (glog/torchelastic ``E1121 10:40:02.118``, ISO dates, syslog; see
+    # ``diagnosis/timestamps.py``), else None, never the time it was read. Findings with no log
+    # line behind them (metrics, a stall, the exit) carry wall-clock time. A UI that fills a None
+    # with the time it saw the finding should show that it did.
+    first_seen: float | None = None
+
+    def __post_init__(self) -> None:
+        self.category = Category(self.category)  # ValueError names a category that does not exist
+
+    @property
+    def id(self) -> str:
+        """The finding's identity within one engine or job session: ``rule#seq``."""
+        return f"{self.rule}#{self.seq}"
+
+    def for_display(self) -> Finding:
+        """This finding with every text cleaned for a terminal (``monitor.text.safe_text``): the
+        file name, and a title or remedy from a user's rule pack, may hold escape codes."""
+        return replace(
+            self, title=safe_text(self.title), remedy=safe_text(self.remedy, keep_newlines=True),
+            file=safe_text(self.file), rule=safe_text(self.rule),
+            evidence=[safe_text(line) for line in self.evidence],
+        )
+
+    def snapshot(self) -> Finding:
+        """A copy another thread can read while the engine goes on updating this one."""
+        return replace(self, ranks=list(self.ranks), evidence=list(self.evidence), fields=dict(self.fields))
+
+    def to_json(self) -> dict:
+        """The documented JSON shape of a finding (``diagnose --json``, ``watch --json``)."""
+        data = asdict(self)
+        data["category"] = str(self.category)
+        return {
+            key: data[key]
+            for key in (
+                "rule", "category", "severity", "role", "title", "rank", "ranks", "file",
+                "line", "count", "evidence", "fields", "remedy", "origin", "first_seen",
+            )
+        }
+
+
+def who(finding: Finding) -> str:
+    """The ranks a finding concerns, in words: ``rank 3``, ``ranks 0,1``, or ``rank ?``."""
+    if len(finding.ranks) > 1:
+        return "ranks " + ",".join(map(str, finding.ranks))
+    return f"rank {finding.rank}" if finding.rank is not None else "rank ?"
+
+
+def one_line(finding: Finding) -> str:
+    """The one-line form of a finding, the same wherever one is printed as a line (``watch
+    --headless``, ``monitor run``'s notes on stderr): severity, ranks, title, and where."""
+    finding = finding.for_display()
+    where = f"  ({finding.file}:{finding.line})" if finding.file else f"  ({finding.origin})"
+    return f"{finding.severity.upper():<7} {who(finding)}: {finding.title}{where}"
+
+
+def chronological(findings: list[Finding]) -> list[Finding]:
+    """The findings in the order they happened, by one sort key for the whole list.
+
+    When every finding carries a time (``first_seen``), the key is ``(first_seen, arrival,
+    seq)``: the logs' own clocks order lines of different files. Otherwise it is ``(arrival,
+    seq)``: the order in which their first lines were read, which within a file is line order
+    (a traceback counts from its first line, not from when it completed). One key for the
+    whole list is a strict total order, so the earliest finding does not depend on the order
+    of the list (a pairwise rule mixing the two can go round in a circle).
+    """
+    if all(f.first_seen is not None for f in findings):
+        return sorted(findings, key=lambda f: (f.first_seen, f.arrival, f.seq))
+    return sorted(findings, key=lambda f: (f.arrival, f.seq))
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    """The result of reading a whole job's logs: what ``diagnose`` prints and exits on."""
+
+    root_cause: Finding | None
+    findings: list[Finding]
+    files: list[str]
+    # Problems with the input itself (unreadable file, binary file, rule timeout): one line each.
+    problems: list[str] = field(default_factory=list)
+    # Files named or found that could not be read (permissions, not a regular file, a read
+    # error; not a binary file, which is skipped on purpose): an input error, exit 2 as grep.
+    # Each is also one of ``problems``, which is what the JSON carries.
+    unread: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(f.severity == "error" for f in self.findings)
+
+    def to_json(self) -> dict:
+        return {
+            "root_cause": self.root_cause.to_json() if self.root_cause else None,
+            "findings": [f.to_json() for f in self.findings],
+            "files": list(self.files),
+            "problems": list(self.problems),
+        }

@@ -1,0 +1,182 @@
+"""What front ends read from: a log feed (lines, and the session's findings) and a metrics feed
+(samples, whose findings go into the session), plus ``MetricsPump``, the sampling loop of the
+headless modes.
+
+Plain Python: the TUI's thread workers call these feeds, and ``watch --headless`` and ``monitor
+run`` use the same ones, so no mode sees findings another does not.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from monitor.metrics.model import Sample
+from monitor.model import Diagnosis, Finding, LogLine
+
+# How often a running job is asked for per-rank log files it has created since the start.
+MORE_PATHS_EVERY_S = 2.0
+
+
+@dataclass(slots=True)
+class LogBatch:
+    """What one poll brought: new lines, and the whole findings list when it changed."""
+
+    lines: list[LogLine] = field(default_factory=list)
+    findings: list[Finding] | None = None  # None: unchanged since the last batch
+    root_cause: Finding | None = None
+    files: list[str] = field(default_factory=list)
+    # The source will bring nothing more (the job exited, the replay ended); ``note`` says how.
+    finished: bool = False
+    note: str = ""
+    # Problems with the input (unreadable or binary file), one line each naming the file.
+    problems: list[str] = field(default_factory=list)
+
+    def merge(self, later: LogBatch) -> None:
+        """Add a later batch to this one (several polls shown as one screen update)."""
+        self.lines.extend(later.lines)
+        if later.findings is not None:
+            self.findings, self.root_cause = later.findings, later.root_cause
+        if later.files:
+            self.files = later.files
+        self.problems.extend(later.problems)
+        if later.finished:
+            self.finished, self.note = True, later.note
+
+    @property
+    def empty(self) -> bool:
+        return not self.lines and self.findings is None and not self.finished and not self.problems
+
+
+class LogFeed(Protocol):
+    def poll(self, timeout: float) -> LogBatch:
+        """Wait up to ``timeout`` seconds for news. Called from one worker thread, never concurrently."""
+
+    def diagnosis(self) -> Diagnosis:
+        """The diagnosis so far (what ``diagnose`` would say)."""
+
+    def close(self) -> None: ...
+
+
+class MetricsFeed(Protocol):
+    def sample(self) -> Sample:
+        """Take one sample; the findings it raised go to the job session. Called from one
+        worker thread, the next call after this one returned."""
+
+
+class SessionFeed:
+    """A JobSession as a LogFeed. ``ended`` says (in words) when the source has stopped for good
+    (the job exited, the replay ended); after that, the first poll that brings no line finishes.
+    ``close_session``: whether ``close`` closes the session too (False when someone else goes
+    on with it: ``monitor run`` waits for the job's end and explains it after the screen)."""
+
+    def __init__(self, session, *, ended: Callable[[], str | None] | None = None,
+                 more_paths: Callable[[], list] | None = None, close_session: bool = True) -> None:
+        """``more_paths``: asked every few seconds for files to follow that appeared since the
+        start (a job's per-rank files under torchrun --log-dir)."""
+        self.session = session
+        self._ended = ended
+        self._more_paths = more_paths
+        self._close_session = close_session
+        self._next_more_paths = 0.0
+        self._version = -1
+
+    def poll(self, timeout: float) -> LogBatch:
+        note = self._ended() if self._ended is not None else None
+        if self._more_paths is not None and time.monotonic() >= self._next_more_paths:
+            self.session.follow(self._more_paths())
+            self._next_more_paths = time.monotonic() + MORE_PATHS_EVERY_S
+        update = self.session.step(timeout=timeout)
+        batch = LogBatch(lines=list(update.lines), files=[str(f) for f in update.files], problems=list(update.problems))
+        if note is not None and not update.lines:
+            # Everything the source wrote has been read: complete the records still open.
+            self.session.flush()
+            batch.finished, batch.note = True, note
+        if self.session.version != self._version:
+            self._version = self.session.version
+            root = self.session.root_cause()
+            # Copies: the session goes on updating its findings in this thread while the UI draws them.
+            batch.findings = [f.snapshot() for f in self.session.findings]
+            batch.root_cause = root.snapshot() if root is not None else None
+        return batch
+
+    def diagnosis(self) -> Diagnosis:
+        return self.session.diagnosis()
+
+    def close(self) -> None:
+        if self._close_session:
+            self.session.close()
+
+
+class SamplerFeed:
+    """The metrics Sampler, its History and the SignalDetector as a MetricsFeed: each sample's
+    findings are ``post``ed to the job session. With a ``samples_file``
+    (``metrics.samples_file.SamplesFile``) every sample is also kept on disk, so a post-mortem (or a replay) has the
+    metrics too."""
+
+    def __init__(self, sampler, post: Callable[[list[Finding]], None], *, history=None, detector=None,
+                 samples_file=None) -> None:
+        from monitor.metrics.history import History
+        from monitor.metrics.signals import SignalDetector
+
+        self.sampler = sampler
+        self.post = post
+        self.history = history if history is not None else History()
+        self.detector = detector if detector is not None else SignalDetector()
+        self.samples_file = samples_file
+
+    def sample(self) -> Sample:
+        sample = self.sampler.sample()
+        self.history.add(sample)
+        if self.samples_file is not None:
+            self.samples_file.write(sample)
+        if findings := self.detector.update(sample, self.history):
+            self.post(findings)
+        return sample
+
+    def close(self) -> None:
+        self.sampler.close()
+        if self.samples_file is not None:
+            self.samples_file.close()
+
+
+class MetricsPump:
+    """Samples a MetricsFeed every ``interval`` s in a thread of its own, for the modes with no
+    screen (the screen's worker does the same). The next sample is taken ``interval`` after the
+    last one finished, so samples never overlap. A failing sample is said once through ``warn``
+    (one line) and retried, less often."""
+
+    def __init__(self, feed: MetricsFeed, *, interval: float = 1.0, warn: Callable[[str], None] | None = None) -> None:
+        self.feed = feed
+        self.interval = interval
+        self._warn = warn
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="monitor-metrics", daemon=True)
+
+    def start(self) -> MetricsPump:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop sampling; a sample in progress (NVML can block in the driver) is waited for
+        at most ``timeout`` s, then left to its daemon thread."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        warned = False
+        pause = self.interval
+        while not self._stop.is_set():
+            try:
+                self.feed.sample()
+                pause = self.interval
+            except Exception as exc:  # the metrics must never end the watch of the job
+                if not warned and self._warn is not None:
+                    self._warn(f"metrics sampling failed ({type(exc).__name__}: {exc}); retrying")
+                warned = True
+                pause = max(self.interval, 5.0)
+            self._stop.wait(pause)
