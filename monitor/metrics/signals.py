@@ -46,37 +46,29 @@ class Thresholds:
     throttle_s: float = 10.0
 
 
-# Xid number -> (severity, role, what it means, what to do). From NVIDIA's Xid catalogue;
+# Xid number -> (severity, role, what it means, the advice to give). From NVIDIA's Xid catalogue;
 # numbers not listed are reported as errors with a pointer to it.
-_HW_REMEDY = (
-    "Restart the job from its last checkpoint without this node (SLURM: sbatch/srun --exclude={node}) "
-    "and report it; a Slurm admin drains it (scontrol update nodename={node} state=drain reason=xid, "
-    "admin only). Have it checked: nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT; dmesg | grep -i xid. "
-    "A GPU reset (nvidia-smi -r -i {index}, with no process on it, by an admin) or a reboot is needed before reuse."
-)
-_APP_REMEDY = (
-    "Usually the job itself (an out-of-bounds access in a kernel): rerun with CUDA_LAUNCH_BLOCKING=1 "
-    "to see the failing operation, or under compute-sanitizer. If it repeats on this GPU only, suspect the hardware."
-)
+# The advice (rules/advice.toml) for each: "gpu-hardware" or "gpu-app-fault".
+_HW_ADVICE, _APP_ADVICE = "gpu-hardware", "gpu-app-fault"
 XID = {
-    13: ("error", "root", "graphics engine exception", _APP_REMEDY),
-    31: ("error", "root", "GPU memory page fault", _APP_REMEDY),
-    43: ("error", "root", "GPU stopped processing (the application hit a fault)", _APP_REMEDY),
+    13: ("error", "root", "graphics engine exception", _APP_ADVICE),
+    31: ("error", "root", "GPU memory page fault", _APP_ADVICE),
+    43: ("error", "root", "GPU stopped processing (the application hit a fault)", _APP_ADVICE),
     45: ("info", "cascade", "preemptive cleanup: the driver ended a process (usually after it was killed)",
-         "A consequence of a process being stopped; look for why it was stopped."),
-    48: ("error", "root", "double-bit ECC error", _HW_REMEDY),
-    61: ("error", "root", "internal micro-controller breakpoint/warning", _HW_REMEDY),
-    62: ("error", "root", "internal micro-controller halt", _HW_REMEDY),
-    63: ("warning", "root", "ECC page retirement or row remapping recorded", _HW_REMEDY),
-    64: ("error", "root", "ECC page retirement or row remapping failed", _HW_REMEDY),
-    74: ("error", "root", "NVLink error", _HW_REMEDY),
-    79: ("error", "root", "GPU has fallen off the bus", _HW_REMEDY),
-    92: ("warning", "root", "high single-bit ECC error rate", _HW_REMEDY),
-    94: ("error", "root", "contained ECC error (the affected process was ended)", _HW_REMEDY),
-    95: ("error", "root", "uncontained ECC error", _HW_REMEDY),
-    119: ("error", "root", "GSP RPC timeout", _HW_REMEDY),
-    120: ("error", "root", "GSP error", _HW_REMEDY),
-    140: ("error", "root", "unrecovered ECC error", _HW_REMEDY),
+         "gpu-process-ended"),
+    48: ("error", "root", "double-bit ECC error", _HW_ADVICE),
+    61: ("error", "root", "internal micro-controller breakpoint/warning", _HW_ADVICE),
+    62: ("error", "root", "internal micro-controller halt", _HW_ADVICE),
+    63: ("warning", "root", "ECC page retirement or row remapping recorded", _HW_ADVICE),
+    64: ("error", "root", "ECC page retirement or row remapping failed", _HW_ADVICE),
+    74: ("error", "root", "NVLink error", _HW_ADVICE),
+    79: ("error", "root", "GPU has fallen off the bus", _HW_ADVICE),
+    92: ("warning", "root", "high single-bit ECC error rate", _HW_ADVICE),
+    94: ("error", "root", "contained ECC error (the affected process was ended)", _HW_ADVICE),
+    95: ("error", "root", "uncontained ECC error", _HW_ADVICE),
+    119: ("error", "root", "GSP RPC timeout", _HW_ADVICE),
+    120: ("error", "root", "GSP error", _HW_ADVICE),
+    140: ("error", "root", "unrecovered ECC error", _HW_ADVICE),
 }
 
 
@@ -377,16 +369,16 @@ def _event_finding(event: GpuEvent, sample: Sample) -> Finding:
     label = gpu.label if gpu else f"GPU {event.gpu_index}" if event.gpu_index >= 0 else "a GPU"
     ranks = _ranks_on(gpu, sample.job) if gpu else []
     place = {"index": event.gpu_index, "node": _this_node()}
-    hw_remedy = _HW_REMEDY.format(**place)
+    hw_remedy = advice(_HW_ADVICE, **place)
     fields = {"gpu": str(event.gpu_index), "count": str(event.count)}
     severity: Severity = "error"
     role: Role = "root"
     if event.kind == "xid":
         severity, role, meaning, remedy = XID.get(
-            event.code, ("error", "root", "see NVIDIA's Xid catalogue", _HW_REMEDY)
+            event.code, ("error", "root", "see NVIDIA's Xid catalogue", _HW_ADVICE)
         )
         title = f"Xid {event.code} on {label}: {meaning}"
-        remedy = remedy.format(**place)
+        remedy = advice(remedy, **place)
         fields["xid"] = str(event.code)
     elif event.kind == "lost":
         title, remedy = f"{label} has fallen off the bus", hw_remedy
