@@ -3,7 +3,6 @@ run`, secrets in the files beside the log, Ctrl-C's exit code."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess
