@@ -8,7 +8,6 @@ Exit codes: 0 nothing wrong, 1 the job failed (or a check failed), 2 usage or in
 from __future__ import annotations
 
 import argparse
-import sys
 
 from monitor import __version__
 from monitor.commands import check_ckpt, demo, diagnose, metrics, rules, run, watch
@@ -41,9 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
-        from monitor.text import safe_text
+        from monitor.text import say
 
-        print(f"monitor: {safe_text(str(exc))}", file=sys.stderr)
+        say(str(exc))
         return 2
     except KeyboardInterrupt:
         return 130

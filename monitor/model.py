@@ -147,18 +147,19 @@ class Finding:
 
 
 def who(finding: Finding) -> str:
-    """The ranks a finding concerns, in words: ``rank 3``, ``ranks 0,1``, or ``rank ?``."""
+    """The ranks a finding concerns, in words: ``rank 3``, ``ranks 0,1``, or "" when unknown."""
     if len(finding.ranks) > 1:
         return "ranks " + ",".join(map(str, finding.ranks))
-    return f"rank {finding.rank}" if finding.rank is not None else "rank ?"
+    return f"rank {finding.rank}" if finding.rank is not None else ""
 
 
 def one_line(finding: Finding) -> str:
     """The one-line form of a finding, the same wherever one is printed as a line (``watch
-    --headless``, ``monitor run``'s notes on stderr): severity, ranks, title, and where."""
+    --headless``, ``monitor run``'s notes on stderr, the demo): severity, ranks, title, where."""
     finding = finding.for_display()
-    where = f"  ({finding.file}:{finding.line})" if finding.file else f"  ({finding.origin})"
-    return f"{finding.severity.upper():<7} {who(finding)}: {finding.title}{where}"
+    where = f"  ({finding.file}:{finding.line})" if finding.line else f"  ({finding.origin})"
+    ranks = who(finding)
+    return f"{finding.severity.upper():<7} {ranks + ': ' if ranks else ''}{finding.title}{where}"
 
 
 def chronological(findings: list[Finding]) -> list[Finding]:

@@ -73,6 +73,14 @@ def safe_json(data, **options) -> str:
     return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
+def say(text: str) -> None:
+    """One line from the monitor on stderr (``monitor: ...``), cleaned, flushed at once: stdout
+    stays the job's bytes (``run --headless``) or one finding per line (``watch --headless``)."""
+    import sys
+
+    print(f"monitor: {safe_text(text)}", file=sys.stderr, flush=True)
+
+
 def is_clean(text: str) -> bool:
     """Whether ``text`` is one line as ``clean`` leaves it: no line break, no control, escape or
     invisible format character. For a consumer that must not trust its input to be cleaned."""

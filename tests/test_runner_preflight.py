@@ -7,8 +7,10 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pynvml
 import pytest
 
@@ -206,6 +208,10 @@ def test_busy_gpu_is_named_by_the_ordinal_the_job_sees_and_its_process():
     gpus[2].memory_used = 60 * GIB
     with subprocess.Popen(["sleep", "60"]) as leftover:
         try:
+            # Until the child has exec'd, /proc names it after this interpreter (a race under load).
+            deadline = time.monotonic() + 10
+            while psutil.Process(leftover.pid).cmdline() != ["sleep", "60"] and time.monotonic() < deadline:
+                time.sleep(0.01)
             gpus[2].processes = [FakeProcess(leftover.pid, 59 * GIB), FakeProcess(NO_SUCH_PID, GIB)]
             fake = FakeNvml(gpus)
             [busy] = gpus_of(fake, torchrun(2), "3,2")

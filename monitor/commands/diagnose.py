@@ -21,14 +21,14 @@ def run(args: argparse.Namespace) -> int:
     from monitor.cli import UsageError
     from monitor.diagnosis.diagnose import MissingPath, diagnose_paths
     from monitor.logs.reader import path_error
-    from monitor.text import safe_json, safe_text
+    from monitor.text import safe_json, say
 
     # As grep does: a path that does not exist is said on stderr and makes the exit code 2, and
     # the others are still diagnosed (a glob of logs where one rotated away still gets its answer).
     errors = {path: path_error(path) for path in args.paths}
     missing = [f"{path}: {error}" for path, error in errors.items() if error is not None]
     for problem in missing:
-        print(f"monitor: {safe_text(problem)}", file=sys.stderr)
+        say(problem)
     present = [path for path, error in errors.items() if error is None]
     if not present:
         return 2
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     diagnosis.problems = missing + diagnosis.problems
     if not diagnosis.files:  # not one log could be read: an input error, said on stderr
         for problem in diagnosis.problems[len(missing):] or ["no log files found"]:
-            print(f"monitor: {safe_text(problem)}", file=sys.stderr)
+            say(problem)
         return 2
     if args.json:
         print(safe_json(diagnosis.to_json(), indent=2))

@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from monitor.metrics.render import render_finding, render_sample
     from monitor.metrics.sampler import Sampler
     from monitor.metrics.signals import SignalDetector
+    from monitor.text import say
 
     if args.interval < 0.1:
         raise UsageError(f"--interval {args.interval}: must be at least 0.1 seconds")
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             history.add(sample)
             findings = detector.update(sample, history)
             if recorder is not None and not recorder.write(sample) and recorder.error:
-                print(f"monitor: {recorder.error}", file=sys.stderr)
+                say(recorder.error)  # names the file, which may hold anything
                 recorder = None
             if args.json:
                 data = sample.to_json()

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _presenter():
     """The screen that shows the job, or None (headless) when textual cannot be loaded."""
-    from monitor.runner.supervise import say
+    from monitor.text import say
 
     try:
         from monitor.tui import launch_run

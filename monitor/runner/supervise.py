@@ -9,8 +9,8 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitor.metrics.sampler import Sampler
@@ -21,7 +21,7 @@ from monitor.runner.job import CaptureOptions, Job, JobStartError, new_log_path,
 from monitor.runner.recorder import write_state
 from monitor.session.feeds import MORE_PATHS_EVERY_S, MetricsPump, SamplerFeed
 from monitor.session.job_session import JobSession
-from monitor.text import safe_text
+from monitor.text import say
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -38,10 +38,6 @@ class RunOptions:
     restart_delay_s: float = 5.0
     # Silence before the screen reports a possible hang (None: the live session's default).
     stall_after_s: float | None = None
-
-
-def say(text: str) -> None:
-    print(f"monitor: {safe_text(text)}", file=sys.stderr, flush=True)
 
 
 def _finding_line(finding: Finding) -> str:

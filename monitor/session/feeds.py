@@ -143,6 +143,16 @@ class SamplerFeed:
             self.samples_file.close()
 
 
+def watch_sampler(paths):
+    """This machine's metrics Sampler for a watch of ``paths`` (no job of ours): the disk space
+    of the folders the logs are in."""
+    from pathlib import Path
+
+    from monitor.metrics.sampler import Sampler
+
+    return Sampler(watch_dirs=sorted({str(p if Path(p).is_dir() else Path(p).parent) for p in paths}))
+
+
 class MetricsPump:
     """Samples a MetricsFeed every ``interval`` s in a thread of its own, for the modes with no
     screen (the screen's worker does the same). The next sample is taken ``interval`` after the

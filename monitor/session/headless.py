@@ -14,13 +14,9 @@ import sys
 import threading
 
 from monitor.model import Diagnosis, one_line
-from monitor.session.feeds import MetricsPump, SamplerFeed
+from monitor.session.feeds import MetricsPump, SamplerFeed, watch_sampler
 from monitor.session.job_session import JobSession
-from monitor.text import safe_json, safe_text
-
-
-def say(text: str) -> None:
-    print(f"monitor: {safe_text(text)}", file=sys.stderr, flush=True)
+from monitor.text import safe_json, say
 
 
 def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = False,
@@ -32,7 +28,7 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
     stop = stop or threading.Event()
     restore = _stop_on_signals(stop)
     session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after)
-    pump = MetricsPump(SamplerFeed(sampler or _sampler(paths), session.post), warn=say).start()
+    pump = MetricsPump(SamplerFeed(sampler or watch_sampler(paths), session.post), warn=say).start()
     try:
         for problem in session.problems:
             say(problem)
@@ -57,14 +53,6 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
     diagnosis = session.diagnosis()
     _summary(diagnosis, out, as_json)
     return 1 if diagnosis.failed else 0
-
-
-def _sampler(paths):
-    from pathlib import Path
-
-    from monitor.metrics.sampler import Sampler
-
-    return Sampler(watch_dirs=sorted({str(p if Path(p).is_dir() else Path(p).parent) for p in paths}))
 
 
 def _summary(diagnosis: Diagnosis, out, as_json: bool) -> None:

@@ -81,14 +81,10 @@ class JobSession:
         for finding in findings:
             self._posted.put(finding)
 
-    def add(self, findings: list[Finding]) -> list[Finding]:
-        """Findings from the session's own thread (preflight checks, the job's exit); returns
-        those that are new."""
-        new = []
+    def add(self, findings: list[Finding]) -> None:
+        """Findings from the session's own thread (preflight checks, the job's exit)."""
         for finding in findings:
-            if self._take_in(finding):
-                new.append(finding)
-        return new
+            self._take_in(finding)
 
     def job_ended(self, exit_finding: Finding | None) -> None:
         """How the job exited (``runner.explain.exit_finding``; None: a clean exit). It is the
@@ -122,13 +118,7 @@ class JobSession:
                 if self.engine.has_pending(file):  # else there is nothing to complete
                     step.new_findings += self._taken(self.engine.flush(file))
                 del self._quiet_since[file]
-        while True:
-            try:
-                finding = self._posted.get_nowait()
-            except queue.Empty:
-                break
-            if self._take_in(finding):
-                step.new_findings.append(finding)
+        step.new_findings += self._take_posted()
         self._update_stall(step, now)
         step.version = self.version
         step.files = self.follower.files
@@ -147,15 +137,7 @@ class JobSession:
         update = self.follower.close()
         self._feed(update.lines, update.ended, self._clock(), [])
         self.problems += update.problems
-        self.take_posted()
-
-    def take_posted(self) -> None:
-        """Take in what other threads posted, without reading the logs (after ``close``)."""
-        while True:
-            try:
-                self._take_in(self._posted.get_nowait())
-            except queue.Empty:
-                return
+        self._take_posted()
 
     # -- results -----------------------------------------------------------------------------
     @property
@@ -180,6 +162,17 @@ class JobSession:
         return diagnosis
 
     # -- internals ---------------------------------------------------------------------------
+    def _take_posted(self) -> list[Finding]:
+        """Take in what other threads posted; returns the findings that are new."""
+        new = []
+        while True:
+            try:
+                finding = self._posted.get_nowait()
+            except queue.Empty:
+                return new
+            if self._take_in(finding):
+                new.append(finding)
+
     def _take_in(self, finding: Finding) -> bool:
         """A finding from outside the logs joins the engine (ordered at this point of the
         logs); one it holds already only changed."""

@@ -8,8 +8,6 @@ app without running it (tests drive it with ``App.run_test``).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 
 def launch_watch(paths, *, catalogue, poll: bool = False, stall_after: float | None = None) -> int:
     """Follow ``paths`` (files, folders, globs) live until the user quits."""
@@ -29,14 +27,12 @@ def launch_demo(replayer, *, catalogue) -> int:
 
 
 def watch_app(paths, *, catalogue, poll: bool = False, stall_after: float | None = None):
-    from monitor.metrics.sampler import Sampler
-    from monitor.session.feeds import SamplerFeed, SessionFeed
+    from monitor.session.feeds import SamplerFeed, SessionFeed, watch_sampler
     from monitor.session.job_session import JobSession
     from monitor.tui.app import MonitorApp
 
     session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after)
-    watch_dirs = sorted({str(p if Path(p).is_dir() else Path(p).parent) for p in paths})
-    metrics = SamplerFeed(Sampler(watch_dirs=watch_dirs), session.post)
+    metrics = SamplerFeed(watch_sampler(paths), session.post)
     title = "watching " + " ".join(str(p) for p in paths)
     return MonitorApp(SessionFeed(session), metrics, title=title)
 
