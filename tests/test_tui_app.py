@@ -364,3 +364,35 @@ async def test_a_narrow_screen_keeps_the_title_column():
         assert table.row_count == len(app.query_one(FindingsPanel).findings) > 0
         panel = app.query_one(FindingsPanel)
         assert str(table.get_row_at(0)[-1]) == panel.findings[0].title == panel.root.title
+
+
+async def test_a_new_root_cause_takes_the_detail_from_an_earlier_note_but_a_users_choice_stays():
+    # A preflight note is the only finding while the job runs; when the job fails, the detail must
+    # show the failure, not keep the note the cursor happened to be on.
+    from monitor.model import Finding
+
+    note = Finding(rule="preflight-no-gpu", category="preflight", severity="info", role="confirm",
+                   title="No NVIDIA GPU visible", origin="preflight", seq=9)
+    findings, root = crash_findings()
+    feed = ScriptedLogFeed([LogBatch(findings=[note], root_cause=None)])
+    app = MonitorApp(feed, None, clock=lambda: 0.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        panel = app.query_one(FindingsPanel)
+        for _ in range(50):
+            await pilot.pause(0.02)
+            if panel.findings:
+                break
+        assert panel.selected().rule == "preflight-no-gpu"
+        feed.batches.put(LogBatch(lines=crash_lines(), findings=[note, *findings], root_cause=root))
+        for _ in range(50):
+            await pilot.pause(0.02)
+            if panel.root is not None:
+                break
+        assert panel.selected().title == root.title
+        assert "ValueError on rank 2" in str(panel.query_one("#finding-text").render())
+        panel.table.focus()
+        await pilot.press("down")  # the user looks at another finding: it stays while counts change
+        chosen = panel.selected().id
+        feed.batches.put(LogBatch(findings=[note, *findings], root_cause=root))
+        await pilot.pause(0.3)
+        assert panel.selected().id == chosen

@@ -146,6 +146,10 @@ class FindingsPanel(Container):
         table = self.table
         selected = self.selected_key()
         root_key = root.id if root else None
+        if root_key is not None and root_key != (self.root.id if self.root else None):
+            # A new root cause comes into view; until then the cursor stays where it was (a
+            # preflight note shown before the job failed must not hide the failure).
+            selected = root_key
         # The root cause may be the engine's reading of a finding (with only timeouts: "rank 7
         # stalled", the rank that never reached the collective): show that, as diagnose does.
         findings = [root if f.id == root_key else f for f in findings]
@@ -166,8 +170,8 @@ class FindingsPanel(Container):
             table.clear()
             for key, cells in rows:
                 table.add_row(*cells, key=key)
-            if selected in self._by_key:
-                table.move_cursor(row=table.get_row_index(selected), animate=False)
+        if selected in self._by_key and selected != self.selected_key():
+            table.move_cursor(row=table.get_row_index(selected), animate=False)
         self._keys = [key for key, _ in rows]
         self._shown = dict(rows)
         self._show_detail()
