@@ -48,3 +48,12 @@ def test_the_shm_advice_is_written_once_and_shown_by_preflight_metrics_and_the_e
             subprocess.run(["umount", str(shm)], check=True)
     for path in (ROOT / "monitor").rglob("*.py"):
         assert "--shm-size" not in path.read_text(), path  # the advice lives in advice.toml only
+
+
+def test_monitor_rules_test_runs_the_advice_examples_too(capsys):
+    from monitor.cli import main
+
+    catalogue = load_catalogue(include_user=False)
+    rule_examples = sum(len(r.examples_match) + len(r.examples_no_match) for r in catalogue.rules)
+    assert main(["rules", "test", "--no-user-rules"]) == 0
+    assert f"{rule_examples + len(shipped())} examples, 0 failed" in capsys.readouterr().out
