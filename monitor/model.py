@@ -19,8 +19,8 @@ Severity = Literal["error", "warning", "info"]
 Role = Literal["root", "cascade", "confirm"]
 # Where a finding came from: a log line (a rule, or an uncaught exception), the metrics (NVML,
 # psutil), the checks before the launch, a checkpoint check, how the job exited, the silence
-# of every log (a stall), or the stacks of live ranks.
-Origin = Literal["log", "metrics", "preflight", "checkpoint", "exit", "stall", "stacks"]
+# of every log (a stall), the stacks of live ranks, or their flight-recorder dumps.
+Origin = Literal["log", "metrics", "preflight", "checkpoint", "exit", "stall", "stacks", "flight-recorder"]
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -159,7 +159,9 @@ def one_line(finding: Finding) -> str:
     finding = finding.for_display()
     where = f"  ({finding.file}:{finding.line})" if finding.line else f"  ({finding.origin})"
     ranks = who(finding)
-    return f"{finding.severity.upper():<7} {ranks + ': ' if ranks else ''}{finding.title}{where}"
+    if not ranks or finding.title.startswith(ranks):
+        return f"{finding.severity.upper():<7} {finding.title}{where}"
+    return f"{finding.severity.upper():<7} {ranks}: {finding.title}{where}"
 
 
 def chronological(findings: list[Finding]) -> list[Finding]:

@@ -27,11 +27,17 @@ ALLOWED = {
     "diagnosis": {"text", "model", "units", "logs"},
     "metrics": {"text", "model", "units", "diagnosis"},  # diagnosis.advice: remedies as data
     "checkpoints": {"text", "model", "units"},
-    "session": {"text", "model", "units", "logs", "diagnosis", "metrics"},
-    "runner": {"text", "model", "units", "logs", "diagnosis", "metrics", "checkpoints", "session"},
-    "demo": {"text", "model", "units", "logs", "metrics"},
+    "files": set(),
+    "stacks": {"text", "model", "units", "diagnosis"},  # diagnosis.secrets: command lines masked
+    "flight_recorder": {"text", "model"},
+    "evidence": {"text", "model", "stacks", "flight_recorder"},
+    "session": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "stacks", "flight_recorder"},
+    "runner": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "checkpoints", "session",
+               "flight_recorder"},
+    "demo": {"text", "model", "units", "logs", "metrics", "flight_recorder"},
     # The UI sits on the core; only the commands (and the CLI above them) may reach it.
-    "tui": {"text", "model", "units", "logs", "diagnosis", "metrics", "session", "progress", "demo", "runner"},
+    "tui": {"text", "model", "units", "logs", "diagnosis", "metrics", "session", "progress", "demo", "runner",
+            "stacks"},
 }
 CORE = [package for package in ALLOWED if package != "tui"]
 # The demo's torch job and the script that records it: they are torch programs, not the monitor.

@@ -9,7 +9,10 @@ from monitor.commands.options import add_rules_options, load_rules
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("diagnose", help="Explain why a training job failed, from its logs (post-mortem).", description="Explain why a training job failed, from its logs (post-mortem). Exit 0: no failure found, 1: a failure, 2: usage or input error.")
-    parser.add_argument("paths", nargs="+", metavar="LOG_OR_DIR", help="log files (.gz too) or folders of logs (torchrun --log-dir, SLURM outputs)")
+    parser.add_argument("paths", nargs="+", metavar="LOG_OR_DIR",
+                        help="log files (.gz too) or folders of logs (torchrun --log-dir, SLURM outputs, a "
+                             "`monitor run` log folder with its stacks and flight-recorder dumps); "
+                             "flight-recorder dump files and run-X.stacks.json may be given too")
     parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     add_rules_options(parser)
     parser.set_defaults(func=run)
@@ -19,7 +22,10 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from monitor.cli import UsageError
+    from pathlib import Path
+
     from monitor.diagnosis.diagnose import MissingPath, diagnose_paths
+    from monitor.evidence import is_evidence_file, read_evidence
     from monitor.logs.reader import path_error
     from monitor.text import safe_json, say
 
@@ -33,11 +39,14 @@ def run(args: argparse.Namespace) -> int:
     if not present:
         return 2
     catalogue = load_rules(args)
+    evidence = read_evidence([Path(p) for p in present])
+    logs = [path for path in present if not is_evidence_file(Path(path))]
     try:
-        diagnosis = diagnose_paths(present, catalogue)
+        diagnosis = diagnose_paths(logs, catalogue, evidence=evidence.findings)
     except MissingPath as exc:  # MissingPath: deleted since we looked
         raise UsageError(str(exc)) from None
-    diagnosis.problems = missing + diagnosis.problems
+    diagnosis.problems = missing + evidence.problems + diagnosis.problems
+    diagnosis.files += [f for f in evidence.files if f not in diagnosis.files]
     if not diagnosis.files:  # not one log could be read: an input error, said on stderr
         for problem in diagnosis.problems[len(missing):] or ["no log files found"]:
             say(problem)

@@ -32,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                         help="after a stop signal, SIGKILL what is left after this long (default 10)")
     add_stall_option(parser, "on the screen and headless,")
+    parser.add_argument("--no-flight-recorder", action="store_true",
+                        help="leave the job's PyTorch flight-recorder variables alone (by default they are set "
+                             "unless the job set them: dumps go to run-X.fr/ beside the log)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the job: -- CMD ARGS...")
     parser.set_defaults(func=run)
 
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         command=command, log_dir=args.log_dir, headless=args.headless,
         preflight=not args.no_preflight, max_restarts=args.restart,
         checkpoint_dirs=args.watch_ckpt, grace_s=args.grace, restart_delay_s=args.restart_delay,
-        stall_after_s=args.stall_after,
+        stall_after_s=args.stall_after, flight_recorder=not args.no_flight_recorder,
     )
     return supervise(options, catalogue, None if args.headless else _presenter())
 

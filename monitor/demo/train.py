@@ -4,13 +4,15 @@ Run it under ``torchrun --nproc-per-node 2 -m monitor.demo.train --scenario hang
 ``python -m monitor.demo.train`` for one rank) to see a failure happen for real:
 
 - ``ok``        trains a few steps, saves a checkpoint atomically, exits 0;
-- ``hang``      one rank stalls before a collective, so its peers time out in gloo;
+- ``hang``      one rank stalls loading its batch, so its peers time out in gloo waiting for it;
 - ``crash``     one rank raises a ValueError from "user code";
 - ``sigkill``   one rank is SIGKILLed (what the kernel OOM killer does);
 - ``nan``       a huge learning rate drives the loss to NaN and the job stops;
 - ``bad-ckpt``  a truncated checkpoint is loaded and torch.load fails.
 
-Output is flushed line by line, so the ranks interleave in a shared log as real jobs do.
+Output is flushed line by line, so the ranks interleave in a shared log as real jobs do. Under
+``monitor run`` the job answers flight-recorder dump requests (gloo does not by itself; see
+``monitor/flight_recorder/serve.py``).
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from monitor.flight_recorder.serve import serve_dump_requests
+
 SCENARIOS = ("ok", "hang", "crash", "sigkill", "nan", "bad-ckpt")
-# Scenarios where the failing rank fails as it starts --fail-step (hang stalls later in the
-# step, just before its collective; nan diverges on every rank by itself).
+# Scenarios where the failing rank fails as it starts --fail-step (hang stalls loading the
+# step's batch; nan diverges on every rank by itself).
 FAIL_AT_STEP_START = ("crash", "sigkill", "bad-ckpt")
 FEATURES = 16
 BATCH = 32
@@ -91,8 +95,11 @@ def init_distributed(timeout_s: float) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def make_batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A deterministic batch per (step, rank): y is a fixed linear function of x plus noise."""
+def load_batch(step: int, rank: int, stall_s: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A deterministic batch per (step, rank): y is a fixed linear function of x plus noise.
+    ``stall_s``: how long reading it blocks (a hung file system read, a stuck data worker)."""
+    if stall_s:
+        time.sleep(stall_s)
     gen = torch.Generator().manual_seed(1000 * step + rank)
     x = torch.randn(BATCH, FEATURES, generator=gen)
     true_w = torch.linspace(-1.0, 1.0, FEATURES).unsqueeze(1)
@@ -118,12 +125,6 @@ def write_truncated_copy(src: Path, dst: Path) -> None:
 
 def log(rank: int, message: str) -> None:
     print(f"[rank{rank}] {message}", flush=True)
-
-
-def stall_before_collective(args: argparse.Namespace, rank: int, step: int) -> None:
-    """Stall past the peers' collective timeout, so they give up waiting in all_reduce."""
-    log(rank, f"step {step}: stalling for {args.timeout * 3:g}s before the next collective")
-    time.sleep(args.timeout * 3)
 
 
 def fail_now(args: argparse.Namespace, rank: int, step: int,
@@ -155,6 +156,7 @@ def prepare_bad_checkpoint(rank: int, model: nn.Module, ckpt_dir: Path) -> None:
 
 def train(args: argparse.Namespace) -> int:
     rank, world = init_distributed(args.timeout)
+    serve_dump_requests()
     rank_to_fail = args.rank_to_fail if args.rank_to_fail is not None else min(1, world - 1)
     if not 0 <= rank_to_fail < world:
         dist.destroy_process_group()
@@ -211,13 +213,14 @@ def run_steps(args: argparse.Namespace, rank: int, world: int, rank_to_fail: int
         failing = step == args.fail_step and rank == rank_to_fail
         if failing and args.scenario in FAIL_AT_STEP_START:
             fail_now(args, rank, step, model.module, ckpt_dir)
-        x, y = make_batch(step, rank)
+        stall_s = args.timeout * 3 if failing and args.scenario == "hang" else 0.0
+        if stall_s:
+            log(rank, f"step {step}: loading the batch will block for {stall_s:g}s (past the peers' timeout)")
+        x, y = load_batch(step, rank, stall_s)
         loss = loss_fn(model(x), y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if failing and args.scenario == "hang":
-            stall_before_collective(args, rank, step)
         # Average the loss over ranks for logging: a collective every step, as real jobs have.
         mean_loss = loss.detach().clone()
         dist.all_reduce(mean_loss)

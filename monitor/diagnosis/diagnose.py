@@ -6,7 +6,7 @@ from pathlib import Path
 
 from monitor.diagnosis.catalogue import Catalogue
 from monitor.diagnosis.engine import Engine
-from monitor.model import Diagnosis
+from monitor.model import Diagnosis, Finding
 from monitor.logs.reader import UnreadableLog, find_logs, path_error, read_log
 from monitor.diagnosis.scan import scan_file
 
@@ -15,8 +15,10 @@ class MissingPath(Exception):
     """A path given on the command line does not exist (a usage error)."""
 
 
-def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True) -> Diagnosis:
+def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: list[Finding] = ()) -> Diagnosis:
     """Reads every log file of ``paths`` (files, .gz, folders) and diagnoses the job.
+    ``evidence``: findings from beside the logs (``monitor.evidence``: stacks, flight-recorder
+    dumps), weighed with the logs' for the root cause.
 
     ``fast`` scans chunks with the prefilter (``scan.py``); ``fast=False`` feeds every line, the
     reference path. Both give the same findings. Raises MissingPath before reading anything.
@@ -55,6 +57,8 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True) -> Diagnosis:
                     unread.append(name)
             finally:
                 engine.flush(name)
+    for finding in evidence:
+        engine.add_external(finding)
     diagnosis = engine.diagnosis(files)
     diagnosis.problems = problems + diagnosis.problems
     diagnosis.unread = unread

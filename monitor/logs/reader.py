@@ -47,9 +47,13 @@ _SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"
                   (stat.S_ISSOCK, "a socket"))
 
 
+# What ``monitor run`` writes beside a log that reads like one but is not the job's output.
+NOT_LOGS = (".stacks.txt",)
+
+
 def is_log_like(path: Path) -> bool:
     name = path.name.lower()
-    if name.startswith("."):
+    if name.startswith(".") or name.endswith(NOT_LOGS):
         return False
     if name.endswith(".gz"):
         name = name[:-3]

@@ -106,7 +106,10 @@ class Job:
         self._status_lock = threading.Lock()  # state() is read by the guard and the monitor alike
 
     @classmethod
-    def start(cls, command: list[str], log_path: Path, options: CaptureOptions = CaptureOptions()) -> Job:
+    def start(cls, command: list[str], log_path: Path, options: CaptureOptions = CaptureOptions(),
+              env: dict[str, str] | None = None) -> Job:
+        """Start ``command`` under a recorder writing ``log_path``; ``env``: the job's environment
+        (default: ours). Raises JobStartError."""
         state_path = side_file(log_path, "job")
         args = [sys.executable, "-c", RECORDER_BOOT, "--log", str(log_path),
                 "--state", str(state_path), "--grace", str(options.grace_s),
@@ -126,7 +129,7 @@ class Job:
         try:
             recorder = subprocess.Popen(
                 [*args, "--status-fd", str(status_write), "--output-fds", f"{output_read},{output_write}",
-                 "--", *command], stdin=subprocess.DEVNULL,
+                 "--", *command], stdin=subprocess.DEVNULL, env=env,
                 stdout=None if options.tee else subprocess.DEVNULL,
                 pass_fds=(status_write, output_read, output_write),
                 start_new_session=True,  # our terminal's Ctrl-C and hang-up must not reach it directly

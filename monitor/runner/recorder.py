@@ -35,6 +35,7 @@ import tty
 from pathlib import Path
 
 from monitor.diagnosis.secrets import mask_data
+from monitor.files import replace_file
 from monitor.runner.processes import become_subreaper, descendants, exit_status_code, signal_job
 
 CHUNK = 1 << 20
@@ -53,29 +54,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def write_state(path: Path, state: dict) -> str | None:
-    """Replace a JSON side file atomically, so a reader never sees half of it. Credentials in it
-    (the job's command line, environment) are masked and the file is readable by its owner only.
-    Never raises: returns None, or one line saying why it could not be written (a full disk must
-    not turn a good job into a failed one)."""
-    tmp = path.with_name(path.name + ".tmp")
-    data = json.dumps(mask_data(state), indent=1, default=str).encode()
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.fchmod(fd, 0o600)  # a stale .tmp of another mode
-            _, error = write_fully(fd, data)
-        finally:
-            os.close(fd)
-        if error is not None:
-            raise error
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        return f"cannot write {path}: {(exc.strerror or str(exc))}"
-    return None
+    """Replace a JSON side file atomically (``files.replace_file``), credentials in it (the job's
+    command line, environment) masked. Never raises: returns None or one line saying why not."""
+    return replace_file(path, json.dumps(mask_data(state), indent=1, default=str).encode())
 
 
 def destination_name(fd: int) -> str:

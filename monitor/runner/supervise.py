@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from monitor.flight_recorder import variables as flight_recorder
 from monitor.metrics.sampler import Sampler
 from monitor.metrics.samples_file import SamplesFile, samples_path
 from monitor.model import Diagnosis, Finding, one_line
@@ -20,6 +21,7 @@ from monitor.runner import explain, launchers, preflight, restart
 from monitor.runner.job import CaptureOptions, Job, JobStartError, new_log_path, side_file
 from monitor.runner.recorder import write_state
 from monitor.session.feeds import MORE_PATHS_EVERY_S, MetricsPump, SamplerFeed
+from monitor.session.hang_probe import HangProbe
 from monitor.session.job_session import JobSession
 from monitor.text import say
 
@@ -36,8 +38,10 @@ class RunOptions:
     checkpoint_dirs: list[Path] = field(default_factory=list)
     grace_s: float = 10.0
     restart_delay_s: float = 5.0
-    # Silence before the screen reports a possible hang (None: the live session's default).
+    # Silence before the session reports a possible hang (None: the live session's default).
     stall_after_s: float | None = None
+    # Turn on the job's flight recorder (unless it set the variables itself), dumps in the run's folder.
+    flight_recorder: bool = True
 
 
 def _finding_line(finding: Finding) -> str:
@@ -137,15 +141,16 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
     headless = present is None
     capture = CaptureOptions(tee=headless, use_pty=not headless or sys.stdout.isatty(),
                              grace_s=options.grace_s)
+    recorder, env = _flight_recorder(options, log_path, attempt)
     with StopForwarder() as forwarder:
         try:
-            job = Job.start(options.command, log_path, capture)
+            job = Job.start(options.command, log_path, capture, env)
         except JobStartError as exc:
             say(f"{exc}")
             return exc.exit_code, restart.RestartDecision(False, str(exc)), None
         forwarder.attach(job)
         say(f"recording to {log_path} (job pid {job.pid})")
-        session, metrics = open_session(job, catalogue, checks, options.stall_after_s)
+        session, metrics = open_session(job, catalogue, checks, options.stall_after_s, recorder)
         watcher = _start_checkpoint_watch(options.checkpoint_dirs, job, session.post)
         try:
             if not headless and not _run_tui(present, job, session, metrics):
@@ -166,13 +171,33 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
     return code, decision, diagnosis.root_cause.category if diagnosis.root_cause else None
 
 
-def open_session(job: Job, catalogue, checks: list[Finding] = (), stall_after: float | None = None
-                 ) -> tuple[JobSession, SamplerFeed]:
-    """The job's session (its logs, the preflight findings, its stop requests) and its metrics
-    feed (the job's processes; each sample kept in ``run-X.metrics.jsonl``, findings posted to
-    the session): what the screen shows and the end report explains."""
+def _flight_recorder(options: RunOptions, log_path: Path, attempt: int
+                     ) -> tuple[flight_recorder.RecorderPlan | None, dict[str, str] | None]:
+    """The flight-recorder plan of this attempt (dumps in ``run-X.fr/``) and the job's
+    environment with it; (None, None) when turned off or the folder cannot be made."""
+    if not options.flight_recorder:
+        return None, None
+    # Absolute: the ranks may change folder, and `monitor stacks` finds the pipes from elsewhere.
+    plan = flight_recorder.plan(log_path.absolute().with_name(log_path.stem + ".fr"), os.environ)
+    try:
+        plan.folder.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        say(f"flight recorder not set up: cannot make {plan.folder}: {exc.strerror}")
+        return None, None
+    if attempt == 1:
+        say(plan.describe())
+    return plan, {**os.environ, **plan.set}
+
+
+def open_session(job: Job, catalogue, checks: list[Finding] = (), stall_after: float | None = None,
+                 recorder: flight_recorder.RecorderPlan | None = None) -> tuple[JobSession, SamplerFeed]:
+    """The job's session (its logs, the preflight findings, its stop requests, a probe that
+    takes the ranks' stacks and dumps when they seem to hang) and its metrics feed (the job's
+    processes; each sample kept in ``run-X.metrics.jsonl``, findings posted to the session):
+    what the screen shows and the end report explains."""
+    probe = HangProbe(job.pids, job.log_path, lambda findings: session.post(findings), recorder)
     session = JobSession([job.log_path, *job.extra_log_paths()], catalogue, stall_after=stall_after,
-                         stop_requested=lambda: job.stop_requested)
+                         stop_requested=lambda: job.stop_requested, probe=probe)
     session.add([copy.copy(finding) for finding in checks])  # one copy per attempt: the session numbers them
     metrics = SamplerFeed(Sampler(job_pids=job.pids, watch_dirs=[str(job.log_path.parent)]), session.post,
                           samples_file=_samples_file(job.log_path))

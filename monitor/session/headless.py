@@ -43,7 +43,7 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
                 out.write((safe_json(finding.to_json()) if as_json else one_line(finding)) + "\n")
                 out.flush()
             if update.cleared and not as_json:
-                out.write(f"cleared  {', '.join(update.cleared)}: output resumed\n")
+                out.write(f"cleared  {', '.join(update.cleared)}: no longer true (output resumed, or a newer look)\n")
                 out.flush()
     finally:
         pump.stop()

@@ -11,7 +11,12 @@ for the root cause like the others (``diagnosis/root_cause.py``):
 - the stall (``possible-hang``, origin ``stall``): added while no stream has printed for the
   threshold and no error explains the silence, withdrawn when output resumes;
 - metric signals and checkpoint checks, from their own threads: ``post`` (thread-safe);
-- the checks before the launch and how the job exited, from the session's thread: ``add``.
+- the checks before the launch and how the job exited, from the session's thread: ``add``;
+- what the ranks' stacks and flight-recorder dumps say (``HangProbe``): taken when the session
+  suspects a hang (the stall, the first timeout, every job GPU idle) or on request
+  (``take_stacks``). A newer capture replaces the older one's findings. Evidence taken during a
+  silence is withdrawn with the stall when output resumes and no error follows within
+  ``PROBATION_S`` (a long evaluation on one rank looks like a hang until it ends).
 
 The screen (``monitor/tui``), ``watch --headless``, ``run --headless``, the end report and
 ``run-X.diagnosis.json`` all render from a session, so a job gets the same root cause in every
@@ -30,11 +35,19 @@ from monitor.diagnosis.engine import Engine
 from monitor.diagnosis.root_cause import mark_requested_stop
 from monitor.logs.follow import Follower
 from monitor.logs.ranks import line_rank, rank_from_path
-from monitor.model import Diagnosis, Finding, LogLine
+from monitor.model import SEVERITY_ORDER, TIMEOUT_CATEGORIES, Diagnosis, Finding, LogLine
+from monitor.session.hang_probe import NOT_TAKEN_RULE, HangProbe
 from monitor.session.stall import StallDetector
 
 # A record spanning lines (a traceback) is complete when its file has been quiet this long.
 IDLE_FLUSH_S = 0.5
+# At the end, how long a capture under way may take to finish (its dumps may never come).
+PROBE_JOIN_S = 3.0
+# After a silence ends, how long an error may take to show that it was a hang after all.
+PROBATION_S = 20.0
+EVIDENCE_ORIGINS = ("stacks", "flight-recorder")
+# Metric signal that, like a stall, makes the session look inside the job.
+GPUS_IDLE_RULE = "metrics-gpus-idle"
 
 
 @dataclass(slots=True)
@@ -52,10 +65,11 @@ class SessionUpdate:
 class JobSession:
     def __init__(self, paths, catalogue, *, poll: bool = False, stall_after: float | None = None,
                  clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time,
-                 stop_requested: Callable[[], bool] | None = None) -> None:
+                 stop_requested: Callable[[], bool] | None = None, probe: HangProbe | None = None) -> None:
         """``stop_requested``: asked on every step whether the job was asked to stop (``Job.
-        stop_requested``; see ``request_stop``). Raises ``monitor.logs.sources.SourceError`` for a
-        PATH that can never name a file."""
+        stop_requested``; see ``request_stop``). ``probe``: takes the job's stacks when a hang is
+        suspected (a session of logs alone has none). Raises ``monitor.logs.sources.SourceError``
+        for a PATH that can never name a file."""
         self.follower = Follower([str(p) for p in paths], poll=poll)
         self.engine = Engine(catalogue)
         self.stall = StallDetector(stall_after)
@@ -68,6 +82,10 @@ class JobSession:
         self._file_ranks: dict[str, int | None] = {}
         self._quiet_since: dict[str, float] = {}  # files fed since their records were completed
         self._closed = False
+        self.probe = probe
+        self._evidence: dict[str, list[Finding]] = {}  # origin -> the latest capture's findings
+        self._probation: tuple[float, list[Finding]] | None = None
+        self._withdrawn: list[str] = []  # ids withdrawn since the last step
 
     # -- sources -----------------------------------------------------------------------------
     def follow(self, paths) -> None:
@@ -86,10 +104,18 @@ class JobSession:
         for finding in findings:
             self._take_in(finding)
 
+    def take_stacks(self) -> bool:
+        """Take every rank's stack now (a screen's key); False when there is no job to look into
+        or a capture is already running."""
+        return self.probe is not None and self.probe.trigger("request")
+
     def job_ended(self, exit_finding: Finding | None) -> None:
         """How the job exited (``runner.explain.exit_finding``; None: a clean exit). It is the
         root cause only when nothing else is; otherwise it only confirms the cause."""
         if exit_finding is None:
+            if self._probation is not None:  # the silence was no hang: the job finished well
+                self._withdraw(self._probation[1])
+                self._probation = None
             return
         if self.root_cause() is not None:
             exit_finding.role = "confirm"
@@ -120,6 +146,9 @@ class JobSession:
                 del self._quiet_since[file]
         step.new_findings += self._take_posted()
         self._update_stall(step, now)
+        self._look_inside(step, now)
+        step.cleared += self._withdrawn
+        self._withdrawn = []
         step.version = self.version
         step.files = self.follower.files
         return step
@@ -134,6 +163,8 @@ class JobSession:
         if self._closed:
             return
         self._closed = True
+        if self.probe is not None:
+            self.probe.join(PROBE_JOIN_S)  # a capture under way: its findings belong to this job
         update = self.follower.close()
         self._feed(update.lines, update.ended, self._clock(), [])
         self.problems += update.problems
@@ -172,6 +203,8 @@ class JobSession:
                 return new
             if self._take_in(finding):
                 new.append(finding)
+                if finding.origin in EVIDENCE_ORIGINS and finding.rule != NOT_TAKEN_RULE:
+                    self._replace_evidence(finding)
 
     def _take_in(self, finding: Finding) -> bool:
         """A finding from outside the logs joins the engine (ordered at this point of the
@@ -220,13 +253,59 @@ class JobSession:
     def _update_stall(self, step: SessionUpdate, now: float) -> None:
         cleared = self.stall.observe(step.lines, now)
         if cleared is not None:
-            self.engine.withdraw(cleared)
-            step.cleared.append(cleared.id)
+            self._withdraw([cleared])
+            on_trial = [f for found in self._evidence.values() for f in found if f.fields.get("trigger") == "stall"]
+            if on_trial:
+                self._probation = (now + PROBATION_S, on_trial)
+            if self.probe is not None:
+                self.probe.rearm()
         if self.stall.active is None and not step.lines and self._silence_unexplained():
             finding = self.stall.check(now, self._wall_clock())
             if finding is not None:
                 self.engine.add_external(finding)
                 step.new_findings.append(finding)
+                if self.probe is not None:
+                    self.probe.trigger("stall")
+
+    def _look_inside(self, step: SessionUpdate, now: float) -> None:
+        """Take the stacks on the first timeout or idle GPUs; judge evidence on probation."""
+        new = step.new_findings
+        if self.probe is not None:
+            if any(f.category in TIMEOUT_CATEGORIES and f.severity == "error" for f in new):
+                self.probe.trigger("timeout")
+            if any(f.rule == GPUS_IDLE_RULE for f in new):
+                self.probe.trigger("gpus-idle")
+        if self._probation is None:
+            return
+        deadline, on_trial = self._probation
+        if any(f.severity == "error" and f.origin not in EVIDENCE_ORIGINS for f in new):
+            self._probation = None  # the silence ended in a failure: it was a hang, keep what it showed
+        elif now >= deadline:
+            self._probation = None
+            self._withdraw(on_trial)
+
+    def _replace_evidence(self, finding: Finding) -> None:
+        """A newer capture's findings replace the older capture's of the same origin, unless they
+        say less: a capture taken as the ranks exit must not hide the one taken while they hung."""
+        current = self._evidence.get(finding.origin, [])
+        if current and current[0].fields.get("taken") == finding.fields.get("taken"):
+            current.append(finding)  # the same capture's (a dump analysis may make several)
+            return
+        if current and SEVERITY_ORDER[finding.severity] > min(SEVERITY_ORDER[f.severity] for f in current):
+            self._withdraw([finding])
+            return
+        self._withdraw(current)
+        self._evidence[finding.origin] = [finding]
+
+    def _withdraw(self, findings: list[Finding]) -> None:
+        """Findings that are no longer true (output resumed, a newer capture): gone from the
+        findings, and named in the next step's ``cleared``."""
+        for finding in findings:
+            if self.engine.withdraw(finding):
+                self._withdrawn.append(finding.id)
+            for found in self._evidence.values():
+                if finding in found:
+                    found.remove(finding)
 
     def _silence_unexplained(self) -> bool:
         return not any(f.severity == "error" for f in self.engine.findings)

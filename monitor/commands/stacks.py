@@ -1,0 +1,88 @@
+"""`monitor stacks`: Every rank's Python stack now, and the rank that is somewhere else."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "stacks", help="Every rank's Python stack now (py-spy), and the rank that is somewhere else.",
+        description="Take the Python stack of every rank of a running job with py-spy, group the ranks by "
+                    "where they are and name the odd ones out (a rank in user code while the others wait in a "
+                    "collective). Ranks that answer flight-recorder dump requests are asked for a dump too. "
+                    "Exit 0: taken, 1: a rank is stuck or the ranks disagree, 2: no stack could be taken.",
+        usage="monitor stacks (--pid PID | --run LOG) [--json]",
+    )
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--pid", type=int, metavar="PID",
+                        help="the job's launcher (torchrun) or any rank: it and every process under it")
+    target.add_argument("--run", type=Path, metavar="LOG",
+                        help="a job started with `monitor run`: its run-X.log; the stacks are also kept "
+                             "beside it (run-X.stacks.json, .txt)")
+    parser.add_argument("--json", action="store_true", help="print the stacks and the finding as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from monitor.cli import UsageError
+    from monitor.files import replace_file
+    from monitor.flight_recorder.variables import recorder_of
+    from monitor.model import one_line
+    from monitor.runner.job import side_file
+    from monitor.runner.processes import descendants
+    from monitor.session.hang_probe import Look
+    from monitor.stacks import files
+    from monitor.text import safe_json, say
+
+    if args.run is not None:
+        root = _job_pid(args.run, side_file(args.run, "job"))
+    else:
+        root = args.pid
+    pids = [root, *descendants(root)]
+    stacks_json, stacks_text = files.stacks_paths(args.run) if args.run is not None else (None, None)
+    look = Look(pids, "request", recorder_of(pids), stacks_file=str(stacks_text or ""))
+    found = [look.finding] if look.finding is not None else []
+    found += look.read_dumps()
+    if args.run is not None:
+        previous = stacks_json.read_bytes() if stacks_json.exists() else None
+        data = files.updated_json(previous, look.capture, look.finding)
+        for error in (replace_file(stacks_json, data), replace_file(stacks_text, files.render_all(data).encode())):
+            if error:
+                say(error)
+    if args.json:
+        print(safe_json({**files.capture_to_json(look.capture, look.finding),
+                         "findings": [f.to_json() for f in found]}, indent=1))
+    else:
+        print(_safe_block(files.render(look.capture, look.finding)))
+        for finding in found:
+            print(one_line(finding))
+            print(_safe_block(finding.for_display().remedy), end="\n\n")
+    if look.capture.problem:
+        say(look.capture.problem)
+        return 2 if not look.capture.ranked() else 0
+    if not look.capture.ranked():
+        raise UsageError(f"stacks: pid {root}: no Python process to look into")
+    return 1 if any(f.severity == "error" for f in found) else 0
+
+
+def _job_pid(log: Path, state_path: Path) -> int:
+    import json
+
+    from monitor.cli import UsageError
+
+    try:
+        state = json.loads(state_path.read_text())
+        return int(state["job_pid"])
+    except OSError as exc:
+        raise UsageError(f"stacks: {state_path}: {(exc.strerror or str(exc)).lower()} "
+                         f"(is {log} a log written by `monitor run`?)") from None
+    except (ValueError, KeyError, TypeError):
+        raise UsageError(f"stacks: {state_path}: no job pid in it") from None
+
+
+def _safe_block(text: str) -> str:
+    from monitor.text import safe_text
+
+    return safe_text(text, keep_newlines=True)

@@ -1,0 +1,70 @@
+"""What a run's folder holds beside its logs, read post-mortem: the stacks ``monitor run`` took
+(``run-X.stacks.json``) and the ranks' flight-recorder dumps (``run-X.fr/``, or any folder or
+file given). ``diagnose`` weighs their findings with the logs', so a hang diagnosed from the
+folder names the rank the live run named.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from monitor.flight_recorder import dumps as fr_dumps
+from monitor.flight_recorder.match import analyse as analyse_dumps
+from monitor.model import SEVERITY_ORDER, Finding
+from monitor.stacks import files as stacks_files
+
+
+@dataclass(slots=True)
+class Evidence:
+    findings: list[Finding] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)      # the files it came from
+    problems: list[str] = field(default_factory=list)   # one line each, naming the file
+
+
+def is_evidence_file(path: Path) -> bool:
+    """A stacks file or a flight-recorder dump (given by name: not a log to read as text)."""
+    return path.name.endswith(stacks_files.SUFFIX) or fr_dumps.looks_like_dump(path)
+
+
+def read_evidence(paths: list[Path]) -> Evidence:
+    """The evidence in ``paths`` (folders searched recursively, files taken as they are)."""
+    evidence = Evidence()
+    stacks: list[Path] = []
+    dumps: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            stacks += sorted(path.rglob("*" + stacks_files.SUFFIX))
+            dumps += fr_dumps.find_dumps(path)
+        elif path.name.endswith(stacks_files.SUFFIX):
+            stacks.append(path)
+        elif fr_dumps.looks_like_dump(path):
+            dumps.append(path)
+    for path in dict.fromkeys(stacks):
+        _read_stacks(path, evidence)
+    by_folder: dict[Path, list[fr_dumps.RankDump]] = defaultdict(list)
+    for path in dict.fromkeys(dumps):
+        try:
+            by_folder[path.parent].append(fr_dumps.load(path))
+            evidence.files.append(str(path))
+        except fr_dumps.DumpError as exc:
+            evidence.problems.append(str(exc))
+    for folder_dumps in by_folder.values():  # one job's ranks per folder
+        evidence.findings += analyse_dumps(folder_dumps)
+    return evidence
+
+
+def _read_stacks(path: Path, evidence: Evidence) -> None:
+    """The most telling capture of a stacks file: the most severe finding, the newest of equals
+    (the capture taken while the ranks hung, not the one taken as they exited)."""
+    try:
+        captures = stacks_files.read(path)
+    except stacks_files.StacksFileError as exc:
+        evidence.problems.append(str(exc))
+        return
+    evidence.files.append(str(path))
+    findings = [finding for _, finding in captures if finding is not None]
+    if findings:
+        best = min(SEVERITY_ORDER[f.severity] for f in findings)
+        evidence.findings.append([f for f in findings if SEVERITY_ORDER[f.severity] == best][-1])

@@ -1,0 +1,151 @@
+"""Reading flight-recorder dumps without torch, as the untrusted input they are.
+
+A dump is one pickle per rank of builtins only (dicts, lists, tuples, strings, numbers): an
+unpickler that refuses every class loads it and can run no code, whatever the file holds (a
+pickle naming ``os.system`` is refused with one line naming the file). The rank is the number
+at the end of the file's name (torch writes ``<prefix><rank>``).
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import os
+import pickle
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Dumps of 2000 entries with frames are a few MB; this bounds what one file may cost.
+MAX_DUMP_BYTES = 256 << 20
+# A pickle starts with PROTO (0x80) and its version; torch writes protocol 2 (checked on 2.13).
+_PICKLE_START = re.compile(rb"\x80[\x02-\x05]")
+_RANK_AT_END = re.compile(r"(\d+)$")
+
+
+class DumpError(Exception):
+    """A file that is not a dump we can read: one line naming it."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    function: str
+    file: str
+    line: int
+
+    def short(self) -> str:
+        return f"{Path(self.file).name}:{self.line}"
+
+
+@dataclass(slots=True)
+class Entry:
+    """One collective (or point-to-point op) a rank enqueued."""
+
+    group: str                 # the process group's name ("0" is the default group)
+    group_desc: str            # "default_pg", or the name the job gave it
+    seq: int                   # collective_seq_id (p2p_seq_id for point-to-point ops)
+    op: str                    # profiling_name: "nccl:all_reduce", "gloo:broadcast"
+    input_sizes: list
+    input_dtypes: list
+    output_sizes: list
+    output_dtypes: list
+    state: str                 # scheduled / started / completed (gloo says only scheduled)
+    retired: bool              # finished and out of the recorder's live set
+    is_p2p: bool
+    timeout_ms: int | None
+    frames: list[CallSite] = field(default_factory=list)  # innermost first
+
+    def call_site(self) -> CallSite | None:
+        """The innermost frame in the user's code (not torch's), else the innermost frame."""
+        for frame in self.frames:
+            if not any(mark in frame.file for mark in ("/site-packages/", "/dist-packages/", "/lib/python3")):
+                return frame
+        return self.frames[0] if self.frames else None
+
+
+@dataclass(slots=True)
+class RankDump:
+    rank: int
+    path: str
+    version: str
+    groups: dict[str, list[int]]                       # group name -> its global ranks
+    completed: dict[str, int]                          # group name -> last completed collective
+    entries: list[Entry] = field(default_factory=list)
+
+
+def looks_like_dump(path: Path) -> bool:
+    """A regular file that starts as a pickle does (the name says nothing: torch adds only a rank)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False  # the pipes beside the dumps are FIFOs: opening one would block
+        with open(path, "rb") as handle:
+            return bool(_PICKLE_START.match(handle.read(2)))
+    except OSError:
+        return False
+
+
+def find_dumps(folder: Path) -> list[Path]:
+    """The dump files under ``folder`` (recursive, sorted)."""
+    found = []
+    for directory, subdirs, files in os.walk(folder):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        found += [Path(directory) / name for name in sorted(files)
+                  if not name.startswith(".") and not name.endswith(".tmp") and looks_like_dump(Path(directory) / name)]
+    return found
+
+
+class _BuiltinsOnly(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        raise DumpError(f"it names {module}.{name}; a flight-recorder dump holds only plain data")
+
+
+def load(path: Path) -> RankDump:
+    """One rank's dump; raises DumpError (one line, naming the file)."""
+    match = _RANK_AT_END.search(path.name)
+    if match is None:
+        raise DumpError(f"{path}: no rank at the end of the name (torch writes <prefix><rank>)")
+    try:
+        if os.path.getsize(path) > MAX_DUMP_BYTES:
+            raise DumpError(f"{path}: larger than {MAX_DUMP_BYTES >> 20} MB, not read")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DumpError(f"{path}: cannot read: {(exc.strerror or str(exc)).lower()}") from None
+    try:
+        raw = _BuiltinsOnly(io.BytesIO(data)).load()
+    except DumpError as exc:
+        raise DumpError(f"{path}: refused: {exc}") from None
+    except Exception as exc:  # a truncated or corrupt pickle raises anything from EOFError on
+        raise DumpError(f"{path}: not a readable flight-recorder dump ({type(exc).__name__}: {exc})") from None
+    try:
+        return _rank_dump(int(match.group(1)), path, raw)
+    except (KeyError, TypeError, ValueError, AttributeError, SyntaxError) as exc:
+        raise DumpError(f"{path}: not a flight-recorder dump ({type(exc).__name__}: {exc})") from None
+
+
+def _rank_dump(rank: int, path: Path, raw: dict) -> RankDump:
+    if not isinstance(raw, dict) or "entries" not in raw:
+        raise ValueError("no 'entries'")
+    groups = {}
+    for key, config in (raw.get("pg_config") or {}).items():
+        ranks = config.get("ranks", [])
+        groups[str(config.get("name", key))] = [int(r) for r in (ast.literal_eval(ranks) if isinstance(ranks, str) else ranks)]
+    completed = {str(group): int(status.get("last_completed_collective", -1))
+                 for group, status in (raw.get("pg_status") or {}).items() if isinstance(status, dict)}
+    entries = [_entry(e) for e in raw["entries"]]
+    return RankDump(rank=rank, path=str(path), version=str(raw.get("version", "")), groups=groups,
+                    completed=completed, entries=entries)
+
+
+def _entry(e: dict) -> Entry:
+    group, desc = e["process_group"]
+    p2p = bool(e.get("is_p2p"))
+    return Entry(
+        group=str(group), group_desc=str(desc), seq=int(e["p2p_seq_id"] if p2p else e["collective_seq_id"]),
+        op=str(e["profiling_name"]), input_sizes=list(e.get("input_sizes") or []),
+        input_dtypes=list(e.get("input_dtypes") or []), output_sizes=list(e.get("output_sizes") or []),
+        output_dtypes=list(e.get("output_dtypes") or []), state=str(e.get("state", "")),
+        retired=bool(e.get("retired")), is_p2p=p2p, timeout_ms=e.get("timeout_ms"),
+        frames=[CallSite(str(f.get("name", "?")), str(f.get("filename", "?")), int(f.get("line") or 0))
+                for f in e.get("frames") or []],
+    )

@@ -1,0 +1,47 @@
+"""Asking a running job for flight-recorder dumps: each rank of an NCCL job (and of a gloo job
+running ``serve.py``) reads the FIFO ``<pipe prefix><rank>.pipe``; a byte written to it makes
+that rank write ``<dump prefix><rank>``.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import stat
+
+
+def request_dumps(pipe_prefix: str) -> list[str]:
+    """Write to every rank's pipe; returns the pipes that took the request. Never blocks: a pipe
+    nobody reads (its rank ended, or it has not opened it yet) is skipped."""
+    asked = []
+    for path in sorted(glob.glob(glob.escape(pipe_prefix) + "*.pipe")):
+        try:
+            if not stat.S_ISFIFO(os.stat(path).st_mode):
+                continue
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno not in (errno.ENXIO, errno.ENOENT, errno.EACCES):
+                raise
+            continue  # ENXIO: no reader on the other end
+        try:
+            os.write(fd, b"1")
+            asked.append(path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return asked
+
+
+def dumps_since(dump_prefix: str, since: float) -> list[str]:
+    """The dump files written at or after ``since`` (a wall-clock time)."""
+    found = []
+    for path in sorted(glob.glob(glob.escape(dump_prefix) + "*")):
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_mtime >= since and path[len(dump_prefix):].isdigit():
+            found.append(path)
+    return found

@@ -1,0 +1,150 @@
+"""Looking inside a live job when it seems to hang: every rank's Python stack (py-spy) and,
+where the job records them, its flight-recorder dumps, taken off the session's thread.
+
+The session triggers it (``JobSession(probe=...)``) when it suspects a hang: the stall, the
+first timeout line, every job GPU idle. A screen or ``monitor stacks`` may ask at any time
+(trigger "request"). One capture runs at a time; each automatic reason is acted on once per
+silence. What it finds goes into the session (``post``) as findings of origin ``stacks`` and
+``flight-recorder``, and the stacks are kept beside the log (``run-X.stacks.json`` and ``.txt``).
+A capture that cannot be taken (py-spy missing, no permission) is a warning finding saying how
+to fix it, once.
+
+The job comes first: py-spy pauses a process only while it reads its stack (milliseconds), a
+dump request is a byte written to a FIFO without blocking, and nothing here waits on the job.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from monitor.files import replace_file
+from monitor.flight_recorder import dumps as fr_dumps
+from monitor.flight_recorder import match as fr_match
+from monitor.flight_recorder.pipes import dumps_since, request_dumps
+from monitor.flight_recorder.variables import RecorderPlan
+from monitor.model import Category, Finding
+from monitor.stacks import compare, files
+from monitor.stacks.capture import Capture, take
+
+# How long to wait for the ranks to write the dumps asked for (NCCL checks its pipe every second).
+DUMP_WAIT_S = 10.0
+DUMP_POLL_S = 0.5
+NOT_TAKEN_RULE = "stacks-not-taken"
+# A job that has ended, or a process that ended meanwhile: nothing the user needs to fix.
+_NOT_PROBLEMS = ("none", "gone")
+
+
+class HangProbe:
+    def __init__(self, pids: Callable[[], list[int]], log_path: Path, post: Callable[[list[Finding]], None],
+                 recorder: RecorderPlan | None = None, *, py_spy: str | None = None,
+                 dump_wait_s: float = DUMP_WAIT_S) -> None:
+        self._pids = pids
+        self.json_path, self.text_path = files.stacks_paths(log_path)
+        self._post = post
+        self._recorder = recorder
+        self._py_spy = py_spy
+        self._dump_wait_s = dump_wait_s
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._done_reasons: set[str] = set()
+        self._said_problems: set[str] = set()
+        self.latest: tuple[Capture, Finding | None] | None = None
+        self.captures = 0  # bumped when ``latest`` changes: a screen redraws then
+        self.save_error: str | None = None
+
+    def trigger(self, reason: str) -> bool:
+        """Take the stacks now, in the background, unless a capture is running or ``reason``
+        (other than "request") was already acted on since the last ``rearm``. True if started."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return False
+            if reason != "request" and reason in self._done_reasons:
+                return False
+            self._done_reasons.add(reason)
+            self._thread = threading.Thread(target=self._capture, args=(reason,), daemon=True, name="hang-probe")
+            self._thread.start()
+            return True
+
+    def rearm(self) -> None:
+        """Output resumed: a new silence may be probed again."""
+        with self._lock:
+            self._done_reasons.clear()
+
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    # -- the capture, on its own thread ---------------------------------------------------------
+    def _capture(self, reason: str) -> None:
+        look = Look(self._pids(), reason, self._recorder, self._py_spy, str(self.text_path))
+        if look.capture.problem:
+            self._say_problem(look.capture)
+        self._save(look.capture, look.finding)
+        self.latest = (look.capture, look.finding)
+        self.captures += 1
+        if look.finding is not None:
+            self._post([look.finding])
+        if look.dumps_asked:
+            self._post(look.read_dumps(self._dump_wait_s))
+
+    def _save(self, capture: Capture, finding: Finding | None) -> None:
+        try:
+            previous = self.json_path.read_bytes()
+        except OSError:
+            previous = None
+        data = files.updated_json(previous, capture, finding)
+        errors = [replace_file(self.json_path, data), replace_file(self.text_path, files.render_all(data).encode())]
+        self.save_error = next((e for e in errors if e), None)
+
+    def _say_problem(self, capture: Capture) -> None:
+        kind = next((p.error_kind for p in capture.processes if p.error_kind), "none")
+        if kind in self._said_problems or kind in _NOT_PROBLEMS:
+            return
+        self._said_problems.add(kind)
+        self._post([Finding(
+            rule=NOT_TAKEN_RULE, category=Category.HANG, severity="warning", role="confirm",
+            title=f"the ranks' stacks could not be taken: {capture.problem}", origin="stacks",
+            remedy=capture.problem, fields={"trigger": capture.trigger, "kind": kind},
+        )])
+
+
+
+class Look:
+    """One look inside a job: dumps asked for (when it has pipes), then every rank's stack."""
+
+    def __init__(self, pids: list[int], reason: str, recorder: RecorderPlan | None = None,
+                 py_spy: str | None = None, stacks_file: str = "") -> None:
+        self.recorder = recorder
+        self.asked_at = time.time()
+        self.dumps_asked = request_dumps(recorder.pipe_prefix) if recorder and recorder.pipe_prefix else []
+        self.capture = take(pids, reason, py_spy)
+        self.finding = compare.analyse(self.capture, stacks_file)
+
+    def read_dumps(self, wait_s: float = DUMP_WAIT_S) -> list[Finding]:
+        """The findings of the dumps the ranks wrote since they were asked (waiting up to
+        ``wait_s`` for all of them), marked as this look's: the session replaces them together."""
+        if not self.dumps_asked or self.recorder is None:
+            return []
+        prefix = self.recorder.dump_prefix
+        deadline = time.monotonic() + wait_s
+        paths = dumps_since(prefix, self.asked_at)
+        while len(paths) < len(self.dumps_asked) and time.monotonic() < deadline:
+            time.sleep(DUMP_POLL_S)
+            paths = dumps_since(prefix, self.asked_at)
+        loaded = []
+        for path in paths:
+            try:
+                loaded.append(fr_dumps.load(Path(path)))
+            except fr_dumps.DumpError:
+                continue  # a rank still writing, or a stray file: the others still say enough
+        found = fr_match.analyse(loaded)
+        for finding in found:
+            finding.fields.update(trigger=self.capture.trigger, taken=f"{self.capture.taken:.3f}")
+        return found

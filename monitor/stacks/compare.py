@@ -1,0 +1,210 @@
+"""What a capture says about a hang: group the ranks by where they are, and name the odd ones.
+
+Where a rank is: the collective it waits in, if any (the outermost ``torch.distributed`` frame
+named like a collective, or autograd's ``backward``, where DistributedDataParallel all-reduces
+the gradients), and its innermost frame in the user's own code (not in a library or the
+standard library). Most ranks of a hung job wait in the same collective at the same line;
+the ranks that are somewhere else are the ones the others wait for (BLOOM's "6 processes are in
+train, 2 are in broadcast", done by hand on 48 nodes).
+"""
+
+from __future__ import annotations
+
+import linecache
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from monitor.model import Category, Finding
+from monitor.stacks.capture import Capture, ProcessStack
+from monitor.stacks.pyspy import Frame
+
+RULE = "stacks"
+# torch.distributed's collectives and waits (distributed_c10d.py), by the name py-spy shows.
+COLLECTIVES = frozenset({
+    "all_reduce", "all_reduce_coalesced", "broadcast", "broadcast_object_list", "barrier",
+    "monitored_barrier", "all_gather", "all_gather_into_tensor", "all_gather_object",
+    "all_gather_coalesced", "_all_gather_base", "reduce_scatter", "reduce_scatter_tensor",
+    "_reduce_scatter_base", "all_to_all", "all_to_all_single", "reduce", "gather", "gather_object",
+    "scatter", "scatter_object_list", "send", "recv", "isend", "irecv", "batch_isend_irecv",
+    "send_object_list", "recv_object_list", "wait", "new_group", "init_process_group",
+})
+# Where DDP waits for its gradient all-reduce: inside loss.backward(), in autograd's engine.
+_BACKWARD = ("torch/autograd/", frozenset({"backward", "_engine_run_backward"}))
+_LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "<frozen ", "/lib/python3")
+EVIDENCE_FRAMES = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where one rank is: the collective it waits in ("" when none) and its own code's frame."""
+
+    collective: str
+    frame: Frame
+
+    def describe(self, plural: bool = False) -> str:
+        where = f"{self.frame.function} ({Path(self.frame.file).name}:{self.frame.line})"
+        if self.collective:
+            return f"{'wait' if plural else 'waits'} in {self.collective} at {where}"
+        return f"{'are' if plural else 'is'} in {where}"
+
+
+def place_of(stack: ProcessStack) -> Place | None:
+    thread = stack.main_thread()
+    if thread is None or not thread.frames:
+        return None
+    collective = ""
+    for frame in thread.frames:  # innermost first: the last match is the outermost
+        if "torch/distributed/" in frame.file and frame.function in COLLECTIVES:
+            collective = frame.function
+        elif not collective and _BACKWARD[0] in frame.file and frame.function in _BACKWARD[1]:
+            collective = "backward"
+    own = next((f for f in thread.frames if is_user_code(f.file)), thread.frames[0])
+    return Place(collective, own)
+
+
+def is_user_code(file: str) -> bool:
+    return not any(mark in file for mark in _LIBRARY_MARKS)
+
+
+def source_line(frame: Frame) -> str:
+    """The line of code at ``frame`` when its file is readable here ("" otherwise)."""
+    return linecache.getline(frame.file, frame.line).strip() if frame.file.startswith("/") else ""
+
+
+def analyse(capture: Capture, stacks_file: str = "") -> Finding | None:
+    """The finding a capture makes (None: no stack to compare). ``stacks_file``: where the
+    whole stacks are kept, for the remedy."""
+    places: dict[Place, list[ProcessStack]] = defaultdict(list)
+    for stack in capture.ranked():
+        if (place := place_of(stack)) is not None:
+            places[place].append(stack)
+    if not places:
+        return None
+    groups = sorted(places.items(), key=lambda item: (-len(item[1]), _first_rank(item[1])))
+    waiting = [g for g in groups if g[0].collective]
+    elsewhere = [g for g in groups if not g[0].collective]
+    if waiting and elsewhere:
+        odd, usual, kind = elsewhere, waiting, "stuck"
+    elif len(groups) > 1 and len(groups[0][1]) > len(groups[1][1]):
+        odd, usual, kind = groups[1:], groups[:1], ("mismatch" if waiting else "elsewhere")
+    elif len(groups) > 1:
+        odd, usual, kind = groups, [], ("mismatch" if waiting else "elsewhere")
+    elif len(groups[0][1]) < len({p.rank for p in capture.processes if p.rank is not None}):
+        odd, usual, kind = groups, [], "rest-gone"  # the others have no stack: exiting, or gone
+    else:
+        odd, usual, kind = [], groups, ("all-wait" if waiting else "all-busy")
+    return _finding(capture, groups, odd, usual, kind, stacks_file)
+
+
+def _finding(capture: Capture, groups, odd, usual, kind: str, stacks_file: str) -> Finding:
+    odd_ranks = sorted(r for _, stacks in odd for r in _ranks(stacks))
+    all_ranks = sorted(r for _, stacks in groups for r in _ranks(stacks))
+    parts = [f"{_who(stacks)} {place.describe(len(stacks) > 1)}" for place, stacks in odd + usual]
+    if kind == "all-wait":
+        title = f"every rank {groups[0][0].describe()}"
+    elif kind == "all-busy":
+        title = f"every rank {groups[0][0].describe()}: none waits in a collective"
+    elif kind == "rest-gone":
+        title = f"only {parts[0]}; the other ranks have no Python stack (ending, or gone)"
+    else:
+        title = parts[0] + (f" while {'; '.join(parts[1:])}" if len(parts) > 1 else "")
+    severity = {"stuck": "error", "mismatch": "error", "elsewhere": "warning", "all-wait": "warning"}.get(kind, "info")
+    subject = odd[0] if odd else groups[0]
+    place = subject[0]
+    fields = {"kind": kind, "function": place.frame.function, "file": place.frame.file,
+              "line": str(place.frame.line), "trigger": capture.trigger, "taken": f"{capture.taken:.3f}"}
+    if place.collective:
+        fields["collective"] = place.collective
+    if code := source_line(place.frame):
+        fields["code"] = code
+    if stacks_file:
+        fields["stacks_file"] = stacks_file
+    return Finding(
+        rule=RULE, category=Category.HANG, severity=severity, role="root", title=title, origin="stacks",
+        rank=odd_ranks[0] if len(odd_ranks) == 1 else None, ranks=odd_ranks or all_ranks,
+        file=place.frame.file, line=place.frame.line, count=1,
+        evidence=[_evidence(place, stacks) for place, stacks in groups] + _not_taken(capture),
+        fields=fields, remedy=_remedy(kind, capture, odd, usual, fields), first_seen=capture.taken,
+    )
+
+
+def _evidence(place: Place, stacks: list[ProcessStack]) -> str:
+    thread = stacks[0].main_thread()
+    frames = thread.frames[:EVIDENCE_FRAMES] if thread else []
+    pids = ",".join(str(s.pid) for s in stacks)
+    return f"{_who(stacks)} (pid {pids}): " + " <- ".join(f.short() for f in frames)
+
+
+def _not_taken(capture: Capture) -> list[str]:
+    return [f"pid {p.pid}{f' (rank {p.rank})' if p.rank is not None else ''}: {p.error}"
+            for p in capture.processes if p.error]
+
+
+def _remedy(kind: str, capture: Capture, odd, usual, fields: dict[str, str]) -> str:
+    code = f" (`{fields['code']}`)" if fields.get("code") else ""
+    where = f"{Path(fields['file']).name}:{fields['line']}"
+    saved = f" Every rank's whole stack: {fields['stacks_file']}." if fields.get("stacks_file") else ""
+    timeout = ("Its peers give up only when the process-group timeout runs out "
+               "(init_process_group(timeout=...); 10 min by default for NCCL, 30 min for gloo).")
+    missing = _missing_ranks(capture)
+    if kind == "stuck":
+        who = _who(odd[0][1])
+        lines = [f"{who[0].upper()}{who[1:]} has not reached the collective the others wait in "
+                 f"({_collective_words(usual[0][0].collective)}): it is in {fields['function']} at {where}{code}.",
+                 f"Find what blocks there on {who} only: a data-loading or filesystem read, a lock, a "
+                 "rank-dependent branch that skips a collective, or a long computation on one rank. " + timeout]
+    elif kind == "mismatch":
+        lines = ["The ranks wait in different collectives, or at different lines: every rank must call "
+                 "the same collectives in the same order, so these never match. Look for a branch on the "
+                 f"rank (if rank == 0: ...) around {where}{code} and the other places named above."]
+    elif kind == "rest-gone":
+        lines = [f"The other ranks are ending or gone; {_who(odd[0][1])} is still in {fields['function']} "
+                 f"at {where}{code}. If they failed waiting for it, this is where it was stuck."]
+    elif kind == "elsewhere":
+        lines = [f"No rank waits in a collective, and {_who(odd[0][1])} is somewhere else than the others: "
+                 f"{fields['function']} at {where}{code}. If the job is stuck, that is where."]
+    elif kind == "all-wait":
+        lines = [f"Every rank here waits in {fields.get('collective', 'a collective')} at {where}{code}: the "
+                 "collective itself does not complete."]
+        if missing:
+            lines.append(f"{missing}: the rank the others wait for may be there; take its stacks on its "
+                         "node (monitor stacks --run LOG).")
+        lines.append("Otherwise the transport is stuck: NCCL_DEBUG=INFO shows the rings and the network "
+                     "it uses; check the network and nvidia-smi (a GPU that stopped). " + timeout)
+        return "\n".join(lines) + saved
+    else:
+        lines = [f"No rank waits in a collective: every rank is in {fields['function']} at {where}{code}. "
+                 "A long evaluation, checkpoint save or data preparation looks like a hang from the log; "
+                 "take the stacks again to see whether they move."]
+    if missing:
+        lines.append(f"{missing}; their stacks are not in this comparison.")
+    return "\n".join(lines) + saved
+
+
+def _collective_words(collective: str) -> str:
+    return "DDP's gradient all-reduce, in backward" if collective == "backward" else collective
+
+
+def _missing_ranks(capture: Capture) -> str:
+    seen = {p.rank for p in capture.processes if p.rank is not None}
+    if not capture.world_size or len(seen) >= capture.world_size:
+        return ""
+    absent = sorted(set(range(capture.world_size)) - seen)
+    return f"{len(absent)} of the job's {capture.world_size} ranks do not run on this machine ({capture.host})"
+
+
+def _ranks(stacks: list[ProcessStack]) -> list[int]:
+    return [s.rank for s in stacks if s.rank is not None]
+
+
+def _first_rank(stacks: list[ProcessStack]) -> int:
+    ranks = _ranks(stacks)
+    return min(ranks) if ranks else 1 << 30
+
+
+def _who(stacks: list[ProcessStack]) -> str:
+    ranks = sorted(_ranks(stacks))
+    if not ranks:
+        return "pid " + ",".join(str(s.pid) for s in stacks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
