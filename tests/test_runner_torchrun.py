@@ -36,7 +36,7 @@ def test_hang_ends_in_a_timeout_and_the_exit_code_is_kept(tmp_path: Path):
                          "--timeout", "3", timeout=120)
     assert result.returncode != 0
     log = only_log(tmp_path)
-    assert b"stalling" in log.read_bytes()
+    assert b"loading the batch will block" in log.read_bytes()
     diagnosis = read_json(log.with_suffix(".diagnosis.json"))
     assert diagnosis["run"]["exit_code"] == result.returncode
     assert diagnosis["root_cause"] is not None

@@ -5,6 +5,8 @@ Run it under ``torchrun --nproc-per-node 2 -m monitor.demo.train --scenario hang
 
 - ``ok``        trains a few steps, saves a checkpoint atomically, exits 0;
 - ``hang``      one rank stalls loading its batch, so its peers time out in gloo waiting for it;
+- ``mismatch``  one rank takes a rank-dependent branch and calls broadcast where its peers call
+                all_reduce: the collectives never match, every rank waits until the timeout;
 - ``crash``     one rank raises a ValueError from "user code";
 - ``sigkill``   one rank is SIGKILLed (what the kernel OOM killer does);
 - ``nan``       a huge learning rate drives the loss to NaN and the job stops;
@@ -35,7 +37,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from monitor.flight_recorder.serve import serve_dump_requests
 
-SCENARIOS = ("ok", "hang", "crash", "sigkill", "nan", "bad-ckpt")
+SCENARIOS = ("ok", "hang", "mismatch", "crash", "sigkill", "nan", "bad-ckpt")
 # Scenarios where the failing rank fails as it starts --fail-step (hang stalls loading the
 # step's batch; nan diverges on every rank by itself).
 FAIL_AT_STEP_START = ("crash", "sigkill", "bad-ckpt")
@@ -223,7 +225,11 @@ def run_steps(args: argparse.Namespace, rank: int, world: int, rank_to_fail: int
         optimizer.step()
         # Average the loss over ranks for logging: a collective every step, as real jobs have.
         mean_loss = loss.detach().clone()
-        dist.all_reduce(mean_loss)
+        if failing and args.scenario == "mismatch":
+            log(rank, f"step {step}: broadcasting the loss instead of averaging it")
+            dist.broadcast(mean_loss, src=rank)
+        else:
+            dist.all_reduce(mean_loss)
         mean_loss = mean_loss.item() / world
         if rank == 0:
             print(f"step {step} loss {mean_loss:.4f}", flush=True)

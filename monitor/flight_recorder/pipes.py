@@ -34,14 +34,18 @@ def request_dumps(pipe_prefix: str) -> list[str]:
     return asked
 
 
-def dumps_since(dump_prefix: str, since: float) -> list[str]:
-    """The dump files written at or after ``since`` (a wall-clock time)."""
-    found = []
+def dump_files(dump_prefix: str) -> dict[str, int]:
+    """The ranks' dump files (``<prefix><rank>``) and their modification times (ns). Compare two
+    of these to see which ranks wrote since: a file's time is the kernel's coarse clock, which
+    can lag ``time.time()`` taken just before the write by a few milliseconds."""
+    found = {}
     for path in sorted(glob.glob(glob.escape(dump_prefix) + "*")):
+        if not path[len(dump_prefix):].isdigit():
+            continue
         try:
             info = os.stat(path)
         except OSError:
             continue
-        if stat.S_ISREG(info.st_mode) and info.st_mtime >= since and path[len(dump_prefix):].isdigit():
-            found.append(path)
+        if stat.S_ISREG(info.st_mode):
+            found[path] = info.st_mtime_ns
     return found

@@ -1,9 +1,11 @@
 """The flight recorder's environment variables, set for a job unless the user set them.
 
 Names checked against torch 2.13 (``strings libtorch_cpu.so``; the CUDA build adds the NCCL
-watchdog's): the recorder reads each setting from a list of names, the current one first
-(``TORCH_FR_*``) then the old one (``TORCH_NCCL_*``, the only one before torch 2.6). Both are set
-to the same value, so a job on an older torch gets the same recorder.
+watchdog's): the recorder reads each setting from a list of names, the current one
+(``TORCH_FR_*``) and the old one (``TORCH_NCCL_*``, the only one in older releases), and warns in
+every rank's log when it finds the old one. So one name is set: the current one when the torch
+installed beside the monitor (most often the job's) is 2.10 or newer, else the old one, which
+every release reads.
 
 - buffer size: entries kept per process (0 turns the recorder off);
 - dump file prefix: each rank writes ``<prefix><rank>`` (a pickle of builtins);
@@ -50,9 +52,16 @@ class RecorderPlan:
         return line + "; --no-flight-recorder turns this off"
 
 
-def plan(folder: Path, env: Mapping[str, str]) -> RecorderPlan:
+# The first release known to read the TORCH_FR_* names (checked on 2.13; its dumps say '2.10').
+CURRENT_NAMES_SINCE = (2, 10)
+
+
+def plan(folder: Path, env: Mapping[str, str], torch_version: tuple[int, int] | None = None) -> RecorderPlan:
     """The variables to add to ``env`` so the job records its collectives, dumps them into
-    ``folder`` (the run's ``run-X.fr/``) on a timeout and answers dump requests there."""
+    ``folder`` (the run's ``run-X.fr/``) on a timeout and answers dump requests there.
+    ``torch_version``: the job's torch (default: the one installed here, if any)."""
+    version = torch_version if torch_version is not None else installed_torch()
+    current = version is not None and version >= CURRENT_NAMES_SINCE
     result = RecorderPlan(folder=folder, dump_prefix=str(folder / "dump-rank"),
                           pipe_prefix=str(folder / "pipe-rank"))
     wanted = ((BUFFER_SIZE, str(ENTRIES)), (DUMP_FILE, result.dump_prefix), (DUMP_ON_TIMEOUT, "1"),
@@ -62,10 +71,21 @@ def plan(folder: Path, env: Mapping[str, str]) -> RecorderPlan:
         if users:
             result.kept.update(users)
         else:
-            result.set.update({name: value for name in names})
+            result.set[names[0] if current or len(names) == 1 else names[1]] = value
     result.dump_prefix = _first(env, DUMP_FILE) or result.dump_prefix
     result.pipe_prefix = _first(env, PIPE_FILE) or result.pipe_prefix
     return result
+
+
+def installed_torch() -> tuple[int, int] | None:
+    """(major, minor) of the torch installed beside the monitor, without importing it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        major, minor = version("torch").split(".")[:2]
+        return int(major), int(minor)
+    except (PackageNotFoundError, ValueError):
+        return None
 
 
 def recorder_of(pids: list[int]) -> RecorderPlan | None:

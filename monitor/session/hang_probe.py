@@ -23,7 +23,7 @@ from pathlib import Path
 from monitor.files import replace_file
 from monitor.flight_recorder import dumps as fr_dumps
 from monitor.flight_recorder import match as fr_match
-from monitor.flight_recorder.pipes import dumps_since, request_dumps
+from monitor.flight_recorder.pipes import dump_files, request_dumps
 from monitor.flight_recorder.variables import RecorderPlan
 from monitor.model import Category, Finding
 from monitor.stacks import compare, files
@@ -122,7 +122,7 @@ class Look:
     def __init__(self, pids: list[int], reason: str, recorder: RecorderPlan | None = None,
                  py_spy: str | None = None, stacks_file: str = "") -> None:
         self.recorder = recorder
-        self.asked_at = time.time()
+        self.dumps_before = dump_files(recorder.dump_prefix) if recorder else {}
         self.dumps_asked = request_dumps(recorder.pipe_prefix) if recorder and recorder.pipe_prefix else []
         self.capture = take(pids, reason, py_spy)
         self.finding = compare.analyse(self.capture, stacks_file)
@@ -132,12 +132,11 @@ class Look:
         ``wait_s`` for all of them), marked as this look's: the session replaces them together."""
         if not self.dumps_asked or self.recorder is None:
             return []
-        prefix = self.recorder.dump_prefix
         deadline = time.monotonic() + wait_s
-        paths = dumps_since(prefix, self.asked_at)
+        paths = self._new_dumps()
         while len(paths) < len(self.dumps_asked) and time.monotonic() < deadline:
             time.sleep(DUMP_POLL_S)
-            paths = dumps_since(prefix, self.asked_at)
+            paths = self._new_dumps()
         loaded = []
         for path in paths:
             try:
@@ -148,3 +147,8 @@ class Look:
         for finding in found:
             finding.fields.update(trigger=self.capture.trigger, taken=f"{self.capture.taken:.3f}")
         return found
+
+    def _new_dumps(self) -> list[str]:
+        assert self.recorder is not None
+        now = dump_files(self.recorder.dump_prefix)
+        return [path for path, mtime in now.items() if self.dumps_before.get(path) != mtime]

@@ -18,6 +18,7 @@ from pathlib import Path
 # A dump takes about 0.1 s; a process that does not answer in this long is not waited for.
 DUMP_TIMEOUT_S = 10.0
 INSTALL = "pip install py-spy"
+CHOSEN_BINARY = "MONITOR_PY_SPY"
 # Yama's ptrace_scope=1 (Ubuntu's default) lets only an ancestor, or CAP_SYS_PTRACE, attach.
 PERMISSION_FIX = (
     "run it as the job's user from the process that launched the job (`monitor run` does), or "
@@ -54,7 +55,10 @@ class StackError(Exception):
 
 
 def find_py_spy() -> str | None:
-    """The py-spy binary: on PATH, else beside this Python (a venv not activated)."""
+    """The py-spy binary: ``$MONITOR_PY_SPY`` (one given ptrace rights with setcap, say), else on
+    PATH, else beside this Python (a venv not activated)."""
+    if chosen := os.environ.get(CHOSEN_BINARY):
+        return chosen
     found = shutil.which("py-spy")
     if found:
         return found
@@ -74,7 +78,8 @@ def dump(pid: int, py_spy: str | None, timeout: float = DUMP_TIMEOUT_S) -> list[
     except subprocess.TimeoutExpired:
         raise StackError(f"py-spy did not answer within {timeout:g} s for pid {pid}", "timeout") from None
     except OSError as exc:
-        raise StackError(f"cannot run {py_spy}: {exc.strerror or exc}", "missing") from None
+        raise StackError(f"cannot run {py_spy}: {exc.strerror or exc} ({INSTALL}, or set {CHOSEN_BINARY} to "
+                         "the py-spy binary)", "missing") from None
     if result.returncode != 0:
         raise _error(pid, result.stderr.decode("utf-8", "replace"))
     try:

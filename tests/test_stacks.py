@@ -1,0 +1,204 @@
+"""Every rank's stack from outside: py-spy on real processes, the ranks grouped by where they
+are, the odd ones named; and what is said when py-spy is missing or not permitted."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from monitor.stacks import compare, files
+from monitor.stacks.capture import Capture, ProcessStack, take
+from monitor.stacks.pyspy import Frame, Thread, find_py_spy
+
+TORCH_C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+AUTOGRAD = "/venv/lib/python3.11/site-packages/torch/autograd/graph.py"
+TRAIN = "/work/job/train.py"
+
+SLEEPER = textwrap.dedent("""\
+    import sys, time
+    def load_batch():
+        print("ready", flush=True)
+        time.sleep(120)
+    def main():
+        load_batch()
+    main()
+""")
+
+
+def _spawn(tmp_path: Path, env: dict[str, str]) -> subprocess.Popen:
+    script = tmp_path / "train.py"
+    script.write_text(SLEEPER)
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env={**os.environ, **env})
+    assert process.stdout.readline() == b"ready\n"
+    return process
+
+
+def _can_trace() -> bool:
+    py_spy = find_py_spy()
+    if py_spy is None:
+        return False
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.3)
+        return subprocess.run([py_spy, "dump", "--pid", str(child.pid)], capture_output=True).returncode == 0
+    finally:
+        child.kill()
+        child.wait()
+
+
+needs_ptrace = pytest.mark.skipif(not _can_trace(), reason="py-spy cannot attach to a child process here")
+
+
+@needs_ptrace
+def test_a_real_rank_stack_names_its_own_frame_and_line(tmp_path):
+    process = _spawn(tmp_path, {"RANK": "0", "WORLD_SIZE": "1"})
+    try:
+        capture = take([process.pid], "request")
+    finally:
+        process.kill()
+        process.wait()
+    assert capture.problem == ""
+    (stack,) = capture.ranked()
+    assert stack.rank == 0 and stack.pid == process.pid and "train.py" in stack.command
+    place = compare.place_of(stack)
+    assert place.frame.function == "load_batch" and place.frame.line == 4 and place.collective == ""
+    finding = compare.analyse(capture, "run-1.stacks.txt")
+    assert finding.title == "every rank is in load_batch (train.py:4): none waits in a collective"
+    assert finding.fields["code"] == "time.sleep(120)" and finding.severity == "info"
+    text = files.render(capture, finding)
+    assert " >   load_batch (" in text and "time.sleep(120)" in text
+
+
+@needs_ptrace
+def test_a_process_without_a_rank_is_taken_when_none_has_one(tmp_path):
+    """A plain `python train.py` has no RANK: its Python processes are the job."""
+    process = _spawn(tmp_path, {})
+    try:
+        capture = take([process.pid], "request")
+    finally:
+        process.kill()
+        process.wait()
+    assert [p.rank for p in capture.ranked()] == [None]
+
+
+def test_missing_py_spy_is_one_line_with_the_fix(tmp_path, monkeypatch):
+    process = _spawn(tmp_path, {"RANK": "0"})
+    monkeypatch.setenv("MONITOR_PY_SPY", str(tmp_path / "no-py-spy"))
+    try:
+        capture = take([process.pid], "stall")
+    finally:
+        process.kill()
+        process.wait()
+    assert capture.problem.startswith(f"cannot run {tmp_path / 'no-py-spy'}: No such file or directory")
+    assert "pip install py-spy" in capture.problem and "\n" not in capture.problem
+    assert compare.analyse(capture) is None
+
+
+@needs_ptrace
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to act as another user")
+def test_not_permitted_is_one_line_with_the_fix(tmp_path):
+    """py-spy run as another user (nobody) cannot read root's process."""
+    binary = tmp_path / "py-spy"
+    shutil.copy(find_py_spy(), binary)
+    wrapper = tmp_path / "py-spy-as-nobody"
+    wrapper.write_text(f"#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups {binary} \"$@\"\n")
+    for path in (tmp_path, binary, wrapper):
+        path.chmod(0o755)
+    process = _spawn(tmp_path, {"RANK": "0"})
+    try:
+        capture = take([process.pid], "stall", py_spy=str(wrapper))
+    finally:
+        process.kill()
+        process.wait()
+    assert capture.processes[0].error_kind == "permission"
+    assert capture.problem.startswith(f"not permitted to read the stack of pid {process.pid}: ")
+    assert "SYS_PTRACE" in capture.problem and "ptrace_scope" in capture.problem
+
+
+def test_a_job_that_has_ended_is_said_so():
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    capture = take([process.pid], "timeout")
+    assert capture.problem == "no process of the job is running" and capture.processes == []
+
+
+# -- grouping, on stacks as py-spy gives them (innermost first) ---------------------------------
+
+def _rank(rank: int, *frames: tuple[str, str, int]) -> ProcessStack:
+    thread = Thread("MainThread", 1000 + rank, [Frame(*f) for f in frames])
+    return ProcessStack(pid=1000 + rank, rank=rank, command="python train.py", threads=[thread])
+
+
+def _waiting(rank: int, collective: str = "all_reduce", line: int = 120) -> ProcessStack:
+    return _rank(rank, (collective, TORCH_C10D, 3245), ("wrapper", TORCH_C10D.replace("distributed_c10d", "c10d_logger"), 83),
+                 ("train_step", TRAIN, line), ("main", TRAIN, 200))
+
+
+def _capture(*stacks: ProcessStack, world: int | None = None) -> Capture:
+    return Capture(taken=1.0e9, trigger="stall", host="gpu-07", processes=list(stacks),
+                   world_size=world if world is not None else len(stacks))
+
+
+def test_the_rank_outside_the_collective_is_the_stuck_one():
+    stuck = _rank(2, ("load_batch", TRAIN, 88), ("train_step", TRAIN, 110), ("main", TRAIN, 200))
+    finding = compare.analyse(_capture(_waiting(0), _waiting(1), stuck, _waiting(3)), "run-1.stacks.txt")
+    assert finding.title == ("rank 2 is in load_batch (train.py:88) while ranks 0,1,3 wait in all_reduce at "
+                             "train_step (train.py:120)")
+    assert (finding.rank, finding.ranks, finding.severity, finding.role) == (2, [2], "error", "root")
+    assert (finding.file, finding.line, finding.category, finding.origin) == (TRAIN, 88, "hang", "stacks")
+    assert finding.remedy.startswith("Rank 2 has not reached the collective the others wait in (all_reduce): "
+                                     "it is in load_batch at train.py:88.")
+    assert "init_process_group(timeout=...)" in finding.remedy and "run-1.stacks.txt" in finding.remedy
+    assert finding.evidence[0].startswith("ranks 0,1,3 (pid 1000,1001,1003): all_reduce (distributed_c10d.py:3245)")
+
+
+def test_ddp_ranks_waiting_in_backward_count_as_waiting():
+    backward = [_rank(r, ("_engine_run_backward", AUTOGRAD, 979), ("run_steps", TRAIN, 222)) for r in (0, 1, 3)]
+    stuck = _rank(2, ("load_batch", TRAIN, 102), ("run_steps", TRAIN, 219))
+    finding = compare.analyse(_capture(*backward[:2], stuck, backward[2]))
+    assert finding.fields["kind"] == "stuck" and finding.rank == 2
+    assert "DDP's gradient all-reduce, in backward" in finding.remedy
+
+
+def test_the_minority_collective_is_a_mismatch():
+    finding = compare.analyse(_capture(_waiting(0, "broadcast", 117), _waiting(1), _waiting(2), _waiting(3)))
+    assert finding.fields["kind"] == "mismatch" and finding.rank == 0
+    assert finding.title.startswith("rank 0 waits in broadcast at train_step (train.py:117) while ranks 1,2,3 wait in")
+
+
+def test_every_rank_in_one_collective_points_at_other_nodes_when_ranks_are_missing():
+    finding = compare.analyse(_capture(_waiting(0), _waiting(1), world=16))
+    assert finding.title == "every rank waits in all_reduce at train_step (train.py:120)"
+    assert finding.severity == "warning" and finding.rank is None
+    assert "14 of the job's 16 ranks do not run on this machine (gpu-07)" in finding.remedy
+    assert "monitor stacks --run LOG" in finding.remedy
+
+
+def test_ranks_without_a_stack_do_not_make_the_survivor_every_rank():
+    gone = ProcessStack(pid=1001, rank=1, command="python train.py", threads=[Thread("MainThread", 1001, [])])
+    stuck = _rank(2, ("load_batch", TRAIN, 88), ("main", TRAIN, 200))
+    finding = compare.analyse(_capture(gone, stuck))
+    assert finding.title.startswith("only rank 2 is in load_batch (train.py:88); the other ranks")
+    assert finding.severity == "info"
+
+
+def test_a_stacks_file_round_trips_and_keeps_the_latest_captures():
+    stuck = _rank(2, ("load_batch", TRAIN, 88), ("main", TRAIN, 200))
+    capture = _capture(_waiting(0), stuck)
+    finding = compare.analyse(capture)
+    data = None
+    for _ in range(files.KEPT_CAPTURES + 2):
+        data = files.updated_json(data, capture, finding)
+    entries = json.loads(data)["captures"]
+    assert len(entries) == files.KEPT_CAPTURES
+    back, back_finding = files.capture_from_json(entries[-1])
+    assert back == capture and back_finding.title == finding.title and back_finding.category == "hang"
+    assert files.render_all(data).count("Stacks of the job's ranks on gpu-07") == files.KEPT_CAPTURES
