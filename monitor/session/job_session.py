@@ -13,8 +13,8 @@ for the root cause like the others (``diagnosis/root_cause.py``):
 - metric signals and checkpoint checks, from their own threads: ``post`` (thread-safe);
 - the checks before the launch and how the job exited, from the session's thread: ``add``;
 - what the ranks' stacks and flight-recorder dumps say (``HangProbe``): taken when the session
-  suspects a hang (the stall, the first timeout, every job GPU idle) or on request
-  (``take_stacks``). A newer capture replaces the older one's findings. Evidence taken during a
+  suspects a hang (the stall, the first timeout, every job GPU idle), or when a screen asks
+  (``probe.trigger("request")``). A newer capture replaces the older one's findings. Evidence taken during a
   silence is withdrawn with the stall when output resumes and no error follows within
   ``PROBATION_S`` (a long evaluation on one rank looks like a hang until it ends).
 
@@ -103,11 +103,6 @@ class JobSession:
         """Findings from the session's own thread (preflight checks, the job's exit)."""
         for finding in findings:
             self._take_in(finding)
-
-    def take_stacks(self) -> bool:
-        """Take every rank's stack now (a screen's key); False when there is no job to look into
-        or a capture is already running."""
-        return self.probe is not None and self.probe.trigger("request")
 
     def job_ended(self, exit_finding: Finding | None) -> None:
         """How the job exited (``runner.explain.exit_finding``; None: a clean exit). It is the

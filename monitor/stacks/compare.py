@@ -72,16 +72,21 @@ def source_line(frame: Frame) -> str:
     return linecache.getline(frame.file, frame.line).strip() if frame.file.startswith("/") else ""
 
 
-def analyse(capture: Capture, stacks_file: str = "") -> Finding | None:
-    """The finding a capture makes (None: no stack to compare). ``stacks_file``: where the
-    whole stacks are kept, for the remedy."""
+def groups_of(capture: Capture) -> list[tuple[Place, list[ProcessStack]]]:
+    """The ranks grouped by where they are, the biggest group first."""
     places: dict[Place, list[ProcessStack]] = defaultdict(list)
     for stack in capture.ranked():
         if (place := place_of(stack)) is not None:
             places[place].append(stack)
-    if not places:
+    return sorted(places.items(), key=lambda item: (-len(item[1]), _first_rank(item[1])))
+
+
+def analyse(capture: Capture, stacks_file: str = "") -> Finding | None:
+    """The finding a capture makes (None: no stack to compare). ``stacks_file``: where the
+    whole stacks are kept, for the remedy."""
+    groups = groups_of(capture)
+    if not groups:
         return None
-    groups = sorted(places.items(), key=lambda item: (-len(item[1]), _first_rank(item[1])))
     waiting = [g for g in groups if g[0].collective]
     elsewhere = [g for g in groups if not g[0].collective]
     if waiting and elsewhere:
@@ -100,7 +105,7 @@ def analyse(capture: Capture, stacks_file: str = "") -> Finding | None:
 def _finding(capture: Capture, groups, odd, usual, kind: str, stacks_file: str) -> Finding:
     odd_ranks = sorted(r for _, stacks in odd for r in _ranks(stacks))
     all_ranks = sorted(r for _, stacks in groups for r in _ranks(stacks))
-    parts = [f"{_who(stacks)} {place.describe(len(stacks) > 1)}" for place, stacks in odd + usual]
+    parts = [f"{who(stacks)} {place.describe(len(stacks) > 1)}" for place, stacks in odd + usual]
     if kind == "all-wait":
         title = f"every rank {groups[0][0].describe()}"
     elif kind == "all-busy":
@@ -133,7 +138,7 @@ def _evidence(place: Place, stacks: list[ProcessStack]) -> str:
     thread = stacks[0].main_thread()
     frames = thread.frames[:EVIDENCE_FRAMES] if thread else []
     pids = ",".join(str(s.pid) for s in stacks)
-    return f"{_who(stacks)} (pid {pids}): " + " <- ".join(f.short() for f in frames)
+    return f"{who(stacks)} (pid {pids}): " + " <- ".join(f.short() for f in frames)
 
 
 def _not_taken(capture: Capture) -> list[str]:
@@ -149,20 +154,20 @@ def _remedy(kind: str, capture: Capture, odd, usual, fields: dict[str, str]) -> 
                "(init_process_group(timeout=...); 10 min by default for NCCL, 30 min for gloo).")
     missing = _missing_ranks(capture)
     if kind == "stuck":
-        who = _who(odd[0][1])
-        lines = [f"{who[0].upper()}{who[1:]} has not reached the collective the others wait in "
+        stuck = who(odd[0][1])
+        lines = [f"{stuck[0].upper()}{stuck[1:]} has not reached the collective the others wait in "
                  f"({_collective_words(usual[0][0].collective)}): it is in {fields['function']} at {where}{code}.",
-                 f"Find what blocks there on {who} only: a data-loading or filesystem read, a lock, a "
+                 f"Find what blocks there on {stuck} only: a data-loading or filesystem read, a lock, a "
                  "rank-dependent branch that skips a collective, or a long computation on one rank. " + timeout]
     elif kind == "mismatch":
         lines = ["The ranks wait in different collectives, or at different lines: every rank must call "
                  "the same collectives in the same order, so these never match. Look for a branch on the "
                  f"rank (if rank == 0: ...) around {where}{code} and the other places named above."]
     elif kind == "rest-gone":
-        lines = [f"The other ranks are ending or gone; {_who(odd[0][1])} is still in {fields['function']} "
+        lines = [f"The other ranks are ending or gone; {who(odd[0][1])} is still in {fields['function']} "
                  f"at {where}{code}. If they failed waiting for it, this is where it was stuck."]
     elif kind == "elsewhere":
-        lines = [f"No rank waits in a collective, and {_who(odd[0][1])} is somewhere else than the others: "
+        lines = [f"No rank waits in a collective, and {who(odd[0][1])} is somewhere else than the others: "
                  f"{fields['function']} at {where}{code}. If the job is stuck, that is where."]
     elif kind == "all-wait":
         lines = [f"Every rank here waits in {fields.get('collective', 'a collective')} at {where}{code}: the "
@@ -203,7 +208,7 @@ def _first_rank(stacks: list[ProcessStack]) -> int:
     return min(ranks) if ranks else 1 << 30
 
 
-def _who(stacks: list[ProcessStack]) -> str:
+def who(stacks: list[ProcessStack]) -> str:
     ranks = sorted(_ranks(stacks))
     if not ranks:
         return "pid " + ",".join(str(s.pid) for s in stacks)

@@ -43,7 +43,7 @@ def run_app(job, session, metrics):
 
     feed = SessionFeed(session, ended=lambda: job_ending(job.exit_code()), more_paths=job.extra_log_paths,
                        close_session=False)
-    return MonitorApp(feed, metrics, title=" ".join(job.command), job=job)
+    return MonitorApp(feed, metrics, title=" ".join(job.command), job=job, probe=session.probe)
 
 
 def demo_app(replayer, *, catalogue):

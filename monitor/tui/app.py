@@ -28,6 +28,7 @@ from monitor.tui.messages import LogsArrived, MetricsSampled
 from monitor.tui.metrics_panel import MetricsPanel
 from monitor.tui.progress_panel import ProgressPanel
 from monitor.tui.screens import HelpScreen, QuitScreen
+from monitor.tui.stacks_screen import StacksScreen
 
 # Below this width the findings go under the log instead of beside it.
 WIDE = 120
@@ -59,6 +60,7 @@ class MonitorApp(App[int]):
         Binding("n", "finding(1)", "Next"),
         Binding("N", "finding(-1)", "Prev", show=False),
         Binding("c", "root_cause", "Cause"),
+        Binding("s", "stacks", "Stacks"),
         Binding("t", "toggle_theme", "Theme"),
         # Replaces Textual's "press ctrl+q to quit" toast: Ctrl-C must reach the job (README).
         Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True),
@@ -74,8 +76,11 @@ class MonitorApp(App[int]):
         metrics_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         timeline: JobTimeline | None = None,
+        probe=None,
     ) -> None:
+        """``probe``: the job session's HangProbe (``monitor run``), which takes the ranks' stacks."""
         super().__init__()
+        self.probe = probe
         self.timeline = timeline
         self.log_feed = log_feed
         self.metrics_feed = metrics_feed
@@ -398,6 +403,15 @@ class MonitorApp(App[int]):
         after = [p for p in placed if (p[0] > here if direction > 0 else p[0] < here)]
         index, finding = (after[0] if direction > 0 else after[-1]) if after else (placed[0] if direction > 0 else placed[-1])
         self._go_to(finding, index)
+
+    def action_stacks(self) -> None:
+        """Take every rank's stack now and show them (the last ones until the new ones come)."""
+        if self.probe is None:
+            self.notify("stacks need the job's processes: start the job with `monitor run`, or take them with "
+                        "`monitor stacks --pid PID`", timeout=10, markup=False)
+            return
+        self.probe.trigger("request")
+        self.push_screen(StacksScreen(self.probe))
 
     def action_root_cause(self) -> None:
         if self._root is None:

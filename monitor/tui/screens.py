@@ -20,6 +20,7 @@ KEYS = (
     ("End / Home", "follow the end / go to the first line (pauses)"),
     ("n / N", "next / previous finding in the log"),
     ("c", "jump to the root cause"),
+    ("s", "`monitor run`: every rank's Python stack now (py-spy), side by side, the odd ranks marked"),
     ("Enter", "in the findings table: show that finding in the log"),
     ("Tab", "move between log, findings and filter"),
     ("t", "dark / light theme"),
