@@ -4,8 +4,8 @@ the named rank under `monitor run`.
 
     python benchmarks/hang_stacks.py [--ranks 8] [--seconds 40] [--every 10]
 
-The job: torchrun, gloo on CPU, each step three 256x256 matmuls and an all_reduce, rank 0
-records every step's time. Baseline: the same job in the same run with no capture.
+The job: torchrun, gloo on CPU, each step three 256x256 matmuls and an all_reduce (timed), then a
+small all_reduce to agree on stopping; rank 0 records every step's time. Baseline: the same job in the same run with no capture.
 """
 
 from __future__ import annotations
@@ -33,14 +33,19 @@ x = torch.ones(1000)
 dist.all_reduce(x)
 times = []
 end = time.monotonic() + float(sys.argv[1])
-while time.monotonic() < end:
+done = torch.zeros(1)
+while not done.item():
     start = time.perf_counter()
     for _ in range(3):
         t = torch.tanh(t @ t.T / 256)
     dist.all_reduce(x)
     times.append(time.perf_counter() - start)
+    # Every rank stops after the same step: the one where any rank's time is up.
+    done = torch.tensor([float(time.monotonic() >= end)])
+    dist.all_reduce(done, op=dist.ReduceOp.MAX)
 if dist.get_rank() == 0:
     print("STEPS " + json.dumps(times), flush=True)
+dist.destroy_process_group()
 """
 
 
