@@ -37,7 +37,7 @@ def test_text_and_location_round_trip_including_unicode():
     for i, text in enumerate(texts):
         store.append(LogLine("a.log", i + 1, text, None))
     assert [store.text(i) for i in range(len(texts))] == texts
-    assert store.location(1) == ("a.log", 2)
+    assert store.find("a.log", 2) == 1
     assert store.rank(1) is None and store.ranks_seen == set()
 
 
@@ -115,3 +115,37 @@ def test_storage_is_compact():
         + store._by_file[0].itemsize
     )
     assert per_line_overhead <= 32
+
+
+def test_only_the_newest_lines_are_kept_and_indices_stay_global():
+    store = LogStore(max_lines=1000, max_bytes=1 << 20)
+    for i in range(5000):
+        store.append(LogLine(f"rank{i % 4}.log", i // 4 + 1, f"[rank{i % 4}]: line {i}" + (" Error" if i % 100 == 0 else ""), i % 4))
+    assert len(store) == 5000
+    kept = len(store) - store.first
+    assert 0 < store.first and kept <= 1000 and len(store._starts) == kept
+    assert store.text(store.first + 1) == f"[rank{(store.first + 1) % 4}]: line {store.first + 1}"
+    assert store.text(4999) == "[rank3]: line 4999"
+    assert store.text(0) == "" and store.rank(0) is None and store.level(0) == LEVEL_INFO
+    assert store.find("rank1.log", 1) is None  # line 1 of rank1.log was global line 1: dropped
+    assert store.find("rank3.log", 1250) == 4999
+    errors = store.select(LineFilter(min_level=LEVEL_ERROR))
+    assert list(errors) == [i for i in range(store.first, 5000) if i % 100 == 0]
+    assert list(store.select(LineFilter(pattern=r"line 49\d\d\b"))) == list(range(max(4900, store.first), 5000))
+    assert list(store.select(LineFilter(ranks=frozenset({2})), start=4990)) == [4990, 4994, 4998]
+
+
+def test_a_few_huge_lines_are_dropped_by_their_bytes():
+    store = LogStore(max_lines=1000, max_bytes=1 << 20)
+    for i in range(20):
+        store.append(LogLine("a.log", i + 1, "x" * 300_000, None))
+    assert len(store._data) <= (1 << 20) + 300_001 and store.text(19) == "x" * 300_000
+    assert store.first > 0
+
+
+def test_lines_the_screen_skipped_count_but_push_out_everything_kept():
+    store = filled(100)
+    store.skip(5000)
+    assert len(store) == 5100 and store.first == 5100 and store.text(50) == ""
+    store.append(LogLine("rank0.log", 9999, "after the gap", 0))
+    assert store.text(5100) == "after the gap" and store.find("rank0.log", 9999) == 5100

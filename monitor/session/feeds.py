@@ -34,10 +34,13 @@ class LogBatch:
     note: str = ""
     # Problems with the input (unreadable or binary file), one line each naming the file.
     problems: list[str] = field(default_factory=list)
+    # Lines read and diagnosed before ``lines`` that the screen will not draw (it fell behind).
+    skipped: int = 0
 
     def merge(self, later: LogBatch) -> None:
         """Add a later batch to this one (several polls shown as one screen update)."""
         self.lines.extend(later.lines)
+        self.skipped += later.skipped
         if later.findings is not None:
             self.findings, self.root_cause = later.findings, later.root_cause
         if later.files:
@@ -48,7 +51,7 @@ class LogBatch:
 
     @property
     def empty(self) -> bool:
-        return not self.lines and self.findings is None and not self.finished and not self.problems
+        return not self.lines and self.findings is None and not self.finished and not self.problems and not self.skipped
 
 
 class LogFeed(Protocol):

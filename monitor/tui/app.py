@@ -161,21 +161,33 @@ class MonitorApp(App[int]):
             self._log_stopped.set()
 
     def _poll_logs(self, worker) -> None:
+        """Reading never waits for drawing: while the screen applies one batch (one in flight at
+        a time), the next is gathered. A screen that falls behind by more lines than the store
+        keeps skips drawing the oldest of them; the session has read and diagnosed every one,
+        and each batch carries the current findings."""
         pending = LogBatch()
         last_post = 0.0
+        in_flight = False
         while not worker.is_cancelled:
-            pending.merge(self.log_feed.poll(POLL_S))
+            if not pending.finished:
+                pending.merge(self.log_feed.poll(POLL_S))
+            elif in_flight and not self._applied.wait(POLL_S):
+                continue  # the source is done: only the batch on screen is awaited
+            if (excess := len(pending.lines) - self.store.max_lines) > 0:
+                del pending.lines[:excess]
+                pending.skipped += excess
+            if in_flight and not self._applied.is_set():
+                continue
             if pending.empty or (not pending.finished and time.monotonic() - last_post < REFRESH_S):
                 continue
             self._applied.clear()
             self.post_message(LogsArrived(pending))
-            # One batch in flight at a time: the next is posted once this one is on screen.
-            while not self._applied.wait(POLL_S):
-                if worker.is_cancelled:
-                    return
             if pending.finished:
+                while not self._applied.wait(POLL_S):
+                    if worker.is_cancelled:
+                        return
                 return
-            pending, last_post = LogBatch(), time.monotonic()
+            pending, last_post, in_flight = LogBatch(), time.monotonic(), True
 
     def _start_sample(self) -> None:
         self.run_worker(self._take_sample, thread=True, group="metrics", name="metrics", exit_on_error=False)
@@ -205,6 +217,9 @@ class MonitorApp(App[int]):
         try:
             if self._torn_down():
                 return
+            if batch.skipped:
+                self.store.skip(batch.skipped)
+                batch.skipped = 0
             if len(batch.lines) > APPLY_CHUNK:
                 self._add_lines(batch.lines[:APPLY_CHUNK])
                 batch.lines = batch.lines[APPLY_CHUNK:]
@@ -294,6 +309,8 @@ class MonitorApp(App[int]):
             if view.unseen:
                 status.append(f" +{view.unseen:,} new (End to follow)")
         status.append(f"  {len(self.store):,} lines")
+        if self.store.first:
+            status.append(f" (the newest {len(self.store) - self.store.first:,} kept; all are in the files)", style="dim")
         if self.files:
             status.append(f" from {len(self.files)} file{'s' if len(self.files) != 1 else ''}")
         line_filter = view.line_filter

@@ -1,9 +1,15 @@
-"""Compact storage for millions of merged log lines, and the filters the log view applies.
+"""Compact storage for the merged log lines on screen, and the filters the log view applies.
 
-Text lives in one UTF-8 ``bytearray`` (lines joined by ``\\n``) with one offset per line, and
-rank, file, line number and level in typed arrays: about the size of the log itself plus ~20
+Text lives in one UTF-8 ``bytearray`` (lines joined by newlines) with one offset per line, and
+rank, file, line number and level in typed arrays: about the size of the log itself plus ~30
 bytes a line, instead of a Python object per line. A regex filter searches the whole buffer at
 once, which is much faster than decoding and testing each line.
+
+Memory is bounded: only the newest ``max_lines`` lines (and ``max_bytes`` of text) are kept.
+Indices are global (line ``i`` of everything that arrived) and stay valid; ``first`` is the
+oldest kept. The screen runs beside the training job, on the same machine: a job printing 100k
+lines/s must not make it grow without end. The findings do not depend on it (the job session
+reads every line); the older lines are in the files.
 """
 
 from __future__ import annotations
@@ -20,6 +26,10 @@ from monitor.text import clean, is_clean
 
 LEVEL_INFO, LEVEL_WARNING, LEVEL_ERROR = 0, 1, 2
 NO_RANK = -1
+# What the screen keeps: about 60 MB at 100 bytes a line (tests/test_tui_log_store.py,
+# benchmarks/tui_memory.py).
+MAX_KEPT_LINES = 400_000
+MAX_KEPT_BYTES = 40 << 20
 # Longest a user's filter regex may search before it is stopped (catastrophic backtracking).
 FILTER_BUDGET_S = 1.0
 
@@ -66,9 +76,12 @@ def compile_pattern(pattern: str) -> regex.Pattern[str]:
 
 
 class LogStore:
-    """All lines seen, in arrival order; index ``i`` is the i-th line of the merged log."""
+    """The newest lines seen, in arrival order; index ``i`` is the i-th line of the merged log."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_lines: int = MAX_KEPT_LINES, max_bytes: int = MAX_KEPT_BYTES) -> None:
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self.first = 0  # global index of the oldest line kept
         self._data = bytearray()
         self._starts = array("Q")
         self._ranks = array("h")
@@ -82,14 +95,29 @@ class LogStore:
         self.longest = 0  # characters in the longest line (the view's scroll width)
 
     def __len__(self) -> int:
-        return len(self._starts)
+        """Every line that arrived, kept or not."""
+        return self.first + len(self._starts)
+
+    def skip(self, count: int) -> None:
+        """``count`` lines arrived that the screen will never show (it fell behind by more than
+        it keeps): everything kept now is older than them, so it goes too."""
+        if count <= 0:
+            return
+        self.first = len(self) + count
+        self._data = bytearray()
+        for name in ("_starts", "_ranks", "_files", "_numbers"):
+            setattr(self, name, array(getattr(self, name).typecode))
+        self._levels = bytearray()
+        self._by_file = [array("L") for _ in self._by_file]
 
     def append(self, line: LogLine) -> int:
         text = line.text
         if not is_clean(text):
             # The contract says text is clean; a line that is not must still never reach the screen raw.
             text = clean(text).replace("\n", " ")
-        index = len(self._starts)
+        if len(self._starts) >= self.max_lines or len(self._data) >= self.max_bytes:
+            self._evict()
+        index = len(self)
         self._starts.append(len(self._data))
         self._data += text.encode("utf-8", "replace")
         self._data += b"\n"
@@ -104,7 +132,7 @@ class LogStore:
             self._by_file.append(array("L"))
         self._files.append(file_id)
         in_file = self._by_file[file_id]
-        if in_file and line.line <= self._numbers[in_file[-1]]:
+        if in_file and line.line <= self._numbers[in_file[-1] - self.first]:
             # The file was truncated and starts again: line numbers now refer to the new copy.
             in_file = self._by_file[file_id] = array("L")
         in_file.append(index)
@@ -113,56 +141,71 @@ class LogStore:
         self.longest = max(self.longest, len(text))
         return index
 
+    def _evict(self) -> None:
+        """Drop the oldest quarter of what is kept (a copy of the rest: the memory is returned)."""
+        drop = max(1, len(self._starts) // 4)
+        while drop < len(self._starts) and len(self._data) - self._starts[drop] > self.max_bytes * 3 // 4:
+            drop += max(1, len(self._starts) // 16)  # a few huge lines: drop by bytes, not count
+        drop = min(drop, len(self._starts))
+        cut = self._starts[drop] if drop < len(self._starts) else len(self._data)
+        self._data = self._data[cut:]
+        self._starts = array("Q", (start - cut for start in self._starts[drop:]))
+        self._ranks = self._ranks[drop:]
+        self._files = self._files[drop:]
+        self._numbers = self._numbers[drop:]
+        self._levels = self._levels[drop:]
+        self.first += drop
+        for file_id, indices in enumerate(self._by_file):
+            self._by_file[file_id] = indices[bisect_right(indices, self.first - 1):]
+
     def text(self, index: int) -> str:
-        start = self._starts[index]
-        end = self._starts[index + 1] - 1 if index + 1 < len(self._starts) else len(self._data) - 1
+        """The line's text ("" for a line no longer kept)."""
+        local = index - self.first
+        if local < 0:
+            return ""
+        start = self._starts[local]
+        end = self._starts[local + 1] - 1 if local + 1 < len(self._starts) else len(self._data) - 1
         return self._data[start:end].decode("utf-8", "replace")
 
     def rank(self, index: int) -> int | None:
-        rank = self._ranks[index]
+        if index < self.first:
+            return None
+        rank = self._ranks[index - self.first]
         return None if rank == NO_RANK else rank
 
     def level(self, index: int) -> int:
-        return self._levels[index]
-
-    def location(self, index: int) -> tuple[str, int]:
-        return self.file_names[self._files[index]], self._numbers[index]
+        return self._levels[index - self.first] if index >= self.first else LEVEL_INFO
 
     def find(self, file: str, line: int) -> int | None:
-        """The index of ``file``:``line``, or None if that line has not arrived."""
+        """The index of ``file``:``line``, or None if that line has not arrived or is no longer kept."""
         file_id = self._file_ids.get(file)
         if file_id is None:
             return None
         indices = self._by_file[file_id]
-        numbers = self._numbers
-        pos = bisect_right(indices, line, key=lambda i: numbers[i]) - 1
-        if pos >= 0 and numbers[indices[pos]] == line:
+        numbers, first = self._numbers, self.first
+        pos = bisect_right(indices, line, key=lambda i: numbers[i - first]) - 1
+        if pos >= 0 and numbers[indices[pos] - first] == line:
             return indices[pos]
         return None
 
-    def matches(self, index: int, line_filter: LineFilter, pattern: regex.Pattern[str] | None) -> bool:
-        if line_filter.ranks is not None and self._ranks[index] not in line_filter.ranks:
-            return False
-        if self._levels[index] < line_filter.min_level:
-            return False
-        return pattern is None or pattern.search(self.text(index), timeout=FILTER_BUDGET_S) is not None
-
     def select(self, line_filter: LineFilter, start: int = 0) -> array:
-        """Indices (from ``start``) of the lines the filter shows. Raises FilterError."""
+        """Indices (from ``start``; kept lines only) of the lines the filter shows. Raises FilterError."""
+        start = max(start, self.first)
         candidates: range | array = range(start, len(self))
         if line_filter.pattern:
             candidates = self._search(compile_pattern(line_filter.pattern), start)
-        ranks, levels = self._ranks, self._levels
+        ranks, levels, first = self._ranks, self._levels, self.first
         wanted = line_filter.ranks
         min_level = line_filter.min_level
         if wanted is None and min_level == LEVEL_INFO:
             return array("L", candidates)
         return array(
-            "L", (i for i in candidates if levels[i] >= min_level and (wanted is None or ranks[i] in wanted))
+            "L", (i for i in candidates
+                  if levels[i - first] >= min_level and (wanted is None or ranks[i - first] in wanted))
         )
 
     def _search(self, pattern: regex.Pattern[str], start: int) -> array:
-        """Lines from ``start`` holding a match, found by searching the whole buffer."""
+        """Lines from ``start`` (a kept line) holding a match, found by searching the whole buffer."""
         found = array("L")
         if start >= len(self):
             return found
@@ -179,14 +222,14 @@ class LogStore:
                     if pattern.search(self.text(i), timeout=max(deadline - time.monotonic(), 0.001)):
                         found.append(i)
                 return found
-            data, starts, end = self._data, self._starts, len(self._data)
-            pos = starts[start]
+            data, starts, end, first = self._data, self._starts, len(self._data), self.first
+            pos = starts[start - first]
             while pos < end:
                 match = byte_pattern.search(data, pos, timeout=max(deadline - time.monotonic(), 0.001))
                 if match is None:
                     break
                 line = bisect_right(starts, match.start()) - 1
-                found.append(line)
+                found.append(line + first)
                 pos = starts[line + 1] if line + 1 < len(starts) else end
         except TimeoutError:
             raise FilterError(f"regex {pattern.pattern!r} is too slow (stopped after {FILTER_BUDGET_S:g} s)") from None

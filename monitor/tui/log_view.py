@@ -1,8 +1,13 @@
-"""The merged per-rank log: a Line API view that draws only the visible lines of a LogStore."""
+"""The merged per-rank log: a Line API view that draws only the visible lines of a LogStore.
+
+The store keeps the newest lines only (``LogStore.first`` is the oldest kept): rows are the kept
+lines, and when older ones are dropped a paused view moves up with its lines so that what is on
+screen stays."""
 
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 
 import regex
 from rich.segment import Segment
@@ -72,26 +77,47 @@ class LogView(ScrollView, can_focus=True):
         self.unseen = 0  # lines that arrived while paused
         self._cache: LRUCache[tuple, Strip] = LRUCache(2048)
         self._styles: dict[str, Style] = {}
+        self._first_kept = 0  # store.first when rows were last counted
 
     # ----- data in
     @property
     def row_count(self) -> int:
-        return len(self.store) if self._rows is None else len(self._rows)
+        return len(self.store) - self.store.first if self._rows is None else len(self._rows)
+
+    def _index_at(self, row: int) -> int:
+        return self.store.first + row if self._rows is None else self._rows[row]
 
     def lines_added(self, first: int) -> None:
         """Lines ``first``.. were appended to the store: show those that pass the filter."""
+        self._drop_forgotten()
         if self._rows is not None:
             try:
                 self._rows.extend(self.store.select(self.line_filter, first))
             except FilterError:
                 pass  # counted as no match; the filter bar already says the regex is slow
-        added = len(self.store) - first
+        added = len(self.store) - max(first, self.store.first)
         self._update_size()
         if self.follow:
             self._scroll_end()
         else:
             self.unseen += added
         self.post_message(self.StatusChanged())
+
+    def _drop_forgotten(self) -> None:
+        """The store dropped its oldest lines: drop their rows, and keep a paused view on its lines."""
+        first = self.store.first
+        if first == self._first_kept:
+            return
+        if self._rows is None:
+            gone = first - self._first_kept
+        else:
+            gone = bisect_left(self._rows, first)
+            del self._rows[:gone]
+        self._first_kept = first
+        if self.cursor_index is not None and self.cursor_index < first:
+            self.cursor_index = None
+        if not self.follow and gone:
+            self.scroll_to(y=max(0, self.scroll_offset.y - gone), animate=False)
 
     def set_filter(self, line_filter: LineFilter) -> None:
         """Apply a filter to all lines. Raises FilterError (bad or too slow regex); keeps the old one then."""
@@ -115,10 +141,8 @@ class LogView(ScrollView, can_focus=True):
 
     def row_of(self, index: int) -> int | None:
         if self._rows is None:
-            return index if index < len(self.store) else None
+            return index - self.store.first if self.store.first <= index < len(self.store) else None
         rows = self._rows
-        from bisect import bisect_left
-
         pos = bisect_left(rows, index)
         return pos if pos < len(rows) and rows[pos] == index else None
 
@@ -163,7 +187,7 @@ class LogView(ScrollView, can_focus=True):
         row = int(self.scroll_offset.y) + event.y
         if 0 <= row < self.row_count:
             self.follow = False
-            self.cursor_index = row if self._rows is None else self._rows[row]
+            self.cursor_index = self._index_at(row)
             self._cache.clear()
             self.refresh()
 
@@ -219,7 +243,7 @@ class LogView(ScrollView, can_focus=True):
         width = self.scrollable_content_region.width
         if row >= self.row_count:
             return Strip.blank(width, self._style(""))
-        index = row if self._rows is None else self._rows[row]
+        index = self._index_at(row)
         key = (index, index == self.cursor_index, self._badge_width(), self.marks.get(index))
         strip = self._cache.get(key)
         if strip is None:
