@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from monitor.model import LogLine
 from monitor.session.feeds import LogBatch
+from monitor.tui.app import MAX_PENDING_LINES
 from monitor.tui.log_store import LogStore
 from monitor.tui.log_view import LogView
 from tests.test_tui_app import make_app, settle, shown_text
@@ -39,10 +40,11 @@ async def test_a_paused_view_keeps_its_lines_as_older_ones_are_dropped():
 
 async def test_a_screen_behind_by_more_than_it_keeps_skips_drawing_not_findings():
     findings, root = crash_findings()
-    feed = ScriptedLogFeed([LogBatch(lines=_lines(0, 3000), findings=findings, root_cause=root)])
+    feed = ScriptedLogFeed([LogBatch(lines=_lines(0, MAX_PENDING_LINES + 3000), findings=findings, root_cause=root)])
     app = make_app(feed)
     app.store = LogStore(max_lines=1000, max_bytes=1 << 20)
     async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot, app, 3000)
-        assert app.store.first >= 2000 and app.store.text(2999) == "[rank1]: line 2999"
+        total = MAX_PENDING_LINES + 3000
+        await settle(pilot, app, total)
+        assert app.store.first >= total - 1000 and app.store.text(total - 1) == f"[rank1]: line {total - 1}"
         assert app._root is root and len(app._findings) == len(findings)

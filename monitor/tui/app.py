@@ -39,6 +39,9 @@ REFRESH_S = 0.25
 JOB_CHECK_S = 0.2
 # Lines added per turn of the event loop when a big batch arrives (~50 ms of work).
 APPLY_CHUNK = 20_000
+# Lines gathered for the screen while it draws the batch before: a screen further behind draws
+# only the newest (the session has diagnosed every line; the older ones are in the files).
+MAX_PENDING_LINES = 50_000
 
 
 class MonitorApp(App[int]):
@@ -162,9 +165,9 @@ class MonitorApp(App[int]):
 
     def _poll_logs(self, worker) -> None:
         """Reading never waits for drawing: while the screen applies one batch (one in flight at
-        a time), the next is gathered. A screen that falls behind by more lines than the store
-        keeps skips drawing the oldest of them; the session has read and diagnosed every one,
-        and each batch carries the current findings."""
+        a time), the next is gathered. A screen that falls behind by more than
+        ``MAX_PENDING_LINES`` skips drawing the oldest of them; the session has read and
+        diagnosed every one, and each batch carries the current findings."""
         pending = LogBatch()
         last_post = 0.0
         in_flight = False
@@ -173,7 +176,7 @@ class MonitorApp(App[int]):
                 pending.merge(self.log_feed.poll(POLL_S))
             elif in_flight and not self._applied.wait(POLL_S):
                 continue  # the source is done: only the batch on screen is awaited
-            if (excess := len(pending.lines) - self.store.max_lines) > 0:
+            if (excess := len(pending.lines) - MAX_PENDING_LINES) > 0:
                 del pending.lines[:excess]
                 pending.skipped += excess
             if in_flight and not self._applied.is_set():

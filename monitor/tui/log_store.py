@@ -26,10 +26,10 @@ from monitor.text import clean, is_clean
 
 LEVEL_INFO, LEVEL_WARNING, LEVEL_ERROR = 0, 1, 2
 NO_RANK = -1
-# What the screen keeps: about 60 MB at 100 bytes a line (tests/test_tui_log_store.py,
-# benchmarks/tui_memory.py).
-MAX_KEPT_LINES = 400_000
-MAX_KEPT_BYTES = 40 << 20
+# What the screen keeps: about 20 MB at 70 bytes of text a line (benchmarks/tui_memory.py: the
+# app stays under 150 MB while a job prints 100k lines/s).
+MAX_KEPT_LINES = 200_000
+MAX_KEPT_BYTES = 24 << 20
 # Longest a user's filter regex may search before it is stopped (catastrophic backtracking).
 FILTER_BUDGET_S = 1.0
 
