@@ -146,11 +146,18 @@ class Finding:
         }
 
 
+def rank_words(ranks: list[int]) -> str:
+    """``rank 3``, ``ranks 0,1,3``, or "" for none: how every report names ranks."""
+    if not ranks:
+        return ""
+    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
+
+
 def who(finding: Finding) -> str:
     """The ranks a finding concerns, in words: ``rank 3``, ``ranks 0,1``, or "" when unknown."""
     if len(finding.ranks) > 1:
-        return "ranks " + ",".join(map(str, finding.ranks))
-    return f"rank {finding.rank}" if finding.rank is not None else ""
+        return rank_words(finding.ranks)
+    return rank_words([finding.rank]) if finding.rank is not None else ""
 
 
 def one_line(finding: Finding) -> str:

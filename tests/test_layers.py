@@ -28,8 +28,8 @@ ALLOWED = {
     "metrics": {"text", "model", "units", "diagnosis"},  # diagnosis.advice: remedies as data
     "checkpoints": {"text", "model", "units"},
     "files": set(),
-    "stacks": {"text", "model", "units", "diagnosis"},  # diagnosis.secrets: command lines masked
-    "flight_recorder": {"text", "model"},
+    "stacks": {"text", "model", "units", "files", "diagnosis", "metrics"},  # secrets masked; ranks as metrics.job reads them
+    "flight_recorder": {"text", "model", "stacks"},  # stacks.compare.is_user_code: one idea of user code
     "evidence": {"text", "model", "stacks", "flight_recorder"},
     "session": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "stacks", "flight_recorder"},
     "runner": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "checkpoints", "session",

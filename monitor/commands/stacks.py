@@ -27,38 +27,33 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from monitor.cli import UsageError
-    from monitor.files import replace_file
     from monitor.flight_recorder.variables import recorder_of
     from monitor.model import one_line
     from monitor.runner.job import side_file
     from monitor.runner.processes import descendants
     from monitor.session.hang_probe import Look
     from monitor.stacks import files
-    from monitor.text import safe_json, say
+    from monitor.text import safe_json, safe_text, say
 
     if args.run is not None:
         root = _job_pid(args.run, side_file(args.run, "job"))
     else:
         root = args.pid
     pids = [root, *descendants(root)]
-    stacks_json, stacks_text = files.stacks_paths(args.run) if args.run is not None else (None, None)
-    look = Look(pids, "request", recorder_of(pids), stacks_file=str(stacks_text or ""))
+    stacks_text = str(files.stacks_paths(args.run)[1]) if args.run is not None else ""
+    look = Look(pids, "request", recorder_of(pids), stacks_file=stacks_text)
     found = [look.finding] if look.finding is not None else []
     found += look.read_dumps()
-    if args.run is not None:
-        previous = stacks_json.read_bytes() if stacks_json.exists() else None
-        data = files.updated_json(previous, look.capture, look.finding)
-        for error in (replace_file(stacks_json, data), replace_file(stacks_text, files.render_all(data).encode())):
-            if error:
-                say(error)
+    if args.run is not None and (error := files.save(args.run, look.capture, look.finding)):
+        say(error)
     if args.json:
         print(safe_json({**files.capture_to_json(look.capture, look.finding),
                          "findings": [f.to_json() for f in found]}, indent=1))
     else:
-        print(_safe_block(files.render(look.capture, look.finding)))
+        print(safe_text(files.render(look.capture, look.finding), keep_newlines=True))
         for finding in found:
             print(one_line(finding))
-            print(_safe_block(finding.for_display().remedy), end="\n\n")
+            print(finding.for_display().remedy, end="\n\n")
     if look.capture.problem:
         say(look.capture.problem)
         return 2 if not look.capture.ranked() else 0
@@ -80,9 +75,3 @@ def _job_pid(log: Path, state_path: Path) -> int:
                          f"(is {log} a log written by `monitor run`?)") from None
     except (ValueError, KeyError, TypeError):
         raise UsageError(f"stacks: {state_path}: no job pid in it") from None
-
-
-def _safe_block(text: str) -> str:
-    from monitor.text import safe_text
-
-    return safe_text(text, keep_newlines=True)

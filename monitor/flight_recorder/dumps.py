@@ -17,6 +17,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from monitor.stacks.compare import is_user_code
+
 # Dumps of 2000 entries with frames are a few MB; this bounds what one file may cost.
 MAX_DUMP_BYTES = 256 << 20
 # A pickle starts with PROTO (0x80) and its version; torch writes protocol 2 (checked on 2.13).
@@ -34,9 +36,6 @@ class CallSite:
     file: str
     line: int
 
-    def short(self) -> str:
-        return f"{Path(self.file).name}:{self.line}"
-
 
 @dataclass(slots=True)
 class Entry:
@@ -48,8 +47,6 @@ class Entry:
     op: str                    # profiling_name: "nccl:all_reduce", "gloo:broadcast"
     input_sizes: list
     input_dtypes: list
-    output_sizes: list
-    output_dtypes: list
     state: str                 # scheduled / started / completed (gloo says only scheduled)
     retired: bool              # finished and out of the recorder's live set
     is_p2p: bool
@@ -58,19 +55,15 @@ class Entry:
 
     def call_site(self) -> CallSite | None:
         """The innermost frame in the user's code (not torch's), else the innermost frame."""
-        for frame in self.frames:
-            if not any(mark in frame.file for mark in ("/site-packages/", "/dist-packages/", "/lib/python3")):
-                return frame
-        return self.frames[0] if self.frames else None
+        own = next((frame for frame in self.frames if is_user_code(frame.file)), None)
+        return own or (self.frames[0] if self.frames else None)
 
 
 @dataclass(slots=True)
 class RankDump:
     rank: int
     path: str
-    version: str
     groups: dict[str, list[int]]                       # group name -> its global ranks
-    completed: dict[str, int]                          # group name -> last completed collective
     entries: list[Entry] = field(default_factory=list)
 
 
@@ -90,8 +83,10 @@ def find_dumps(folder: Path) -> list[Path]:
     found = []
     for directory, subdirs, files in os.walk(folder):
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        # Only names ending in a rank are opened: torch writes <prefix><rank>, and a folder of logs
+        # is not read twice over.
         found += [Path(directory) / name for name in sorted(files)
-                  if not name.startswith(".") and not name.endswith(".tmp") and looks_like_dump(Path(directory) / name)]
+                  if not name.startswith(".") and _RANK_AT_END.search(name) and looks_like_dump(Path(directory) / name)]
     return found
 
 
@@ -130,11 +125,7 @@ def _rank_dump(rank: int, path: Path, raw: dict) -> RankDump:
     for key, config in (raw.get("pg_config") or {}).items():
         ranks = config.get("ranks", [])
         groups[str(config.get("name", key))] = [int(r) for r in (ast.literal_eval(ranks) if isinstance(ranks, str) else ranks)]
-    completed = {str(group): int(status.get("last_completed_collective", -1))
-                 for group, status in (raw.get("pg_status") or {}).items() if isinstance(status, dict)}
-    entries = [_entry(e) for e in raw["entries"]]
-    return RankDump(rank=rank, path=str(path), version=str(raw.get("version", "")), groups=groups,
-                    completed=completed, entries=entries)
+    return RankDump(rank=rank, path=str(path), groups=groups, entries=[_entry(e) for e in raw["entries"]])
 
 
 def _entry(e: dict) -> Entry:
@@ -143,8 +134,7 @@ def _entry(e: dict) -> Entry:
     return Entry(
         group=str(group), group_desc=str(desc), seq=int(e["p2p_seq_id"] if p2p else e["collective_seq_id"]),
         op=str(e["profiling_name"]), input_sizes=list(e.get("input_sizes") or []),
-        input_dtypes=list(e.get("input_dtypes") or []), output_sizes=list(e.get("output_sizes") or []),
-        output_dtypes=list(e.get("output_dtypes") or []), state=str(e.get("state", "")),
+        input_dtypes=list(e.get("input_dtypes") or []), state=str(e.get("state", "")),
         retired=bool(e.get("retired")), is_p2p=p2p, timeout_ms=e.get("timeout_ms"),
         frames=[CallSite(str(f.get("name", "?")), str(f.get("filename", "?")), int(f.get("line") or 0))
                 for f in e.get("frames") or []],

@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from monitor.flight_recorder.dumps import Entry, RankDump
-from monitor.model import Category, Finding
+from monitor.model import Category, Finding, rank_words
 
 MISSING_RULE = "flight-recorder-missing-rank"
 MISMATCH_RULE = "flight-recorder-mismatch"
@@ -82,7 +82,7 @@ def _mismatch_finding(group: str, seq: int, entries: dict[int, Entry], signature
     ordered = sorted(groups.values(), key=lambda ranks: (len(ranks), ranks[0]))
     odd = ordered[0] if len(ordered[0]) < len(ordered[-1]) else []
     first = entries[ordered[0][0]]
-    parts = [f"{_who(ranks)} called {_call(entries[ranks[0]], what)}" for ranks in ordered]
+    parts = [f"{rank_words(ranks)} called {_call(entries[ranks[0]], what)}" for ranks in ordered]
     site = first.call_site()
     title = f"collective {seq} of {_group_name(first)} differs between ranks ({what}): " + "; ".join(parts)
     evidence = [f"rank {rank}: {_call(entry, 'input sizes')} at {_where(entry)}" for rank, entry in sorted(entries.items())]
@@ -116,16 +116,16 @@ def _missing(group: str, per_rank: dict[int, list[Entry]], members: list[int], d
     at_top = {rank: next(e for e in per_rank[rank] if e.seq == top) for rank in joined}
     sites = ", ".join(sorted({_where(e) for e in at_top.values()}))
     ops = "/".join(sorted({e.op for e in at_top.values()}))
-    title = (f"{_who(behind)} never joined collective {top} ({ops}) of {_group_name(entry)}; "
-             f"{_who(joined)} {'waits' if len(joined) == 1 else 'wait'} in it at {sites}")
-    evidence = [f"{_who([rank])} last enqueued collective {e.seq} ({e.op}) at {_where(e)}" for rank, e in behind_at.items()]
+    title = (f"{rank_words(behind)} never joined collective {top} ({ops}) of {_group_name(entry)}; "
+             f"{rank_words(joined)} {'waits' if len(joined) == 1 else 'wait'} in it at {sites}")
+    evidence = [f"{rank_words([rank])} last enqueued collective {e.seq} ({e.op}) at {_where(e)}" for rank, e in behind_at.items()]
     evidence += [f"rank {rank} enqueued collective {top} ({e.op}) at {_where(e)}" for rank, e in at_top.items()]
     if undumped:
-        evidence.append(f"no dump from {_who(undumped)} (another node, or it could not dump)")
+        evidence.append(f"no dump from {rank_words(undumped)} (another node, or it could not dump)")
     timeout = f" ({entry.timeout_ms / 1000:g} s here)" if entry.timeout_ms else ""
     last_seen = (f" after collective {min(e.seq for e in behind_at.values())}, last called at "
                  f"{_where(next(iter(behind_at.values())))}") if behind_at else ""
-    remedy = (f"{_who(behind)} stopped{last_seen}: the others wait for it. What it does after that call "
+    remedy = (f"{rank_words(behind)} stopped{last_seen}: the others wait for it. What it does after that call "
               "(data loading, a rank-dependent branch, a long computation) is where it is stuck; its stack "
               f"shows where. Its peers give up when the process-group timeout runs out{timeout}: "
               "init_process_group(timeout=...).")
@@ -152,7 +152,3 @@ def _where(entry: Entry) -> str:
 
 def _group_name(entry: Entry) -> str:
     return "the default group" if entry.group_desc == "default_pg" else f"group {entry.group} ({entry.group_desc})"
-
-
-def _who(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))

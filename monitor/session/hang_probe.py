@@ -6,8 +6,8 @@ first timeout line, every job GPU idle. A screen or ``monitor stacks`` may ask a
 (trigger "request"). One capture runs at a time; each automatic reason is acted on once per
 silence. What it finds goes into the session (``post``) as findings of origin ``stacks`` and
 ``flight-recorder``, and the stacks are kept beside the log (``run-X.stacks.json`` and ``.txt``).
-A capture that cannot be taken (py-spy missing, no permission) is a warning finding saying how
-to fix it, once.
+A capture that cannot be taken (py-spy missing, no permission) or kept (a full disk), or a fault
+of the probe itself, is a warning finding saying so and how to fix it, once per kind.
 
 The job comes first: py-spy pauses a process only while it reads its stack (milliseconds), a
 dump request is a byte written to a FIFO without blocking, and nothing here waits on the job.
@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from monitor.files import replace_file
 from monitor.flight_recorder import dumps as fr_dumps
 from monitor.flight_recorder import match as fr_match
 from monitor.flight_recorder.pipes import dump_files, request_dumps
@@ -42,7 +41,8 @@ class HangProbe:
                  recorder: RecorderPlan | None = None, *, py_spy: str | None = None,
                  dump_wait_s: float = DUMP_WAIT_S) -> None:
         self._pids = pids
-        self.json_path, self.text_path = files.stacks_paths(log_path)
+        self.log_path = log_path
+        self.text_path = files.stacks_paths(log_path)[1]
         self._post = post
         self._recorder = recorder
         self._py_spy = py_spy
@@ -53,7 +53,6 @@ class HangProbe:
         self._said_problems: set[str] = set()
         self.latest: tuple[Capture, Finding | None] | None = None
         self.captures = 0  # bumped when ``latest`` changes: a screen redraws then
-        self.save_error: str | None = None
 
     def trigger(self, reason: str) -> bool:
         """Take the stacks now, in the background, unless a capture is running or ``reason``
@@ -83,37 +82,32 @@ class HangProbe:
 
     # -- the capture, on its own thread ---------------------------------------------------------
     def _capture(self, reason: str) -> None:
-        look = Look(self._pids(), reason, self._recorder, self._py_spy, str(self.text_path))
-        if look.capture.problem:
-            self._say_problem(look.capture)
-        self._save(look.capture, look.finding)
-        self.latest = (look.capture, look.finding)
-        self.captures += 1
-        if look.finding is not None:
-            self._post([look.finding])
-        if look.dumps_asked:
-            self._post(look.read_dumps(self._dump_wait_s))
-
-    def _save(self, capture: Capture, finding: Finding | None) -> None:
         try:
-            previous = self.json_path.read_bytes()
-        except OSError:
-            previous = None
-        data = files.updated_json(previous, capture, finding)
-        errors = [replace_file(self.json_path, data), replace_file(self.text_path, files.render_all(data).encode())]
-        self.save_error = next((e for e in errors if e), None)
+            look = Look(self._pids(), reason, self._recorder, self._py_spy, str(self.text_path))
+            if look.capture.problem:
+                kind = next((p.error_kind for p in look.capture.processes if p.error_kind), "none")
+                if kind not in _NOT_PROBLEMS:
+                    self._say_once(kind, f"the ranks' stacks could not be taken: {look.capture.problem}",
+                                   look.capture.problem)
+            if error := files.save(self.log_path, look.capture, look.finding):
+                self._say_once("not-saved", f"the stacks could not be kept beside the log: {error}", error)
+            self.latest = (look.capture, look.finding)
+            self.captures += 1
+            if look.finding is not None:
+                self._post([look.finding])
+            if look.dumps_asked:
+                self._post(look.read_dumps(self._dump_wait_s))
+        except Exception as exc:  # a fault of the monitor: one line, never a traceback, the job untouched
+            self._say_once("failed", f"taking the stacks failed: {type(exc).__name__}: {exc}",
+                           "A fault of the monitor, not of the job; the job runs on. Please report it.")
 
-    def _say_problem(self, capture: Capture) -> None:
-        kind = next((p.error_kind for p in capture.processes if p.error_kind), "none")
-        if kind in self._said_problems or kind in _NOT_PROBLEMS:
+    def _say_once(self, kind: str, title: str, remedy: str) -> None:
+        """A warning finding about the probe itself, once per kind of trouble."""
+        if kind in self._said_problems:
             return
         self._said_problems.add(kind)
-        self._post([Finding(
-            rule=NOT_TAKEN_RULE, category=Category.HANG, severity="warning", role="confirm",
-            title=f"the ranks' stacks could not be taken: {capture.problem}", origin="stacks",
-            remedy=capture.problem, fields={"trigger": capture.trigger, "kind": kind},
-        )])
-
+        self._post([Finding(rule=NOT_TAKEN_RULE, category=Category.HANG, severity="warning", role="confirm",
+                            title=title, origin="stacks", remedy=remedy, fields={"kind": kind})])
 
 
 class Look:

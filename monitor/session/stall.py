@@ -17,7 +17,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from monitor.model import Category, Finding, LogLine
+from monitor.model import Category, Finding, LogLine, rank_words
 
 MIN_STALL_S = 60.0
 GAP_FACTOR = 10.0
@@ -104,7 +104,7 @@ def _who(key: int | str) -> str:
 def _who_list(keys: list[int | str]) -> str:
     ranks = [k for k in keys if isinstance(k, int)]
     if len(ranks) == len(keys):
-        return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+        return rank_words(ranks)
     return ", ".join(_who(k) for k in keys)
 
 

@@ -1,9 +1,9 @@
 """Taking the stacks of a job's ranks at one moment: which processes are ranks, and their
 Python stacks, taken in parallel (a dump of 8 ranks costs about as much as one).
 
-Ranks come from RANK / LOCAL_RANK / WORLD_SIZE in /proc/PID/environ, as the metrics read them.
-A rank's DataLoader workers inherit its environment: the rank is the topmost process of its
-RANK; its workers are not dumped (the rank's own stack shows it waiting for them).
+Ranks come from RANK / WORLD_SIZE in /proc/PID/environ, read by the metrics' ``JobReader``. A
+rank's DataLoader workers inherit its environment (``JobProcess.worker``): they are not dumped
+(the rank's own stack shows it waiting for them).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import psutil
 
 from monitor.diagnosis.secrets import mask
+from monitor.metrics.job import JobReader
+from monitor.metrics.model import JobProcess
 from monitor.stacks.pyspy import StackError, Thread, dump, find_py_spy
 
 # Enough for a node of 8 GPUs many times over; a process tree this big is not a training job.
@@ -58,43 +60,16 @@ class Capture:
         return sorted((p for p in self.processes if p.threads), key=lambda p: (p.rank is None, p.rank or 0, p.pid))
 
 
-@dataclass(slots=True)
-class _Candidate:
-    pid: int
-    ppid: int
-    rank: int | None
-    world_size: int | None
-    command: str
-
-
-def job_processes(pids: list[int]) -> tuple[list[_Candidate], int | None]:
-    """The processes to dump among ``pids``: the topmost process of each rank; when no process
-    has a rank (a plain ``python train.py``), every Python process. Also the world size."""
-    candidates = [c for pid in pids if (c := _candidate(pid)) is not None]
-    ranked = [c for c in candidates if c.rank is not None]
-    if ranked:
-        by_pid = {c.pid: c for c in ranked}
-        chosen = [c for c in ranked if not (c.ppid in by_pid and by_pid[c.ppid].rank == c.rank)]
-    else:
-        chosen = [c for c in candidates if "python" in c.command.split(" ", 1)[0].lower()]
-    world = next((c.world_size for c in chosen if c.world_size), None)
-    return chosen[:MAX_PROCESSES], world
-
-
-def _candidate(pid: int) -> _Candidate | None:
-    try:
-        process = psutil.Process(pid)
-        command = " ".join(process.cmdline()) or process.name()
-        ppid = process.ppid()
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return None
-    except psutil.AccessDenied:
-        return _Candidate(pid, 0, None, None, "?")
-    try:
-        env = process.environ()
-    except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
-        env = {}
-    return _Candidate(pid, ppid, _int(env.get("RANK")), _int(env.get("WORLD_SIZE")), mask(command))
+def job_processes(pids: list[int]) -> tuple[list[JobProcess], int | None]:
+    """The processes to dump among ``pids``: each rank's own process (not its workers; ranks
+    read as the metrics read them); when no process has a rank (a plain ``python train.py``),
+    every Python process. Also the world size."""
+    processes = JobReader(pids).read().processes
+    chosen = [p for p in processes if p.rank is not None and not p.worker]
+    if not chosen:
+        chosen = [p for p in processes if "python" in p.name.lower()]
+    sizes = [p.env["WORLD_SIZE"] for p in chosen if p.env.get("WORLD_SIZE", "").isdigit()]
+    return chosen[:MAX_PROCESSES], int(sizes[0]) if sizes else None
 
 
 def take(pids: list[int], trigger: str, py_spy: str | None = None, wall_clock=time.time) -> Capture:
@@ -115,15 +90,23 @@ def take(pids: list[int], trigger: str, py_spy: str | None = None, wall_clock=ti
     return capture
 
 
-def _take_one(candidate: _Candidate, py_spy: str | None) -> ProcessStack:
-    stack = ProcessStack(candidate.pid, candidate.rank, candidate.command)
+def _take_one(process: JobProcess, py_spy: str | None) -> ProcessStack:
+    stack = ProcessStack(process.pid, process.rank, _command(process))
     started = time.monotonic()
     try:
-        stack.threads = dump(candidate.pid, py_spy)
+        stack.threads = dump(process.pid, py_spy)
     except StackError as exc:
         stack.error, stack.error_kind = str(exc), exc.kind
     stack.took_s = time.monotonic() - started
     return stack
+
+
+def _command(process: JobProcess) -> str:
+    """The command line, credentials masked (the process name when it cannot be read)."""
+    try:
+        return mask(" ".join(psutil.Process(process.pid).cmdline())) or process.name
+    except psutil.Error:
+        return process.name
 
 
 def _common_problem(processes: list[ProcessStack]) -> str:
@@ -131,10 +114,3 @@ def _common_problem(processes: list[ProcessStack]) -> str:
     no permission), with how many processes it concerned."""
     first = processes[0]
     return first.error if len(processes) == 1 else f"{first.error} (and {len(processes) - 1} more processes)"
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None

@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.model import Category, Finding
+from monitor.model import Category, Finding, rank_words
 from monitor.stacks.capture import Capture, ProcessStack
 from monitor.stacks.pyspy import Frame
 
@@ -33,6 +33,8 @@ COLLECTIVES = frozenset({
 _BACKWARD = ("torch/autograd/", frozenset({"backward", "_engine_run_backward"}))
 _LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "<frozen ", "/lib/python3")
 EVIDENCE_FRAMES = 6
+# The kinds of finding ``analyse`` makes where some ranks are the odd ones out (``Finding.ranks``).
+ODD_KINDS = ("stuck", "mismatch", "elsewhere", "rest-gone")
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +212,4 @@ def _first_rank(stacks: list[ProcessStack]) -> int:
 
 def who(stacks: list[ProcessStack]) -> str:
     ranks = sorted(_ranks(stacks))
-    if not ranks:
-        return "pid " + ",".join(str(s.pid) for s in stacks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
+    return rank_words(ranks) if ranks else "pid " + ",".join(str(s.pid) for s in stacks)

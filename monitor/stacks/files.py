@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from monitor.files import replace_file
 from monitor.model import Finding
 from monitor.stacks.capture import Capture, ProcessStack
 from monitor.stacks.compare import is_user_code, place_of, source_line
@@ -39,7 +40,7 @@ def capture_from_json(data: dict) -> tuple[Capture, Finding | None]:
     processes = [
         ProcessStack(pid=p["pid"], rank=p["rank"], command=p["command"], error=p["error"],
                      error_kind=p["error_kind"], took_s=p["took_s"],
-                     threads=[Thread(t["name"], t["thread_id"], [Frame(**f) for f in t["frames"]], t["active"])
+                     threads=[Thread(t["name"], t["thread_id"], [Frame(**f) for f in t["frames"]])
                               for t in p["threads"]])
         for p in data["processes"]
     ]
@@ -59,6 +60,18 @@ def updated_json(previous: bytes | None, capture: Capture, finding: Finding | No
             captures = []
     captures = (captures + [capture_to_json(capture, finding)])[-KEPT_CAPTURES:]
     return json.dumps({"captures": captures}, indent=1).encode()
+
+
+def save(log_path: Path, capture: Capture, finding: Finding | None) -> str | None:
+    """Add ``capture`` to the stacks files beside ``log_path`` (both written whole); None, or
+    one line saying why they could not be written."""
+    json_path, text_path = stacks_paths(log_path)
+    try:
+        previous = json_path.read_bytes()
+    except OSError:
+        previous = None
+    data = updated_json(previous, capture, finding)
+    return replace_file(json_path, data) or replace_file(text_path, render_all(data).encode())
 
 
 def read(path: Path) -> list[tuple[Capture, Finding | None]]:

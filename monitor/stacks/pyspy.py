@@ -42,7 +42,6 @@ class Thread:
     name: str
     thread_id: int        # the OS thread id
     frames: list[Frame] = field(default_factory=list)  # innermost first, as py-spy prints them
-    active: bool = False  # running, not waiting (py-spy's own guess)
 
 
 class StackError(Exception):
@@ -93,7 +92,7 @@ def _thread(data: dict) -> Thread:
     frames = [Frame(str(f.get("name") or "?"), str(f.get("filename") or "?"), int(f.get("line") or 0))
               for f in data.get("frames") or []]
     return Thread(name=str(data.get("thread_name") or ""), thread_id=int(data.get("os_thread_id") or data.get("thread_id") or 0),
-                  frames=frames, active=bool(data.get("active")))
+                  frames=frames)
 
 
 def _error(pid: int, stderr: str) -> StackError:

@@ -14,13 +14,11 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from monitor.stacks.capture import Capture
-from monitor.stacks.compare import groups_of, is_user_code, source_line, who
+from monitor.stacks.compare import ODD_KINDS, groups_of, is_user_code, source_line, who
 from monitor.text import safe_text
 
 # How often the screen looks for a newer capture (the probe runs on its own thread).
 CHECK_S = 0.3
-# Kinds of finding where some ranks are the odd ones out (compare.analyse).
-ODD_KINDS = ("stuck", "mismatch", "elsewhere", "rest-gone")
 
 
 class StacksScreen(Screen[None]):
