@@ -95,6 +95,7 @@ def test_a_rank_stuck_in_its_data_loading_is_named_with_its_frame_before_the_tim
     assert f" >   load_batch ({train.__file__}:{SLEEP_LINE})" in stacks_text
     dumps = sorted(p.name for p in log.with_name(log.stem + ".fr").glob("dump-rank*"))
     assert dumps == ["dump-rank0", "dump-rank1", "dump-rank2", "dump-rank3"]
+    assert not list(log.with_name(log.stem + ".fr").glob("*.pipe"))  # the job ended: no request can be taken
 
     # Post-mortem, from the run's folder alone.
     result = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(tmp_path)],

@@ -29,6 +29,7 @@ def test_success(tmp_path: Path):
     diagnosis = read_json(log.with_suffix(".diagnosis.json"))
     assert diagnosis["root_cause"] is None
     assert not [f for f in diagnosis["findings"] if f["severity"] == "error"]
+    assert not list(tmp_path.glob("*.fr"))  # no dump was written: no folder left behind
 
 
 def test_hang_ends_in_a_timeout_and_the_exit_code_is_kept(tmp_path: Path):

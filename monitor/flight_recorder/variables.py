@@ -19,6 +19,9 @@ an unhealthy process (pytorch#167023); the Python stacks come from py-spy instea
 
 from __future__ import annotations
 
+import glob
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +45,21 @@ class RecorderPlan:
     pipe_prefix: str | None
     set: dict[str, str] = field(default_factory=dict)        # variables we set
     kept: dict[str, str] = field(default_factory=dict)       # the user's own, left alone
+
+    def tidy(self) -> None:
+        """The job has ended: its pipes take no more requests. Remove them, and the folder when
+        no rank wrote a dump there (a run that went well leaves no empty folder behind)."""
+        if any(name in self.set for name in PIPE_FILE):  # the job's own pipes are its business
+            for pipe in glob.glob(glob.escape(self.pipe_prefix) + "*.pipe"):
+                try:
+                    if stat.S_ISFIFO(os.lstat(pipe).st_mode):
+                        os.unlink(pipe)
+                except OSError:
+                    pass
+        try:
+            self.folder.rmdir()
+        except OSError:
+            pass  # dumps in it (kept), or not ours to remove
 
     def describe(self) -> str:
         if not self.set:

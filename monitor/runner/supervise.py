@@ -164,6 +164,8 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
                 watcher.stop()
             metrics.close()
     diagnosis = _explain(job, code, session)
+    if recorder is not None:
+        recorder.tidy()
     stopped = bool(job.state().get("stop_signal")) or forwarder.received is not None
     decision = restart.decide(diagnosis, code, attempt, options.max_restarts,
                               stopped_by_user=stopped, previous_category=previous)
