@@ -202,3 +202,46 @@ def test_a_stacks_file_round_trips_and_keeps_the_latest_captures():
     back, back_finding = files.capture_from_json(entries[-1])
     assert back == capture and back_finding.title == finding.title and back_finding.category == "hang"
     assert files.render_all(data).count("Stacks of the job's ranks on gpu-07") == files.KEPT_CAPTURES
+
+
+# -- `monitor stacks`, as a user runs it ---------------------------------------------------------
+
+def _stacks_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "monitor", "stacks", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+@needs_ptrace
+def test_stacks_command_prints_the_ranks_and_saves_beside_a_run_log(tmp_path):
+    process = _spawn(tmp_path, {"RANK": "0", "WORLD_SIZE": "1"})
+    log = tmp_path / "run-1.log"
+    (tmp_path / "run-1.job.json").write_text(json.dumps({"job_pid": process.pid}))
+    try:
+        by_pid = _stacks_cli("--pid", str(process.pid))
+        by_run = _stacks_cli("--run", str(log))
+    finally:
+        process.kill()
+        process.wait()
+    assert by_pid.returncode == 0, by_pid.stderr
+    assert "every rank is in load_batch (train.py:4)" in by_pid.stdout and " >   load_batch (" in by_pid.stdout
+    assert by_run.returncode == 0, by_run.stderr
+    saved = files.read(tmp_path / "run-1.stacks.json")
+    assert [c.processes[0].pid for c, _ in saved] == [process.pid]
+    assert "time.sleep(120)" in (tmp_path / "run-1.stacks.txt").read_text()
+
+
+def test_stacks_command_says_in_one_line_what_it_cannot_look_into(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    shell = subprocess.Popen(["sleep", "30"])
+    try:
+        results = [_stacks_cli("--pid", str(gone.pid)), _stacks_cli("--pid", str(shell.pid)),
+                   _stacks_cli("--run", str(tmp_path / "run-1.log"))]
+    finally:
+        shell.kill()
+        shell.wait()
+    assert [r.returncode for r in results] == [2, 2, 2]
+    assert results[0].stderr == f"monitor: stacks: pid {gone.pid}: no such process\n"
+    assert results[1].stderr == "monitor: stacks: no Python process among the job's 1 running process\n"
+    assert results[2].stderr.startswith(f"monitor: stacks: {tmp_path / 'run-1.job.json'}: no such file or directory")
+    assert all(r.stdout == "" and r.stderr.count("\n") == 1 for r in results)

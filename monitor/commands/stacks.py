@@ -35,13 +35,20 @@ def run(args: argparse.Namespace) -> int:
     from monitor.stacks import files
     from monitor.text import safe_json, safe_text, say
 
+    import psutil
+
     if args.run is not None:
         root = _job_pid(args.run, side_file(args.run, "job"))
     else:
         root = args.pid
+    if not psutil.pid_exists(root):
+        raise UsageError(f"stacks: pid {root}: no such process" + (" (the job has ended)" if args.run else ""))
     pids = [root, *descendants(root)]
     stacks_text = str(files.stacks_paths(args.run)[1]) if args.run is not None else ""
     look = Look(pids, "request", recorder_of(pids), stacks_file=stacks_text)
+    if not look.capture.ranked():
+        say(f"stacks: {look.capture.problem}")
+        return 2
     found = [look.finding] if look.finding is not None else []
     found += look.read_dumps()
     if args.run is not None and (error := files.save(args.run, look.capture, look.finding)):
@@ -54,11 +61,6 @@ def run(args: argparse.Namespace) -> int:
         for finding in found:
             print(one_line(finding))
             print(finding.for_display().remedy, end="\n\n")
-    if look.capture.problem:
-        say(look.capture.problem)
-        return 2 if not look.capture.ranked() else 0
-    if not look.capture.ranked():
-        raise UsageError(f"stacks: pid {root}: no Python process to look into")
     return 1 if any(f.severity == "error" for f in found) else 0
 
 

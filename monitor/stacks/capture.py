@@ -35,6 +35,10 @@ class ProcessStack:
     error_kind: str = ""
     took_s: float = 0.0           # how long py-spy took for this process
 
+    def error_line(self) -> str:
+        """Why there is no stack, naming the rank (the error names the pid already)."""
+        return f"rank {self.rank}: {self.error}" if self.rank is not None else self.error
+
     def main_thread(self) -> Thread | None:
         """The thread that runs the training loop: Python's main thread."""
         for thread in self.threads:
@@ -60,16 +64,16 @@ class Capture:
         return sorted((p for p in self.processes if p.threads), key=lambda p: (p.rank is None, p.rank or 0, p.pid))
 
 
-def job_processes(pids: list[int]) -> tuple[list[JobProcess], int | None]:
+def job_processes(pids: list[int]) -> tuple[list[JobProcess], int | None, int]:
     """The processes to dump among ``pids``: each rank's own process (not its workers; ranks
     read as the metrics read them); when no process has a rank (a plain ``python train.py``),
-    every Python process. Also the world size."""
+    every Python process. Also the world size, and how many of ``pids`` are alive."""
     processes = JobReader(pids).read().processes
     chosen = [p for p in processes if p.rank is not None and not p.worker]
     if not chosen:
         chosen = [p for p in processes if "python" in p.name.lower()]
     sizes = [p.env["WORLD_SIZE"] for p in chosen if p.env.get("WORLD_SIZE", "").isdigit()]
-    return chosen[:MAX_PROCESSES], int(sizes[0]) if sizes else None
+    return chosen[:MAX_PROCESSES], int(sizes[0]) if sizes else None, len(processes)
 
 
 def take(pids: list[int], trigger: str, py_spy: str | None = None, wall_clock=time.time) -> Capture:
@@ -78,9 +82,10 @@ def take(pids: list[int], trigger: str, py_spy: str | None = None, wall_clock=ti
     started = time.monotonic()
     capture = Capture(taken=wall_clock(), trigger=trigger, host=socket.gethostname())
     py_spy = py_spy or find_py_spy()
-    candidates, capture.world_size = job_processes(pids)
+    candidates, capture.world_size, alive = job_processes(pids)
     if not candidates:
-        capture.problem = "no process of the job is running"
+        capture.problem = (f"no Python process among the job's {alive} running process{'es' if alive > 1 else ''}" if alive
+                           else "no process of the job is running")
         return capture
     with ThreadPoolExecutor(max_workers=min(PARALLEL_DUMPS, len(candidates))) as pool:
         capture.processes = list(pool.map(lambda c: _take_one(c, py_spy), candidates))

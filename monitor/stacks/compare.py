@@ -144,8 +144,7 @@ def _evidence(place: Place, stacks: list[ProcessStack]) -> str:
 
 
 def _not_taken(capture: Capture) -> list[str]:
-    return [f"pid {p.pid}{f' (rank {p.rank})' if p.rank is not None else ''}: {p.error}"
-            for p in capture.processes if p.error]
+    return [p.error_line() for p in capture.processes if p.error]
 
 
 def _remedy(kind: str, capture: Capture, odd, usual, fields: dict[str, str]) -> str:

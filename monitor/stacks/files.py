@@ -120,7 +120,7 @@ def render(capture: Capture, finding: Finding | None) -> str:
                     out.append(f"          {code}")
     for stack in capture.processes:
         if stack.error:
-            out += ["", f"pid {stack.pid}: {stack.error}"]
+            out += ["", stack.error_line()]
     return "\n".join(out) + "\n"
 
 

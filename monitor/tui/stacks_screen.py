@@ -91,7 +91,7 @@ class StacksScreen(Screen[None]):
             text.append("\n" + safe_text(capture.problem), style="yellow")
         for stack in capture.processes:
             if stack.error and not capture.problem:
-                text.append(f"\npid {stack.pid}: {safe_text(stack.error)}", style="yellow")
+                text.append("\n" + safe_text(stack.error_line()), style="yellow")
         return text
 
     def _column(self, place, stacks, odd: bool) -> Text:
