@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from monitor.stacks import compare, files
-from monitor.stacks.capture import Capture, ProcessStack, take
-from monitor.stacks.pyspy import Frame, Thread, find_py_spy
+from monitor.stacks.capture import take
+from monitor.stacks.model import Capture, Frame, ProcessStack, Thread
+from monitor.stacks.pyspy import find_py_spy
 
 TORCH_C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
 AUTOGRAD = "/venv/lib/python3.11/site-packages/torch/autograd/graph.py"

@@ -21,12 +21,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from monitor.cli import UsageError
     from pathlib import Path
 
+    from monitor.cli import UsageError
     from monitor.diagnosis.diagnose import MissingPath, diagnose_paths
-    from monitor.evidence import is_evidence_file, read_evidence
-    from monitor.logs.reader import path_error
+    from monitor.logs.reader import is_log_like, path_error
     from monitor.text import safe_json, say
 
     # As grep does: a path that does not exist is said on stderr and makes the exit code 2, and
@@ -39,14 +38,22 @@ def run(args: argparse.Namespace) -> int:
     if not present:
         return 2
     catalogue = load_rules(args)
-    evidence = read_evidence([Path(p) for p in present])
-    logs = [path for path in present if not is_evidence_file(Path(path))]
+    # Stacks and dumps are looked for in folders and files not named like logs: a plain log
+    # costs nothing more to diagnose.
+    evidence, logs = None, present
+    if maybe := [Path(p) for p in present if Path(p).is_dir() or not is_log_like(Path(p))]:
+        from monitor.evidence import is_evidence_file, read_evidence
+
+        evidence = read_evidence(maybe)
+        logs = [path for path in present if not is_evidence_file(Path(path))]
     try:
-        diagnosis = diagnose_paths(logs, catalogue, evidence=evidence.findings)
+        diagnosis = diagnose_paths(logs, catalogue, evidence=evidence.findings if evidence else [])
     except MissingPath as exc:  # MissingPath: deleted since we looked
         raise UsageError(str(exc)) from None
-    diagnosis.problems = missing + evidence.problems + diagnosis.problems
-    diagnosis.files += [f for f in evidence.files if f not in diagnosis.files]
+    if evidence is not None:
+        diagnosis.problems = evidence.problems + diagnosis.problems
+        diagnosis.files += [f for f in evidence.files if f not in diagnosis.files]
+    diagnosis.problems = missing + diagnosis.problems
     if not diagnosis.files:  # not one log could be read: an input error, said on stderr
         for problem in diagnosis.problems[len(missing):] or ["no log files found"]:
             say(problem)

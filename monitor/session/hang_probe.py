@@ -26,7 +26,8 @@ from monitor.flight_recorder.pipes import dump_files, request_dumps
 from monitor.flight_recorder.variables import RecorderPlan
 from monitor.model import Category, Finding
 from monitor.stacks import compare, files
-from monitor.stacks.capture import Capture, take
+from monitor.stacks.capture import take
+from monitor.stacks.model import Capture
 
 # How long to wait for the ranks to write the dumps asked for (NCCL checks its pipe every second).
 DUMP_WAIT_S = 10.0

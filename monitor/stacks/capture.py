@@ -11,57 +11,18 @@ from __future__ import annotations
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 import psutil
 
 from monitor.diagnosis.secrets import mask
 from monitor.metrics.job import JobReader
 from monitor.metrics.model import JobProcess
-from monitor.stacks.pyspy import StackError, Thread, dump, find_py_spy
+from monitor.stacks.model import Capture, ProcessStack
+from monitor.stacks.pyspy import StackError, dump, find_py_spy
 
 # Enough for a node of 8 GPUs many times over; a process tree this big is not a training job.
 MAX_PROCESSES = 64
 PARALLEL_DUMPS = 8
-
-
-@dataclass(slots=True)
-class ProcessStack:
-    pid: int
-    rank: int | None
-    command: str                  # the command line, credentials masked
-    threads: list[Thread] = field(default_factory=list)
-    error: str = ""               # why there is no stack (StackError's line)
-    error_kind: str = ""
-    took_s: float = 0.0           # how long py-spy took for this process
-
-    def error_line(self) -> str:
-        """Why there is no stack, naming the rank (the error names the pid already)."""
-        return f"rank {self.rank}: {self.error}" if self.rank is not None else self.error
-
-    def main_thread(self) -> Thread | None:
-        """The thread that runs the training loop: Python's main thread."""
-        for thread in self.threads:
-            if thread.name == "MainThread" or thread.thread_id == self.pid:
-                return thread
-        return self.threads[0] if self.threads else None
-
-
-@dataclass(slots=True)
-class Capture:
-    """Every rank's stack at one moment."""
-
-    taken: float                  # wall-clock time, seconds since the epoch
-    trigger: str                  # why: "stall", "timeout", "request", ...
-    host: str
-    processes: list[ProcessStack] = field(default_factory=list)
-    world_size: int | None = None
-    took_s: float = 0.0
-    problem: str = ""             # why nothing could be taken (no py-spy, no process), one line
-
-    def ranked(self) -> list[ProcessStack]:
-        """The processes with a stack, by rank."""
-        return sorted((p for p in self.processes if p.threads), key=lambda p: (p.rank is None, p.rank or 0, p.pid))
 
 
 def job_processes(pids: list[int]) -> tuple[list[JobProcess], int | None, int]:

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from monitor.model import Category, Finding, rank_words
-from monitor.stacks.capture import Capture, ProcessStack
-from monitor.stacks.pyspy import Frame
+from monitor.stacks.model import Capture, Frame, ProcessStack
 
 RULE = "stacks"
 # torch.distributed's collectives and waits (distributed_c10d.py), by the name py-spy shows.

@@ -13,9 +13,8 @@ from pathlib import Path
 
 from monitor.files import replace_file
 from monitor.model import Finding
-from monitor.stacks.capture import Capture, ProcessStack
 from monitor.stacks.compare import is_user_code, place_of, source_line
-from monitor.stacks.pyspy import Frame, Thread
+from monitor.stacks.model import Capture, Frame, ProcessStack, Thread
 
 KEPT_CAPTURES = 10
 SUFFIX = ".stacks.json"

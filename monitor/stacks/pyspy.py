@@ -12,8 +12,9 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from monitor.stacks.model import Frame, Thread
 
 # A dump takes about 0.1 s; a process that does not answer in this long is not waited for.
 DUMP_TIMEOUT_S = 10.0
@@ -25,23 +26,6 @@ PERMISSION_FIX = (
     "as root; in a container add --cap-add SYS_PTRACE; or allow ptrace for the user with "
     "`sudo sysctl kernel.yama.ptrace_scope=0`"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    function: str
-    file: str       # as py-spy gives it (absolute when the target knows it)
-    line: int
-
-    def short(self) -> str:
-        return f"{self.function} ({Path(self.file).name}:{self.line})"
-
-
-@dataclass(slots=True)
-class Thread:
-    name: str
-    thread_id: int        # the OS thread id
-    frames: list[Frame] = field(default_factory=list)  # innermost first, as py-spy prints them
 
 
 class StackError(Exception):

@@ -13,8 +13,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from monitor.stacks.capture import Capture
 from monitor.stacks.compare import ODD_KINDS, groups_of, is_user_code, source_line, who
+from monitor.stacks.model import Capture
 from monitor.text import safe_text
 
 # How often the screen looks for a newer capture (the probe runs on its own thread).
