@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import resource
+import stat
 import time
 from dataclasses import dataclass, field
 
@@ -40,6 +41,9 @@ CLOSE_ROUNDS = 64
 # New lines found by the safety poll in a file this long after it was written, with no event
 # for it: events do not arrive, so the follower switches to polling.
 MISSED_EVENT_S = 1.0
+# A rotated file last written this long before the visit that preceded its rotation is still
+# read as a generation we never saw (file systems with coarse modification times).
+MTIME_SLACK_S = 2.0
 
 
 @dataclass(slots=True)
@@ -197,8 +201,8 @@ class Follower:
                 if path not in self._files:
                     self._adopt(path)
 
-    def _adopt(self, path: str) -> None:
-        self._files[path] = FollowedFile(path)
+    def _adopt(self, path: str, family: str | None = None) -> None:
+        self._files[path] = FollowedFile(path, family=family)
         self._names.append(path)
         self._event_names[os.path.abspath(path)] = path
         self._dirty.add(path)
@@ -206,9 +210,14 @@ class Follower:
 
     def _start_for(self, path: str, identity: Identity) -> ReadUpTo | None:
         """Where to read a new inode at ``path`` from (see ``FollowedFile.visit``)."""
-        consumed = self._consumed.pop(identity, None)
-        if consumed is not None and _starts_with(path, consumed):
-            return consumed  # renamed or copied: read up to there already
+        consumed = self._consumed.get(identity)
+        if consumed is not None:
+            still = _starts_with(path, identity, consumed)
+            if still is None:
+                return None  # the path moved on since its stat (a rotation right now): next visit
+            del self._consumed[identity]
+            if still:
+                return consumed  # renamed or copied: read up to there already
         holder = self._by_identity.get(identity)
         if holder is not None and holder.path != path and holder.identity == identity:
             return None  # renamed while followed: the old path's next visit drains it first
@@ -244,10 +253,15 @@ class Follower:
                 return False
             for ended in original.ended:
                 if ended.head and head.startswith(ended.head):
-                    # A copy holds at most what the original had when it was copied.
-                    return ended if size >= ended.offset else ReadUpTo(size, ended.lines, ended.head)
+                    # Shorter than what we read of it: a copy still being written, or one with
+                    # nothing new (a copy holds at most what the original had when copied).
+                    return ended if size >= ended.offset else False
                 if len(head) < len(ended.head) and ended.head.startswith(head):
                     return False
+            if _holds_what_the_original_holds(path, size, original.path):
+                # Copied, not yet truncated, and not read yet: its lines are read in the
+                # original, or taken from this copy once the truncation is seen.
+                return False
         return None
 
     def _adopt_rotated(self, identity: Identity, origin: str) -> None:
@@ -267,8 +281,33 @@ class Follower:
             except OSError:
                 continue
             if (st.st_dev, st.st_ino) == identity:
-                self._adopt(path)
+                self._adopt(path, family=origin)
                 return
+
+    def _adopt_rotations_since(self, origin: str, since: float) -> None:
+        """Generations of ``origin`` written and rotated away between two visits: rotated files
+        beside it, written since the visit before, that no followed file holds. Each is read
+        from where it was left (an inode we read under another name), or whole (never seen; a
+        copy of what we read is told apart by ``_start_for``)."""
+        folder, base = os.path.split(origin)
+        try:
+            names = os.listdir(folder or os.curdir)
+        except OSError:
+            return
+        held = {f.identity for f in self._files.values() if f.identity is not None}
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            if path in self._files or not is_rotated_name(base, name):
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            identity = (st.st_dev, st.st_ino)
+            if identity in held or not stat.S_ISREG(st.st_mode):
+                continue
+            if identity in self._consumed or st.st_mtime >= since - MTIME_SLACK_S:
+                self._adopt(path, family=origin)
 
     # -- reading ---------------------------------------------------------------------------
     def _take_events(self) -> None:
@@ -338,6 +377,8 @@ class Follower:
     def _collect(self, out: ReadOutput, update: FollowUpdate) -> None:
         for identity, origin in out.rotated_from.items():
             self._adopt_rotated(identity, origin)
+        for origin, since in out.rotations:
+            self._adopt_rotations_since(origin, since)
         update.ended.extend((before + len(update.lines), path) for before, path in out.ended)
         update.lines.extend(out.lines)
         update.problems.extend(self._problems)
@@ -366,13 +407,34 @@ def _is_copy_of_current(path: str, size: int, original: FollowedFile) -> bool:
         return False
 
 
-def _starts_with(path: str, read: ReadUpTo) -> bool:
+def _holds_what_the_original_holds(path: str, size: int, original: str) -> bool:
+    """Whether the file at ``path`` is a copy of the start of what ``original`` holds on disk
+    now: the same first bytes and the same last bytes at the same place."""
+    try:
+        with open(path, "rb") as copy, open(original, "rb") as source:
+            if not size or os.fstat(source.fileno()).st_size < size:
+                return False
+            head, tail = min(256, size), min(256, size)
+            return (
+                os.pread(copy.fileno(), head, 0) == os.pread(source.fileno(), head, 0)
+                and os.pread(copy.fileno(), tail, size - tail) == os.pread(source.fileno(), tail, size - tail)
+            )
+    except OSError:
+        return False
+
+
+def _starts_with(path: str, identity: Identity, read: ReadUpTo) -> bool | None:
     """Whether the file at ``path`` is (still) what was read: as long, with the same first
-    bytes. A deleted file's inode number is soon given to a new file."""
+    bytes (a deleted file's inode number is soon given to a new file); None if ``path`` no longer
+    names ``identity``."""
     try:
         with open(path, "rb") as handle:
-            head = handle.read(len(read.head))
-            return head == read.head and os.fstat(handle.fileno()).st_size >= read.offset
+            st = os.fstat(handle.fileno())
+            if (st.st_dev, st.st_ino) != identity:
+                return None
+            return handle.read(len(read.head)) == read.head and st.st_size >= read.offset
+    except FileNotFoundError:
+        return None
     except OSError:
         return False
 

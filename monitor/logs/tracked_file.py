@@ -8,10 +8,12 @@ numbers from 1. On every visit the path is stat'ed:
   recreate): the old inode is read to its end through the descriptor still held (or found again
   beside the path under its new name), its partial last line is emitted, and the new inode is
   read from its start;
-- the same inode but smaller than what was read, or with other first bytes (``copytruncate``,
-  truncation to zero, rewritten in place): the lines written between our last read and the
-  truncation are read from the copy logrotate left beside the file (recognised by the bytes
-  around our offset), then the file is read again from its start;
+- the same inode but smaller than what was read, or with other bytes where we stopped
+  (``copytruncate``, truncation to zero or to a smaller size, rewritten in place): the lines
+  written between our last read and the truncation are read from the copy logrotate left beside
+  the file (recognised by the bytes around our offset); then reading goes on after the part of
+  the file that is still what we read (the prefix a ``truncate -s`` kept: its lines are not
+  emitted twice), or from the start of a file written anew;
 - bigger: the new bytes are read, split into lines (a partial last line is held until its
   newline arrives or the generation ends), and emitted once.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Callable
@@ -40,6 +43,14 @@ READ_CHUNK = 1024 * 1024
 HEAD_BYTES = 256
 TAIL_BYTES = 256
 MARK_BYTES = 64
+# The last bytes read, raw, to find where a file truncated to a smaller size (and maybe grown
+# again) stops being what we read; and sparse marks further back, at line ends, for a file cut
+# further than that. Small: thousands of files are followed at once.
+RECENT_BYTES = 4096
+CHECKPOINTS = 16
+ENDED_KEPT = 32
+CHECKPOINT_SPACING = 16 * 1024
+CHECKPOINT_SAMPLE = 32
 
 
 @dataclass(slots=True)
@@ -57,6 +68,10 @@ class ReadOutput:
     # Inodes that left a followed path (renamed by rotation, or copied before a truncation),
     # with that path: the follower looks for them beside it.
     rotated_from: dict[Identity, str] = field(default_factory=dict)
+    # Live paths that were rotated or truncated, each with the time of the visit before: files
+    # rotated beside them since then (whole generations written and rotated away between two
+    # visits) are read too.
+    rotations: list[tuple[str, float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,26 +134,36 @@ class DescriptorCache:
 class FollowedFile:
     """The state of one followed path across the generations of what it names."""
 
-    def __init__(self, path: str, max_line_bytes: int | None = None) -> None:
+    def __init__(self, path: str, max_line_bytes: int | None = None, family: str | None = None) -> None:
         self.path = path
+        # The live path whose rotations this file is one of (``app.log`` for ``app.log.3``):
+        # its inode is looked for beside that one when it moves on (``.3`` -> ``.4``).
+        self.family = family or path
         self.identity: Identity | None = None
         self.offset = self.lines = 0
         self.assembler = LineAssembler(max_line_bytes) if max_line_bytes else LineAssembler()
         self.head = b""
         # Where the first text (not NUL) of this generation was read, and its first bytes.
         self.mark: tuple[int, bytes] | None = None
-        self.tail = b""
+        self.recent = b""  # the last RECENT_BYTES read, ending at offset
+        # (offset of a line end, lines up to there, the bytes just before it), oldest first.
+        self.checkpoints: list[tuple[int, int, bytes]] = []
+        self.checkpoint_spacing = CHECKPOINT_SPACING
         self.line_start = 0  # offset where the partial last line starts
-        self.ended: deque[ReadUpTo] = deque(maxlen=3)
+        # Generations read to their end, newest last: a copy of one found later (logrotate's
+        # .1 shifted to .2 ...) is read from where it ended, not again.
+        self.ended: deque[ReadUpTo] = deque(maxlen=ENDED_KEPT)
         self.binary = False
         self.problem: str | None = None
         self.mtime = 0.0  # of the last stat: when the file was last written
+        self.visited = 0.0  # wall-clock time of the last visit
 
     # -- one visit -------------------------------------------------------------------------
     def visit(self, fds: DescriptorCache, out: ReadOutput, start_for: StartFor, budget: int = READ_CHUNK) -> bool:
         """Read what is new; returns True if more is waiting (the budget was used up).
         ``start_for(path, identity)`` says where a new inode at the path is to be read from:
         how far it was read under another name, or None to leave it for now."""
+        since, self.visited = self.visited, time.time()
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -151,6 +176,7 @@ class FollowedFile:
             return False
         identity = (st.st_dev, st.st_ino) if st is not None else None
         if self.identity is not None and identity != self.identity:
+            out.rotations.append((self.family, since))
             self._drain_replaced(fds, out)
             # Renamed beside us (app.log.1): it is followed on under that name from the start
             # of its partial last line, which its writer may complete there.
@@ -175,13 +201,19 @@ class FollowedFile:
             return True  # replaced between stat and open: the next visit sees the new inode
         self.problem = None
         if st.st_size < self.offset or st.st_size > self.offset and self.rewritten(fd, at_offset=True):
+            out.rotations.append((self.family, since))
+            kept = self._kept_prefix(fd, st.st_size)
             self._recover_from_copy(out)
             self._end_generation(fds, out, keep_identity=True)
-            self._start_generation(identity, FROM_START)
+            self._start_generation(identity, kept or FROM_START)
             fd = fds.open(self)
             if fd is None:
                 return True
         return self._read(fd, st.st_size, out, budget)
+
+    @property
+    def tail(self) -> bytes:
+        return self.recent[-TAIL_BYTES:]
 
     def pending_text(self) -> str:
         """The partial last line (no newline yet), cleaned: for display, never fed to rules."""
@@ -192,14 +224,51 @@ class FollowedFile:
         self._end_generation(fds, out, keep_identity=True)
 
     # -- generations -----------------------------------------------------------------------
-    def _start_generation(self, identity: Identity | None, start: ReadUpTo) -> None:
+    def _start_generation(self, identity: Identity | None, start: ReadUpTo | KeptPrefix) -> None:
         self.identity = identity
         self.offset, self.lines, self.head = start.offset, start.lines, start.head
-        self.mark = None
         self.line_start = start.offset
         self.assembler.reset()
-        self.tail = b""
+        if isinstance(start, KeptPrefix):
+            self.mark, self.recent, self.checkpoints = start.mark, start.recent, start.checkpoints
+        else:
+            self.mark, self.recent, self.checkpoints = None, b"", []
+            self.checkpoint_spacing = CHECKPOINT_SPACING
         self.binary = False
+
+    def _kept_prefix(self, fd: int, size: int) -> KeptPrefix | None:
+        """After a truncation to ``size`` (maybe grown since): the line end up to which the file
+        still holds what we read, with the lines up to there; None if it holds nothing of it."""
+        if self.binary or not self.head:
+            return None
+        same_head = _common_prefix(os.pread(fd, len(self.head), 0), self.head)
+        if same_head < len(self.head):
+            # Cut (or written anew) within the first bytes: the kept lines are in the head.
+            end = self.head.rfind(b"\n", 0, same_head) + 1
+            if not end:
+                return None
+            return KeptPrefix(end, self.head.count(b"\n", 0, end), self.head[:end], None, b"", [])
+        start = self.offset - len(self.recent)
+        same = 0
+        if size > start:
+            same = _common_prefix(os.pread(fd, min(size, self.offset) - start, start), self.recent)
+        end = self.recent.rfind(b"\n", 0, same) + 1
+        if end:
+            offset = start + end
+            lines = self.lines - self.recent.count(b"\n", end)
+            checkpoints = [c for c in self.checkpoints if c[0] <= offset]
+        else:
+            checkpoints = [c for c in self.checkpoints if c[0] <= min(start, size)]
+            while checkpoints:
+                offset, lines, sample = checkpoints[-1]
+                if os.pread(fd, len(sample), offset - len(sample)) == sample:
+                    break
+                checkpoints.pop()
+            else:
+                return None
+        mark = self.mark if self.mark is not None and self.mark[0] + len(self.mark[1]) <= offset else None
+        recent = self.recent[:end] if end else b""
+        return KeptPrefix(offset, lines, self.head, mark, recent, checkpoints)
 
     def _end_generation(self, fds: DescriptorCache, out: ReadOutput, *, keep_identity: bool, carry: bool = False) -> None:
         """``carry``: the partial last line is not emitted here; the inode is read on (under its
@@ -262,13 +331,13 @@ class FollowedFile:
     def _find_beside(self, wanted, confirm=None, close: bool = False) -> int | None:
         """An open descriptor on a rotated sibling (``app.log.1``, ``app.log-20250101``...);
         with ``close``, only whether there is one (the descriptor is closed: -1)."""
-        folder, base = os.path.split(self.path)
+        folder, base = os.path.split(self.family)
         try:
             names = os.listdir(folder or os.curdir)
         except OSError:
             return None
         for name in sorted(names):
-            if not is_rotated_name(base, name):
+            if not is_rotated_name(base, name) or os.path.join(folder, name) == self.path:
                 continue
             path = os.path.join(folder, name)
             try:
@@ -319,7 +388,7 @@ class FollowedFile:
         if newline >= 0:
             self.line_start = self.offset + newline + 1
         self.offset += len(data)
-        self.tail = data[-TAIL_BYTES:] if len(data) >= TAIL_BYTES else (self.tail + data)[-TAIL_BYTES:]
+        self.recent = data[-RECENT_BYTES:] if len(data) >= RECENT_BYTES else (self.recent + data)[-RECENT_BYTES:]
         if b"\0" in data:
             data = data.replace(b"\0", b"")
         if at_start and looks_binary(data[:SNIFF_BYTES]):
@@ -327,7 +396,23 @@ class FollowedFile:
             self._report(out, f"{self.path}: binary file, not read as a log")
         if not self.binary:
             self._emit(self.assembler.feed(data), out)
+            if newline >= 0:
+                self._checkpoint()
         return self.offset < size
+
+    def _checkpoint(self) -> None:
+        """Mark the last line end read, if far enough from the last mark; when the marks are
+        full, every other one goes and they are spaced twice as far."""
+        last = self.checkpoints[-1][0] if self.checkpoints else 0
+        if self.line_start - last < self.checkpoint_spacing or self.line_start < CHECKPOINT_SAMPLE:
+            return
+        cut = self.line_start - (self.offset - len(self.recent))
+        if cut < CHECKPOINT_SAMPLE:
+            return
+        self.checkpoints.append((self.line_start, self.lines, self.recent[cut - CHECKPOINT_SAMPLE:cut]))
+        if len(self.checkpoints) > CHECKPOINTS:
+            del self.checkpoints[::2]
+            self.checkpoint_spacing *= 2
 
     def _emit(self, raws: list[bytes], out: ReadOutput) -> None:
         path = self.path
@@ -342,6 +427,30 @@ class FollowedFile:
         if problem != self.problem:
             self.problem = problem
             out.problems.append(problem)
+
+
+@dataclass(frozen=True, slots=True)
+class KeptPrefix:
+    """Where reading goes on in a file truncated to a part of what was read."""
+
+    offset: int
+    lines: int
+    head: bytes
+    mark: tuple[int, bytes] | None
+    recent: bytes
+    checkpoints: list[tuple[int, int, bytes]]
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    """The length of the longest common start of ``a`` and ``b`` (a binary search on slices)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def is_rotated_name(base: str, name: str) -> bool:
