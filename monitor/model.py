@@ -199,6 +199,8 @@ class Diagnosis:
     # error; not a binary file, which is skipped on purpose): an input error, exit 2 as grep.
     # Each is also one of ``problems``, which is what the JSON carries.
     unread: list[str] = field(default_factory=list)
+    # What was read of the input, one line each (which run of a folder of several).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -210,4 +212,5 @@ class Diagnosis:
             "findings": [f.to_json() for f in self.findings],
             "files": list(self.files),
             "problems": list(self.problems),
+            "notes": list(self.notes),
         }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from monitor.commands.options import add_rules_options, load_rules
+from monitor.commands.options import add_rules_options, add_run_options, load_rules, pick_runs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,6 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "`monitor run` log folder with its stacks and flight-recorder dumps); "
                              "flight-recorder dump files and run-X.stacks.json may be given too")
     parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    add_run_options(parser)
     add_rules_options(parser)
     parser.set_defaults(func=run)
 
@@ -38,10 +39,12 @@ def run(args: argparse.Namespace) -> int:
     if not present:
         return 2
     catalogue = load_rules(args)
+    # A folder of several runs is read as its newest run (or the one named), never merged unasked.
+    present, beside, notes = pick_runs(present, args)
     # Stacks and dumps are looked for in folders and files not named like logs: a plain log
     # costs nothing more to diagnose.
     evidence, logs = None, present
-    if maybe := [Path(p) for p in present if Path(p).is_dir() or not is_log_like(Path(p))]:
+    if maybe := [Path(p) for p in present if Path(p).is_dir() or not is_log_like(Path(p))] + beside:
         from monitor.evidence import is_evidence_file, read_evidence
 
         evidence = read_evidence(maybe)
@@ -54,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         diagnosis.problems = evidence.problems + diagnosis.problems
         diagnosis.files += [f for f in evidence.files if f not in diagnosis.files]
     diagnosis.problems = missing + diagnosis.problems
+    diagnosis.notes = notes
     if not diagnosis.files:  # not one log could be read: an input error, said on stderr
         for problem in diagnosis.problems[len(missing):] or ["no log files found"]:
             say(problem)

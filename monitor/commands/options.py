@@ -40,3 +40,63 @@ def check_stall_option(args: argparse.Namespace) -> None:
 
     if args.stall_after is not None and args.stall_after <= 0:
         raise UsageError("--stall-after must be a positive number of seconds")
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--run", metavar="NAME", help="in a folder of several runs, read this one (a name or part of it) instead of the newest")
+    group.add_argument("--all-runs", action="store_true", help="in a folder of several runs, read them all as one job")
+
+
+def _choices(paths: list[str], args: argparse.Namespace):
+    """(path, Choice or None) for each path: None where the path is read as it is."""
+    from pathlib import Path
+
+    from monitor.cli import UsageError
+    from monitor.logs.runs import RunError, choose, runs_in
+
+    for path in paths:
+        runs = runs_in(Path(path)) if not args.all_runs and Path(path).is_dir() else []
+        if not runs or len(runs) < 2 and args.run is None:
+            yield path, None
+            continue
+        try:
+            yield path, choose(Path(path), runs, args.run)
+        except RunError as exc:
+            raise UsageError(str(exc)) from None
+
+
+def pick_run_specs(paths: list[str], args: argparse.Namespace):
+    """For a live follow: each folder of several runs replaced by what to follow of the run to
+    read (its files, also those written later); and one line per folder saying which run."""
+    chosen: list[str] = []
+    notes: list[str] = []
+    for path, choice in _choices(paths, args):
+        if choice is None:
+            chosen.append(path)
+            continue
+        chosen += choice.run.specs
+        if choice.note:
+            notes.append(choice.note)
+    return chosen, notes
+
+
+def pick_runs(paths: list[str], args: argparse.Namespace):
+    """``paths`` with each folder of several runs replaced by the log files of the run to read
+    (``monitor.logs.runs``); also that run's other files (stacks, dumps: evidence, not logs), and
+    one line per folder saying which run was read. Raises UsageError for an unknown ``--run``."""
+    from monitor.logs.runs import log_files
+
+    chosen: list[str] = []
+    beside = []
+    notes: list[str] = []
+    for path, choice in _choices(paths, args):
+        if choice is None:
+            chosen.append(path)
+            continue
+        logs = log_files(choice.run)
+        chosen += [str(log) for log in logs]
+        beside += [p for p in choice.run.paths if p not in logs]
+        if choice.note:
+            notes.append(choice.note)
+    return chosen, beside, notes

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from monitor.commands.options import add_rules_options, add_stall_option, check_stall_option, load_rules
+from monitor.commands.options import (
+    add_rules_options, add_run_options, add_stall_option, check_stall_option, load_rules, pick_run_specs,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--poll", action="store_true", help="poll files instead of inotify events (NFS, Lustre)")
     add_stall_option(parser, "")
+    add_run_options(parser)
     add_rules_options(parser)
     parser.set_defaults(func=run)
 
@@ -43,10 +46,15 @@ def run(args: argparse.Namespace) -> int:
     except SourceError as exc:
         raise UsageError(str(exc)) from None
     catalogue = load_rules(args)
+    # A folder of several runs: the newest run is followed (its files created later too).
+    paths, notes = pick_run_specs(args.paths, args)
     if not args.headless:
         from monitor.tui import launch_watch
 
-        return launch_watch(args.paths, catalogue=catalogue, poll=args.poll, stall_after=args.stall_after)
+        return launch_watch(paths, catalogue=catalogue, poll=args.poll, stall_after=args.stall_after, notes=notes)
     from monitor.session.headless import watch_headless
+    from monitor.text import say
 
-    return watch_headless(args.paths, catalogue, as_json=args.json, poll=args.poll, stall_after=args.stall_after)
+    for note in notes:
+        say(note)
+    return watch_headless(paths, catalogue, as_json=args.json, poll=args.poll, stall_after=args.stall_after)

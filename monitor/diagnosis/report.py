@@ -115,8 +115,9 @@ def build(diagnosis: Diagnosis) -> Group:
         diagnosis, root_cause=diagnosis.root_cause and diagnosis.root_cause.for_display(),
         findings=[finding.for_display() for finding in diagnosis.findings],
         problems=[safe_text(problem) for problem in diagnosis.problems],
+        notes=[safe_text(note) for note in diagnosis.notes],
     )
-    parts: list[RenderableType] = []
+    parts: list[RenderableType] = [Text(note, style="dim") for note in diagnosis.notes]
     if diagnosis.root_cause is not None:
         parts.extend(_root_cause(diagnosis.root_cause))
     elif diagnosis.failed:

@@ -80,9 +80,12 @@ class MonitorApp(App[int]):
         clock: Callable[[], float] = time.monotonic,
         timeline: JobTimeline | None = None,
         probe=None,
+        notes: tuple[str, ...] = (),
     ) -> None:
-        """``probe``: the job session's HangProbe (``monitor run``), which takes the ranks' stacks."""
+        """``probe``: the job session's HangProbe (``monitor run``), which takes the ranks' stacks.
+        ``notes``: what was chosen of the input (which run of a folder), said once at the start."""
         super().__init__()
+        self.notes = notes
         self.probe = probe
         self.timeline = timeline
         self.log_feed = log_feed
@@ -129,6 +132,8 @@ class MonitorApp(App[int]):
         self._fit_layout(self.size.width)
         self.query_one(LogView).focus()
         self._update_status()
+        for note in self.notes:
+            self.notify(safe_text(note), title="runs", timeout=15, markup=False)
         self._log_worker = self.run_worker(self._follow_logs, thread=True, group="logs", name="logs", exit_on_error=False)
         if self.metrics_feed is not None:
             self._start_sample()

@@ -1,0 +1,136 @@
+"""The runs in a folder of logs, so that files of different jobs are never merged silently.
+
+A folder that ``monitor run`` writes to holds one ``run-YYYYmmdd-HHMMSS.*`` family per job; a
+SLURM output folder one ``slurm-<jobid>*`` family per job; a torchrun ``--log-dir`` one
+``attempt_<n>`` folder per restart. Each such family is a *run*; the folder's other log files are
+one more run (the per-rank files of a job written by hand). ``choose`` takes the newest run
+unless asked for one by name or for all of them.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from monitor.logs.reader import find_logs, is_log_like
+
+# `monitor run`'s stem; SLURM's default --output (slurm-%j.out, slurm-%A_%a.out for arrays).
+_RUN_STEM = re.compile(r"^(run-\d{8}-\d{6}(?:-\d+)?)(?:\.|$)")
+_SLURM = re.compile(r"^(slurm-\d+(?:_\d+)?)(?:[._-]|$)")
+_ATTEMPT = re.compile(r"^attempt_\d+$")
+OTHER = "other"
+
+
+class RunError(Exception):
+    """``--run NAME`` names no run of the folder (one line listing those it has)."""
+
+
+@dataclass(slots=True)
+class Run:
+    """One run of a folder: its ``name``, the files and folders of it (``paths``), what a live
+    follow of it watches (``specs``: globs and folders, so its files created later are seen),
+    and when its newest log was written."""
+
+    name: str
+    paths: list[Path] = field(default_factory=list)
+    specs: list[str] = field(default_factory=list)
+    newest: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What to read of a folder, and the one line that says so (None when it holds one run)."""
+
+    run: Run
+    note: str | None
+
+
+def runs_in(folder: Path) -> list[Run]:
+    """The runs of ``folder``, oldest first; a run with no log file is left out."""
+    runs: dict[str, Run] = {}
+    try:
+        entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+    except OSError:
+        return []
+    attempts_here = [e for e in entries if e.is_dir() and _ATTEMPT.match(e.name)]
+    for entry in entries:
+        path = Path(entry.path)
+        if entry.name.startswith("."):
+            continue
+        if stem := _RUN_STEM.match(entry.name) or _SLURM.match(entry.name):
+            name = stem.group(1)
+            # run-X.* only: run-X-2 (the next job in the same second) is another run.
+            run = runs.setdefault(name, Run(name, specs=[glob.escape(str(folder / name)) + ".*"]))
+        elif entry in attempts_here:
+            run = runs.setdefault(entry.name, Run(entry.name, specs=[str(path)]))
+        elif entry.is_dir() and (attempts := _attempts(path)):
+            for attempt in attempts:
+                name = f"{entry.name}/{attempt.name}"
+                runs[name] = Run(name, [attempt], [str(attempt)], _newest(attempt))
+            continue
+        elif entry.is_dir() or is_log_like(path):
+            run = runs.setdefault(OTHER, Run(OTHER))
+            run.specs.append(str(path))
+        else:
+            continue
+        run.paths.append(path)
+        run.newest = max(run.newest, _newest(path))
+    found = [run for run in runs.values() if any(map(_holds_logs, run.paths))]
+    return sorted(found, key=lambda run: run.newest)
+
+
+def choose(folder: Path, runs: list[Run], name: str | None = None) -> Choice:
+    """The run to read: the one named (exactly, or the only one whose name contains ``name``),
+    else the newest; raises RunError for a name that matches none or several."""
+    if name is not None:
+        exact = [run for run in runs if run.name == name]
+        matches = exact or [run for run in runs if name in run.name]
+        if len(matches) != 1:
+            listed = ", ".join(run.name for run in reversed(runs)) or "none"
+            why = "no run" if not matches else f"{len(matches)} runs"
+            raise RunError(f"{folder}: {why} named like {name!r}; its runs, newest first: {listed}")
+        chosen = matches[0]
+    else:
+        chosen = runs[-1]
+    if len(runs) < 2:
+        return Choice(chosen, None)
+    others = [run.name for run in reversed(runs) if run is not chosen]
+    shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    which = "the one asked for" if name is not None else "the newest"
+    return Choice(chosen, (
+        f"{folder}: {len(runs)} runs; reading {which}, {chosen.name} "
+        f"(others: {shown}; --run NAME for another, --all-runs to merge them)"
+    ))
+
+
+def _attempts(folder: Path) -> list[Path]:
+    """torchrun ``--log-dir`` layout: ``<run_id>/attempt_<n>/<rank>/std{out,err}.log``."""
+    try:
+        return sorted(
+            (Path(e.path) for e in os.scandir(folder) if e.is_dir() and _ATTEMPT.match(e.name)),
+            key=lambda p: int(p.name.split("_")[1]),
+        )
+    except OSError:
+        return []
+
+
+def _holds_logs(path: Path) -> bool:
+    return bool(find_logs(path)) if path.is_dir() else is_log_like(path)
+
+
+def log_files(run: Run) -> list[Path]:
+    """The log files of a run (its other files: stacks, dumps, metrics, are evidence)."""
+    return [log for path in run.paths for log in (find_logs(path) if path.is_dir() else [path]) if is_log_like(log)]
+
+
+def _newest(path: Path) -> float:
+    """When the newest log under ``path`` was written (the path's own time for a file)."""
+    try:
+        if not path.is_dir():
+            return path.stat().st_mtime
+        return max((log.stat().st_mtime for log in find_logs(path)), default=path.stat().st_mtime)
+    except OSError:
+        return 0.0
