@@ -46,3 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`monitor rules list | head`): stop quietly, as cat does. stdout
+        # points at /dev/null so that the interpreter's own flush at exit does not fail again.
+        import os
+        import sys
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

@@ -201,6 +201,8 @@ class Diagnosis:
     unread: list[str] = field(default_factory=list)
     # What was read of the input, one line each (which run of a folder of several).
     notes: list[str] = field(default_factory=list)
+    # Files read that hold nothing at all (a job that never wrote, a log truncated away).
+    empty: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -213,4 +215,5 @@ class Diagnosis:
             "files": list(self.files),
             "problems": list(self.problems),
             "notes": list(self.notes),
+            "empty": list(self.empty),
         }

@@ -40,22 +40,29 @@ def _list(catalogue, as_json: bool) -> int:
         ]
         print(json.dumps(rows, indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    import sys
 
     from monitor.text import safe_text
 
-    table = Table("id", "category", "severity", "role", "title", box=None, header_style="bold")
-    for rule in catalogue.rules:
-        # A user's rule pack may hold escape codes in a title.
-        table.add_row(*(Text(safe_text(value)) for value in (rule.id, rule.category, rule.severity, rule.role, rule.title)))
-    import sys
+    rows = [[safe_text(value) for value in (r.id, r.category, r.severity, r.role, r.title)] for r in catalogue.rules]
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
 
-    # Piped output (grep, CI logs) gets whole rows rather than rows wrapped at 80 columns.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 1000)
-    console.print(table)
-    console.print(f"{len(catalogue)} rules from {', '.join(catalogue.sources) or 'no rule directory'}", markup=False)
+        table = Table("id", "category", "severity", "role", "title", box=None, header_style="bold")
+        for row in rows:  # Text, never markup: a user's rule pack may hold [brackets] in a title
+            table.add_row(*map(Text, row))
+        console = Console(highlight=False)
+        console.print(table)
+        console.print(f"{len(catalogue)} rules from {', '.join(catalogue.sources) or 'no rule directory'}", markup=False)
+        return 0
+    # Piped (grep, CI logs): whole rows, columns as wide as their widest cell, no trailing spaces.
+    header = ["id", "category", "severity", "role", "title"]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(4)]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[4])
+    print(f"{len(catalogue)} rules from {safe_text(', '.join(catalogue.sources)) or 'no rule directory'}")
     return 0
 
 

@@ -32,6 +32,7 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: lis
     files: list[str] = []
     problems: list[str] = []
     unread: list[str] = []
+    empty: list[str] = []
     read: set[Path] = set()
     for path in paths:
         found = find_logs(path)
@@ -49,6 +50,8 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: lis
                     for line in read_log(file):
                         engine.feed(line)
                 files.append(name)
+                if file.stat().st_size == 0:
+                    empty.append(name)
             except UnreadableLog as exc:
                 problems.append(str(exc))
                 if exc.partial:
@@ -62,4 +65,5 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: lis
     diagnosis = engine.diagnosis(files)
     diagnosis.problems = problems + diagnosis.problems
     diagnosis.unread = unread
+    diagnosis.empty = empty
     return diagnosis

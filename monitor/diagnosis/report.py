@@ -124,6 +124,10 @@ def build(diagnosis: Diagnosis) -> Group:
         parts.append(Text("Errors found, but none is a root cause on its own:", style="bold red"))
     else:
         parts.append(Text(f"No failure found in {len(diagnosis.files)} file(s).", style="bold green"))
+        if diagnosis.empty:
+            every = "it is" if len(diagnosis.files) == 1 else f"{len(diagnosis.empty)} of them are"
+            shown = ", ".join(safe_text(name) for name in diagnosis.empty[:3]) + (" ..." if len(diagnosis.empty) > 3 else "")
+            parts.append(Text(f"  but {every} empty: {shown}", style="yellow"))
     parts.extend(_others(diagnosis.findings, diagnosis.root_cause))
     parts.extend(_timeline(diagnosis.findings))
     if diagnosis.problems:

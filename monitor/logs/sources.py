@@ -96,6 +96,8 @@ def parse_source(spec: str) -> Source:
         if not os.path.isfile(path):
             raise SourceError(f"{spec}: not a regular file (a pipe or device cannot be followed)")
         return Source(path, "file", os.path.dirname(path) or os.curdir)
+    if spec.endswith(os.sep):
+        raise SourceError(f"{spec}: no such directory")
     if os.path.isdir(os.path.dirname(path) or os.curdir):
         # Not there yet: the job has not started writing it. Followed once it appears.
         return Source(path, "file", os.path.dirname(path) or os.curdir)

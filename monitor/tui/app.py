@@ -49,22 +49,23 @@ class MonitorApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "monitor"
+    # In the footer's order, most needed first: at 80 columns the last ones are cut off.
     BINDINGS = [
-        Binding("q", "quit", "Quit"),
+        Binding("c", "root_cause", "Cause"),
+        Binding("n", "finding(1)", "Next"),
+        Binding("N", "finding(-1)", "Prev", show=False),
         Binding("question_mark", "help", "Help"),
         # A priority binding runs as the key is read, before the keys behind it are routed: a burst
         # like "/error" (a paste, tmux send-keys) then goes into the input, not to e and r.
         Binding("slash", "filter", "Filter", priority=True),
+        Binding("s", "stacks", "Stacks"),
         Binding("e", "level('error')", "Errors"),
         Binding("w", "level('warning')", "Warnings"),
         Binding("r", "rank(1)", "Rank"),
         Binding("R", "rank(-1)", "Prev rank", show=False),
         Binding("space", "toggle_follow", "Pause"),
-        Binding("n", "finding(1)", "Next"),
-        Binding("N", "finding(-1)", "Prev", show=False),
-        Binding("c", "root_cause", "Cause"),
-        Binding("s", "stacks", "Stacks"),
         Binding("t", "toggle_theme", "Theme"),
+        Binding("q", "quit", "Quit"),
         # Replaces Textual's "press ctrl+q to quit" toast: Ctrl-C must reach the job (README).
         Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True),
     ]
