@@ -70,6 +70,7 @@ class RotatingWriter(threading.Thread):
         for n in range(self.count):
             if n and n % self.every == 0:
                 if self.barrier is not None:
+                    time.sleep(0.3)  # the lines before the burst are read (or at least seen)
                     self.barrier.wait()
                 self.rotate()
             line = f"seq {n:06d} rank {self.rank} loss={n * 0.001:.3f} {'x' * (n % 37)}\n".encode()

@@ -47,7 +47,7 @@ def test_diagnose_reads_the_newest_run_and_names_the_others(tmp_path):
     picked = diagnose(str(tmp_path), "--run", first, "--json")
     report = json.loads(picked.stdout)
     assert report["root_cause"]["fields"].get("type") == "KeyError" or "KeyError" in report["root_cause"]["title"]
-    assert all(Path(f).name.startswith(first) for f in report["files"])
+    assert all(Path(f).name.split(".")[0] == first for f in report["files"])
     assert "the one asked for" in report["notes"][0]
 
     merged = json.loads(diagnose(str(tmp_path), "--all-runs", "--json").stdout)
@@ -74,15 +74,20 @@ def test_runs_of_torchrun_slurm_and_loose_files(tmp_path):
         rank = tmp_path / "tr" / "ddp_abc" / attempt / "0"
         rank.mkdir(parents=True)
         (rank / "stderr.log").write_text(text + "\n")
-    (tmp_path / "slurm-4242.out").write_text("x\n")
-    (tmp_path / "slurm-4243_1.out").write_text("x\n")
-    (tmp_path / "rank0.log").write_text("x\n")
-    (tmp_path / "notes.json").write_text("{}")
-    names = {run.name for run in runs_in(tmp_path)}
-    assert names == {"slurm-4242", "slurm-4243_1", OTHER}
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "slurm-4242.out").write_text("x\n")
+    (out / "slurm-4243_1.out").write_text("x\n")
+    (out / "rank0.log").write_text("x\n")
+    (out / "notes.json").write_text("{}")
+    os.utime(out / "slurm-4242.out", (time.time() - 60, time.time() - 60))
+    runs = runs_in(out)
+    assert [run.name for run in runs] == ["slurm-4242", "slurm-4243_1"]
+    # Files of no family go with the newest run (a node's dmesg, torchrun's own output).
+    assert {p.name for p in log_files(runs[-1])} == {"slurm-4243_1.out", "rank0.log"}
+    assert [run.name for run in runs_in(tmp_path / "tr" / "ddp_abc" / "attempt_0")] == [OTHER]
     attempts = runs_in(tmp_path / "tr")
-    assert [run.name for run in attempts] == ["ddp_abc/attempt_0", "ddp_abc/attempt_1"] or \
-        sorted(run.name for run in attempts) == ["ddp_abc/attempt_0", "ddp_abc/attempt_1"]
+    assert sorted(run.name for run in attempts) == ["ddp_abc/attempt_0", "ddp_abc/attempt_1"]
     picked = choose(tmp_path / "tr", attempts, "attempt_0")
     assert [p.name for p in log_files(picked.run)] == ["stderr.log"]
     assert "attempt_0" in str(log_files(picked.run)[0])
@@ -92,12 +97,17 @@ def test_watch_follows_the_newest_run_only(tmp_path):
     first, second = two_runs(tmp_path)
     watch = subprocess.Popen([sys.executable, "-m", "monitor", "watch", "--headless", "--json", str(tmp_path)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)
+    said = []
+    while not any("watching" in line for line in said):  # up: a SIGTERM now gets the summary
+        said.append(watch.stderr.readline())
+        assert said[-1], said
+    time.sleep(1.5)
     watch.send_signal(signal.SIGTERM)
     out, err = watch.communicate(timeout=30)
+    err = "".join(said) + err
     summary = json.loads(out.strip().splitlines()[-1])["diagnosis"]
     assert "ValueError" in summary["root_cause"]["title"]
-    assert not any(Path(f).name.startswith(first) for f in summary["files"])
+    assert not any(Path(f).name.split(".")[0] == first for f in summary["files"])
     assert "2 runs" in err and "--run NAME" in err
 
 

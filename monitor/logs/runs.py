@@ -2,8 +2,9 @@
 
 A folder that ``monitor run`` writes to holds one ``run-YYYYmmdd-HHMMSS.*`` family per job; a
 SLURM output folder one ``slurm-<jobid>*`` family per job; a torchrun ``--log-dir`` one
-``attempt_<n>`` folder per restart. Each such family is a *run*; the folder's other log files are
-one more run (the per-rank files of a job written by hand). ``choose`` takes the newest run
+``attempt_<n>`` folder per restart. Each such family is a *run*; the folder's other log files go
+with the newest run (torchrun's own output, a node's dmesg), or are the one run (``other``) of a
+folder with no family (the per-rank files of a job written by hand). ``choose`` takes the newest run
 unless asked for one by name or for all of them.
 """
 
@@ -78,8 +79,18 @@ def runs_in(folder: Path) -> list[Run]:
             continue
         run.paths.append(path)
         run.newest = max(run.newest, _newest(path))
-    found = [run for run in runs.values() if any(map(_holds_logs, run.paths))]
-    return sorted(found, key=lambda run: run.newest)
+    found = sorted((run for run in runs.values() if any(map(_holds_logs, run.paths))), key=lambda run: run.newest)
+    loose = next((run for run in found if run.name == OTHER), None)
+    if loose is not None and len(found) > 1:
+        # Files beside the runs that belong to none by name (torchrun's own output beside its
+        # --log-dir, a node's dmesg beside slurm-<jobid>.out) speak of the latest job: they go
+        # with the newest run rather than being a job of their own.
+        found.remove(loose)
+        newest = found[-1]
+        newest.paths += loose.paths
+        newest.specs += loose.specs
+        newest.newest = max(newest.newest, loose.newest)
+    return found
 
 
 def choose(folder: Path, runs: list[Run], name: str | None = None) -> Choice:
