@@ -41,7 +41,7 @@ CLOSE_ROUNDS = 64
 # New lines found by the safety poll in a file this long after it was written, with no event
 # for it: events do not arrive, so the follower switches to polling.
 MISSED_EVENT_S = 1.0
-# A rotated file last written this long before the visit that preceded its rotation is still
+# A rotated file last written this long before the last write seen before the rotation is still
 # read as a generation we never saw (file systems with coarse modification times).
 MTIME_SLACK_S = 2.0
 
@@ -286,7 +286,7 @@ class Follower:
 
     def _adopt_rotations_since(self, origin: str, since: float) -> None:
         """Generations of ``origin`` written and rotated away between two visits: rotated files
-        beside it, written since the visit before, that no followed file holds. Each is read
+        beside it, written since the last write we saw of it, that no followed file holds. Each is read
         from where it was left (an inode we read under another name), or whole (never seen; a
         copy of what we read is told apart by ``_start_for``)."""
         folder, base = os.path.split(origin)
@@ -401,26 +401,31 @@ def _is_copy_of_current(path: str, size: int, original: FollowedFile) -> bool:
             with open(original.path, "rb") as source:
                 if os.fstat(source.fileno()).st_size < original.offset or original.rewritten(source.fileno()):
                     return True  # truncated since our last visit: decided after the next one
-                tail = min(256, size)
-                return os.pread(copy.fileno(), tail, size - tail) == os.pread(source.fileno(), tail, size - tail)
+                return _same_start(copy.fileno(), source.fileno(), size)
     except OSError:
         return False
 
 
 def _holds_what_the_original_holds(path: str, size: int, original: str) -> bool:
     """Whether the file at ``path`` is a copy of the start of what ``original`` holds on disk
-    now: the same first bytes and the same last bytes at the same place."""
+    now (found before we read that part of the original)."""
     try:
         with open(path, "rb") as copy, open(original, "rb") as source:
-            if not size or os.fstat(source.fileno()).st_size < size:
-                return False
-            head, tail = min(256, size), min(256, size)
-            return (
-                os.pread(copy.fileno(), head, 0) == os.pread(source.fileno(), head, 0)
-                and os.pread(copy.fileno(), tail, size - tail) == os.pread(source.fileno(), tail, size - tail)
-            )
+            return _same_start(copy.fileno(), source.fileno(), size)
     except OSError:
         return False
+
+
+def _same_start(copy: int, source: int, size: int) -> bool:
+    """Whether the first ``size`` bytes of ``copy`` look like those of ``source``: the same
+    first and last 256 bytes, at the same places."""
+    if not size or os.fstat(source).st_size < size:
+        return False
+    edge = min(256, size)
+    return (
+        os.pread(copy, edge, 0) == os.pread(source, edge, 0)
+        and os.pread(copy, edge, size - edge) == os.pread(source, edge, size - edge)
+    )
 
 
 def _starts_with(path: str, identity: Identity, read: ReadUpTo) -> bool | None:

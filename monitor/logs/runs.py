@@ -32,12 +32,13 @@ class RunError(Exception):
 @dataclass(slots=True)
 class Run:
     """One run of a folder: its ``name``, the files and folders of it (``paths``), what a live
-    follow of it watches (``specs``: globs and folders, so its files created later are seen),
-    and when its newest log was written."""
+    follow of it watches (``specs``: globs and folders, so its files created later are seen);
+    once ``log_files`` has walked it, its ``logs`` and when the newest was written."""
 
     name: str
     paths: list[Path] = field(default_factory=list)
     specs: list[str] = field(default_factory=list)
+    logs: list[Path] | None = None
     newest: float = 0.0
 
 
@@ -50,13 +51,13 @@ class Choice:
 
 
 def runs_in(folder: Path) -> list[Run]:
-    """The runs of ``folder``, oldest first; a run with no log file is left out."""
+    """The runs of ``folder``, oldest first. Told apart by their names alone; only a folder of
+    several is walked, to leave out runs with no log file and to order them by their newest log."""
     runs: dict[str, Run] = {}
     try:
         entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
     except OSError:
         return []
-    attempts_here = [e for e in entries if e.is_dir() and _ATTEMPT.match(e.name)]
     for entry in entries:
         path = Path(entry.path)
         if entry.name.startswith("."):
@@ -65,12 +66,12 @@ def runs_in(folder: Path) -> list[Run]:
             name = stem.group(1)
             # run-X.* only: run-X-2 (the next job in the same second) is another run.
             run = runs.setdefault(name, Run(name, specs=[glob.escape(str(folder / name)) + ".*"]))
-        elif entry in attempts_here:
+        elif entry.is_dir() and _ATTEMPT.match(entry.name):
             run = runs.setdefault(entry.name, Run(entry.name, specs=[str(path)]))
         elif entry.is_dir() and (attempts := _attempts(path)):
             for attempt in attempts:
                 name = f"{entry.name}/{attempt.name}"
-                runs[name] = Run(name, [attempt], [str(attempt)], _newest(attempt))
+                runs[name] = Run(name, [attempt], [str(attempt)])
             continue
         elif entry.is_dir() or is_log_like(path):
             run = runs.setdefault(OTHER, Run(OTHER))
@@ -78,8 +79,9 @@ def runs_in(folder: Path) -> list[Run]:
         else:
             continue
         run.paths.append(path)
-        run.newest = max(run.newest, _newest(path))
-    found = sorted((run for run in runs.values() if any(map(_holds_logs, run.paths))), key=lambda run: run.newest)
+    if len(runs) < 2:
+        return list(runs.values())
+    found = sorted((run for run in runs.values() if log_files(run)), key=lambda run: run.newest)
     loose = next((run for run in found if run.name == OTHER), None)
     if loose is not None and len(found) > 1:
         # Files beside the runs that belong to none by name (torchrun's own output beside its
@@ -89,6 +91,7 @@ def runs_in(folder: Path) -> list[Run]:
         newest = found[-1]
         newest.paths += loose.paths
         newest.specs += loose.specs
+        newest.logs = log_files(newest) + log_files(loose)
         newest.newest = max(newest.newest, loose.newest)
     return found
 
@@ -128,20 +131,19 @@ def _attempts(folder: Path) -> list[Path]:
         return []
 
 
-def _holds_logs(path: Path) -> bool:
-    return bool(find_logs(path)) if path.is_dir() else is_log_like(path)
-
-
 def log_files(run: Run) -> list[Path]:
-    """The log files of a run (its other files: stacks, dumps, metrics, are evidence)."""
-    return [log for path in run.paths for log in (find_logs(path) if path.is_dir() else [path]) if is_log_like(log)]
+    """The log files of a run (its other files: stacks, dumps, metrics, are evidence), found
+    once; ``run.newest`` is set from them."""
+    if run.logs is None:
+        run.logs = [
+            log for path in run.paths for log in (find_logs(path) if path.is_dir() else [path]) if is_log_like(log)
+        ]
+        run.newest = max((_mtime(log) for log in run.logs), default=0.0)
+    return run.logs
 
 
-def _newest(path: Path) -> float:
-    """When the newest log under ``path`` was written (the path's own time for a file)."""
+def _mtime(path: Path) -> float:
     try:
-        if not path.is_dir():
-            return path.stat().st_mtime
-        return max((log.stat().st_mtime for log in find_logs(path)), default=path.stat().st_mtime)
+        return path.stat().st_mtime
     except OSError:
         return 0.0

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Callable
@@ -68,9 +67,9 @@ class ReadOutput:
     # Inodes that left a followed path (renamed by rotation, or copied before a truncation),
     # with that path: the follower looks for them beside it.
     rotated_from: dict[Identity, str] = field(default_factory=dict)
-    # Live paths that were rotated or truncated, each with the time of the visit before: files
-    # rotated beside them since then (whole generations written and rotated away between two
-    # visits) are read too.
+    # Live paths that were rotated or truncated, each with the time of the last write seen
+    # before (the mtime at the visit before): files rotated beside them since then (whole
+    # generations written and rotated away between two visits) are read too.
     rotations: list[tuple[str, float]] = field(default_factory=list)
 
 
@@ -156,14 +155,13 @@ class FollowedFile:
         self.binary = False
         self.problem: str | None = None
         self.mtime = 0.0  # of the last stat: when the file was last written
-        self.visited = 0.0  # wall-clock time of the last visit
 
     # -- one visit -------------------------------------------------------------------------
     def visit(self, fds: DescriptorCache, out: ReadOutput, start_for: StartFor, budget: int = READ_CHUNK) -> bool:
         """Read what is new; returns True if more is waiting (the budget was used up).
         ``start_for(path, identity)`` says where a new inode at the path is to be read from:
         how far it was read under another name, or None to leave it for now."""
-        since, self.visited = self.visited, time.time()
+        since = self.mtime  # rotations found now happened after that write
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
