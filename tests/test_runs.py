@@ -120,15 +120,17 @@ def test_the_watch_screen_says_which_run_it_follows(tmp_path):
     from monitor.tui import watch_app
 
     first, second = two_runs(tmp_path)
-    paths, notes = pick_run_specs([str(tmp_path)], argparse.Namespace(run=None, all_runs=False))
+    paths, choices = pick_run_specs([str(tmp_path)], argparse.Namespace(run=None, all_runs=False))
     assert paths == [str(tmp_path / second) + ".*"]
-    app = watch_app(paths, catalogue=load_catalogue(), notes=notes)
+    app = watch_app(paths, catalogue=load_catalogue(), scope="; ".join(c.short for c in choices))
 
     async def drive():
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.pause(1.0)
-            said = [str(n.message) for n in app._notifications]
-            assert any("2 runs" in m and second in m for m in said)
+            # On the status line, not in a notification over the finding's remedy.
+            said = [str(app.query_one("#log-status").render())]
+            assert any("of 2" in m and second in m for m in said)
+            assert not app._notifications
             assert all(Path(f).name.startswith(second) for f in app.files)
 
     asyncio.run(drive())

@@ -68,17 +68,18 @@ def _choices(paths: list[str], args: argparse.Namespace):
 
 def pick_run_specs(paths: list[str], args: argparse.Namespace):
     """For a live follow: each folder of several runs replaced by what to follow of the run to
-    read (its files, also those written later); and one line per folder saying which run."""
+    read (its files, also those written later); and the choices made (``runs.Choice``: the
+    line that says which run)."""
     chosen: list[str] = []
-    notes: list[str] = []
+    choices = []
     for path, choice in _choices(paths, args):
         if choice is None:
             chosen.append(path)
             continue
         chosen += choice.run.specs
         if choice.note:
-            notes.append(choice.note)
-    return chosen, notes
+            choices.append(choice)
+    return chosen, choices
 
 
 def pick_runs(paths: list[str], args: argparse.Namespace):

@@ -47,14 +47,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     catalogue = load_rules(args)
     # A folder of several runs: the newest run is followed (its files created later too).
-    paths, notes = pick_run_specs(args.paths, args)
+    paths, choices = pick_run_specs(args.paths, args)
     if not args.headless:
         from monitor.tui import launch_watch
 
-        return launch_watch(paths, catalogue=catalogue, poll=args.poll, stall_after=args.stall_after, notes=notes)
+        scope = "; ".join(choice.short for choice in choices)
+        return launch_watch(paths, catalogue=catalogue, poll=args.poll, stall_after=args.stall_after, scope=scope)
     from monitor.session.headless import watch_headless
     from monitor.text import say
 
-    for note in notes:
-        say(note)
+    for choice in choices:
+        say(choice.note)
     return watch_headless(paths, catalogue, as_json=args.json, poll=args.poll, stall_after=args.stall_after)

@@ -44,10 +44,17 @@ class Run:
 
 @dataclass(frozen=True, slots=True)
 class Choice:
-    """What to read of a folder, and the one line that says so (None when it holds one run)."""
+    """What to read of a folder, and the one line that says so (None when it holds one run);
+    ``runs``: how many the folder holds."""
 
     run: Run
     note: str | None
+    runs: int = 1
+
+    @property
+    def short(self) -> str:
+        """A few words for a status line: which run, of how many."""
+        return f"{self.run.name} (1 of {self.runs} runs; --run, --all-runs)"
 
 
 def runs_in(folder: Path) -> list[Run]:
@@ -117,7 +124,7 @@ def choose(folder: Path, runs: list[Run], name: str | None = None) -> Choice:
     return Choice(chosen, (
         f"{folder}: {len(runs)} runs; reading {which}, {chosen.name} "
         f"(others: {shown}; --run NAME for another, --all-runs to merge them)"
-    ))
+    ), len(runs))
 
 
 def _attempts(folder: Path) -> list[Path]:

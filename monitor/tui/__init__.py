@@ -9,10 +9,10 @@ app without running it (tests drive it with ``App.run_test``).
 from __future__ import annotations
 
 
-def launch_watch(paths, *, catalogue, poll: bool = False, stall_after: float | None = None, notes=()) -> int:
-    """Follow ``paths`` (files, folders, globs) live until the user quits; ``notes`` are said
-    once at the start (which run of a folder is followed)."""
-    return _run(watch_app(paths, catalogue=catalogue, poll=poll, stall_after=stall_after, notes=notes))
+def launch_watch(paths, *, catalogue, poll: bool = False, stall_after: float | None = None, scope: str = "") -> int:
+    """Follow ``paths`` (files, folders, globs) live until the user quits; ``scope`` says on the
+    status line which run of a folder is followed."""
+    return _run(watch_app(paths, catalogue=catalogue, poll=poll, stall_after=stall_after, scope=scope))
 
 
 def launch_run(job, session, metrics) -> int:
@@ -27,7 +27,7 @@ def launch_demo(replayer, *, catalogue) -> int:
     return _run(demo_app(replayer, catalogue=catalogue))
 
 
-def watch_app(paths, *, catalogue, poll: bool = False, stall_after: float | None = None, notes=()):
+def watch_app(paths, *, catalogue, poll: bool = False, stall_after: float | None = None, scope: str = ""):
     from monitor.session.feeds import SamplerFeed, SessionFeed, watch_sampler
     from monitor.session.job_session import JobSession
     from monitor.tui.app import MonitorApp
@@ -35,7 +35,7 @@ def watch_app(paths, *, catalogue, poll: bool = False, stall_after: float | None
     session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after)
     metrics = SamplerFeed(watch_sampler(paths), session.post)
     title = "watching " + " ".join(str(p) for p in paths)
-    return MonitorApp(SessionFeed(session), metrics, title=title, notes=tuple(notes))
+    return MonitorApp(SessionFeed(session), metrics, title=title, scope=scope)
 
 
 def run_app(job, session, metrics):

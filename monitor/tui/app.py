@@ -81,12 +81,13 @@ class MonitorApp(App[int]):
         clock: Callable[[], float] = time.monotonic,
         timeline: JobTimeline | None = None,
         probe=None,
-        notes: tuple[str, ...] = (),
+        scope: str = "",
     ) -> None:
         """``probe``: the job session's HangProbe (``monitor run``), which takes the ranks' stacks.
-        ``notes``: what was chosen of the input (which run of a folder), said once at the start."""
+        ``scope``: what was chosen of the input (which run of a folder), kept on the status line
+        (a notification would cover the remedy at 80x24)."""
         super().__init__()
-        self.notes = notes
+        self.scope = scope
         self.probe = probe
         self.timeline = timeline
         self.log_feed = log_feed
@@ -133,8 +134,6 @@ class MonitorApp(App[int]):
         self._fit_layout(self.size.width)
         self.query_one(LogView).focus()
         self._update_status()
-        for note in self.notes:
-            self.notify(safe_text(note), title="runs", timeout=15, markup=False)
         self._log_worker = self.run_worker(self._follow_logs, thread=True, group="logs", name="logs", exit_on_error=False)
         if self.metrics_feed is not None:
             self._start_sample()
@@ -337,6 +336,8 @@ class MonitorApp(App[int]):
             status.append(f"  · {self.finished_note}", style="bold")
         elif self.stopping:
             status.append("  · stopping the job…", style="bold red")
+        if self.scope:  # last: the filter's state matters more when the line is cut
+            status.append(f"  {safe_text(self.scope)}", style="dim")
         self.query_one("#log-status", Static).update(status, layout=False)
 
     def _set_filter(self, line_filter: LineFilter) -> bool:
