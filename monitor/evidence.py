@@ -10,6 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from monitor.diagnosis import node_health
 from monitor.flight_recorder import dumps as fr_dumps
 from monitor.flight_recorder.match import analyse as analyse_dumps
 from monitor.model import SEVERITY_ORDER, Finding
@@ -35,6 +36,7 @@ def read_evidence(paths: list[Path]) -> Evidence:
     dumps: list[Path] = []
     for path in paths:
         if path.is_dir():
+            evidence.findings += node_health.post_mortem(path)  # a job folder: a node that went quiet
             stacks += sorted(path.rglob("*" + stacks_files.SUFFIX))
             dumps += fr_dumps.find_dumps(path)
         elif path.name.endswith(stacks_files.SUFFIX):

@@ -19,8 +19,9 @@ Severity = Literal["error", "warning", "info"]
 Role = Literal["root", "cascade", "confirm"]
 # Where a finding came from: a log line (a rule, or an uncaught exception), the metrics (NVML,
 # psutil), the checks before the launch, a checkpoint check, how the job exited, the silence
-# of every log (a stall), the stacks of live ranks, or their flight-recorder dumps.
-Origin = Literal["log", "metrics", "preflight", "checkpoint", "exit", "stall", "stacks", "flight-recorder"]
+# of every log (a stall), the stacks of live ranks, their flight-recorder dumps, or the files of
+# a node of a multi-node job.
+Origin = Literal["log", "metrics", "preflight", "checkpoint", "exit", "stall", "stacks", "flight-recorder", "node"]
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -45,6 +46,8 @@ class Category(StrEnum):
     SHM_EXHAUSTED = "shm_exhausted"
     DISK_FULL = "disk_full"
     SLURM_EVENT = "slurm_event"
+    # A node of a multi-node job went silent, or its monitor did (``diagnosis/node_health.py``).
+    NODE_FAILURE = "node_failure"
     PYTHON_EXCEPTION = "python_exception"
     HANG = "hang"
     LAUNCHER = "launcher"
@@ -111,6 +114,11 @@ class Finding:
     # line behind them (metrics, a stall, the exit) carry wall-clock time. A UI that fills a None
     # with the time it saw the finding should show that it did.
     first_seen: float | None = None
+    # The node of a multi-node job the first occurrence was seen on (``logs/nodes.py``); None on
+    # one machine.
+    node: str | None = None
+    # Every node it was seen on, when more than one: a cascade across the job.
+    nodes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.category = Category(self.category)  # ValueError names a category that does not exist
@@ -126,12 +134,14 @@ class Finding:
         return replace(
             self, title=safe_text(self.title), remedy=safe_text(self.remedy, keep_newlines=True),
             file=safe_text(self.file), rule=safe_text(self.rule),
+            node=safe_text(self.node) if self.node is not None else None, nodes=[safe_text(n) for n in self.nodes],
             evidence=[safe_text(line) for line in self.evidence],
         )
 
     def snapshot(self) -> Finding:
         """A copy another thread can read while the engine goes on updating this one."""
-        return replace(self, ranks=list(self.ranks), evidence=list(self.evidence), fields=dict(self.fields))
+        return replace(self, ranks=list(self.ranks), evidence=list(self.evidence), fields=dict(self.fields),
+                       nodes=list(self.nodes))
 
     def to_json(self) -> dict:
         """The documented JSON shape of a finding (``diagnose --json``, ``watch --json``)."""
@@ -141,7 +151,7 @@ class Finding:
             key: data[key]
             for key in (
                 "rule", "category", "severity", "role", "title", "rank", "ranks", "file",
-                "line", "count", "evidence", "fields", "remedy", "origin", "first_seen",
+                "line", "count", "evidence", "fields", "remedy", "origin", "first_seen", "node", "nodes",
             )
         }
 
@@ -154,10 +164,19 @@ def rank_words(ranks: list[int]) -> str:
 
 
 def who(finding: Finding) -> str:
-    """The ranks a finding concerns, in words: ``rank 3``, ``ranks 0,1``, or "" when unknown."""
+    """Where in the job a finding is, in words: ``rank 3``, ``ranks 0,1``, ``node gpu-07, rank
+    29`` on a job of several nodes, or "" when unknown."""
     if len(finding.ranks) > 1:
-        return rank_words(finding.ranks)
-    return rank_words([finding.rank]) if finding.rank is not None else ""
+        ranks = rank_words(finding.ranks)
+    else:
+        ranks = rank_words([finding.rank]) if finding.rank is not None else ""
+    if len(finding.nodes) > 1:
+        nodes = "nodes " + ",".join(finding.nodes)
+    elif finding.node:
+        nodes = f"node {finding.node}"
+    else:
+        return ranks
+    return f"{nodes}, {ranks}" if ranks else nodes
 
 
 def one_line(finding: Finding) -> str:

@@ -1,6 +1,10 @@
-"""Byte counts in words, the same way everywhere a report or a screen line shows one."""
+"""Byte counts, durations and clock times in words, the same way everywhere a report or a
+screen line shows one."""
 
 from __future__ import annotations
+
+import math
+import time
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -12,3 +16,22 @@ def binary_size(value: float) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable: the last unit always returns")
+
+
+def duration(seconds: float | None) -> str:
+    """45s, 2m10s, 1h02m; ? when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def clock(timestamp: float | None) -> str:
+    """A wall-clock time as HH:MM:SS (local time)."""
+    return "—" if timestamp is None else time.strftime("%H:%M:%S", time.localtime(timestamp))

@@ -10,7 +10,7 @@ from zone_helpers import in_time_zone
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.engine import Engine
 from monitor.model import LogLine
-from monitor.logs.ranks import line_rank, parse_prefix, rank_from_path, rank_in_text
+from monitor.logs.ranks import FileRanks, parse_prefix, rank_from_path, rank_in_text
 
 WATCHDOG = (
     "[rank{r}]:[E1218 20:27:2{r}.426415540 ProcessGroupNCCL.cpp:629] [Rank {r}] Watchdog caught collective "
@@ -235,8 +235,9 @@ def test_rank_prefixes_and_paths():
     assert split_prefix("node1:1234:1240 [3] NCCL WARN x") == (None, "node1:1234:1240 [3] NCCL WARN x")
     assert split_prefix("plain text") == (None, "plain text")
     # A line's rank: its prefix wins over its file's; a Ray pid or NCCL host tag is no rank.
-    assert line_rank("[rank3]: boom", 5) == 3 and line_rank("plain text", 5) == 5
-    assert line_rank("(pid=4242) boom", 5) == 5 and line_rank("plain", None) is None
+    rank5 = FileRanks("/tmp/no-such-folder/rank5.log")
+    assert rank5.of("[rank3]: boom") == 3 and rank5.of("plain text") == 5
+    assert rank5.of("(pid=4242) boom") == 5 and FileRanks("/tmp/no-such-folder/x.log").of("plain") is None
     assert rank_from_path("/logs/none_abc/attempt_0/3/stderr.log") == 3
     assert rank_from_path("out/rank12.log") == 12
     assert rank_from_path("out/job-rank-4-of-8.out") == 4

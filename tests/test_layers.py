@@ -23,15 +23,16 @@ ALLOWED = {
     "units": set(),
     "model": {"text"},
     "progress": set(),
-    "logs": {"text", "model"},
+    "logs": {"text", "model", "files"},
     "diagnosis": {"text", "model", "units", "logs"},
     "metrics": {"text", "model", "units", "diagnosis"},  # diagnosis.advice: remedies as data
     "checkpoints": {"text", "model", "units"},
     "files": set(),
     "stacks": {"text", "model", "units", "files", "diagnosis", "metrics"},  # secrets masked; ranks as metrics.job reads them
     "flight_recorder": {"text", "model", "stacks"},  # stacks.compare.is_user_code: one idea of user code
-    "evidence": {"text", "model", "stacks", "flight_recorder"},
-    "session": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "stacks", "flight_recorder"},
+    "evidence": {"text", "model", "stacks", "flight_recorder", "diagnosis", "logs"},  # a job folder's nodes
+    "session": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "stacks", "flight_recorder",
+                "progress"},  # progress: the status the Prometheus endpoint serves
     "runner": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "checkpoints", "session",
                "flight_recorder"},
     "demo": {"text", "model", "units", "logs", "metrics", "flight_recorder"},

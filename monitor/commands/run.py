@@ -35,6 +35,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-flight-recorder", action="store_true",
                         help="leave the job's PyTorch flight-recorder variables alone (by default they are set "
                              "unless the job set them: dumps go to run-X.fr/ beside the log)")
+    nodes = parser.add_argument_group("jobs of several nodes, and Prometheus")
+    nodes.add_argument("--job-dir", type=Path, metavar="DIR",
+                       help="one folder for the whole job on a shared file system: this node's files go to "
+                            "DIR/<node>/ (instead of --log-dir); run one `monitor run` per node")
+    nodes.add_argument("--node", metavar="NAME",
+                       help="this node's name (default: SLURMD_NODENAME, else the short host name)")
+    nodes.add_argument("--metrics-port", type=int, metavar="PORT",
+                       help="serve the job's metrics for Prometheus on PORT (/metrics): GPUs under "
+                            "dcgm-exporter's names, and the job's ranks, findings, root cause and progress")
+    nodes.add_argument("--textfile", type=Path, metavar="PATH",
+                       help="keep the same metrics in PATH for node_exporter's textfile collector (a .prom file)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the job: -- CMD ARGS...")
     parser.set_defaults(func=run)
 
@@ -49,6 +60,16 @@ def run(args: argparse.Namespace) -> int:
     if args.restart < 0 or args.grace < 0 or args.restart_delay < 0:
         raise UsageError("run: --restart, --restart-delay and --grace must not be negative")
     check_stall_option(args)
+    if args.metrics_port is not None and not 0 < args.metrics_port < 65536:
+        raise UsageError(f"run: --metrics-port {args.metrics_port}: not a port number")
+    node = None
+    if args.node is not None and args.job_dir is None:
+        raise UsageError("run: --node names this node's folder in --job-dir; give --job-dir too")
+    if args.job_dir is not None:
+        from monitor.runner.node import node_folder, this_node
+
+        node = this_node(args.node)
+        args.log_dir = node_folder(args.job_dir, node)
     catalogue = load_rules(args)  # a rule file with a typo stops here, before the launch
     try:
         args.log_dir.mkdir(parents=True, exist_ok=True)
@@ -62,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         preflight=not args.no_preflight, max_restarts=args.restart,
         checkpoint_dirs=args.watch_ckpt, grace_s=args.grace, restart_delay_s=args.restart_delay,
         stall_after_s=args.stall_after, flight_recorder=not args.no_flight_recorder,
+        node=node, metrics_port=args.metrics_port, textfile=args.textfile,
     )
     return supervise(options, catalogue, None if args.headless else _presenter())
 

@@ -19,6 +19,7 @@ from monitor.diagnosis import pyexc, records
 from monitor.diagnosis.catalogue import CONFIRM_PREFIX, CONFIRMED_BY, Catalogue, Rule
 from monitor.diagnosis.root_cause import choose
 from monitor.model import SEVERITY_ORDER, Diagnosis, Finding, LogLine
+from monitor.logs.nodes import node_of
 from monitor.logs.ranks import parse_prefix, rank_in_text
 from monitor.diagnosis.records import Record
 from monitor.diagnosis.secrets import mask
@@ -84,7 +85,8 @@ class Engine:
         if not (rule_hits or starter or file_pending or line.line <= EARLY_LINES):
             return new
         prefix = parse_prefix(line.text)
-        rank = prefix.rank if prefix.rank is not None else line.rank
+        # The line's rank as its reader attributed it (a node's local rank made global), else its prefix's.
+        rank = line.rank if line.rank is not None else prefix.rank
         if line.line <= EARLY_LINES:
             self._learn_ranks(rank, prefix.body)
         key = (line.file, rank if rank is not None else prefix.stream)
@@ -262,6 +264,9 @@ class Engine:
         finding = self._by_key.get(key)
         if finding is not None:
             finding.count += 1
+            if finding.node is not None and (node := node_of(record.lines[positions[0]].file)) is not None:
+                if node.name not in finding.nodes:
+                    finding.nodes = sorted({*finding.nodes, finding.node, node.name})
             if rank is not None and rank not in finding.ranks:
                 finding.ranks.append(rank)
                 finding.ranks.sort()
@@ -276,6 +281,9 @@ class Engine:
             self.version += 1
             return
         first = record.lines[positions[0]]
+        node = node_of(first.file)
+        if node is not None:
+            fields.setdefault("node", node.name)  # what a remedy names to exclude: --exclude={node}
         evidence = [mask(record.lines[p].text) for p in positions[:MAX_EVIDENCE]]
         if rule is not None:
             category, severity, role, title = rule.category, rule.severity, rule.role, rule.title
@@ -294,6 +302,7 @@ class Engine:
             title=title, rank=rank, ranks=[rank] if rank is not None else [], file=first.file,
             line=first.line, count=1, evidence=evidence, fields=fields, remedy="",
             seq=next(self._seq), arrival=record.arrival, first_seen=parse_timestamp(record.bodies[0]) or parse_timestamp(record.bodies[positions[0]]),
+            node=node.name if node is not None else None,
         )
         self._by_key[key] = finding
         self._occurrences[id(finding)] = [(rank, fields)]

@@ -17,7 +17,7 @@ from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
-from monitor.model import Diagnosis, Finding, chronological
+from monitor.model import Diagnosis, Finding, chronological, who
 from monitor.text import safe_text
 
 TIMELINE_ENTRIES = 12
@@ -31,15 +31,6 @@ _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 def _indented(text: Text, by: int) -> Padding:
     """``text`` indented by ``by`` columns, wrapped lines too."""
     return Padding(text, (0, 0, 0, by), expand=False)
-
-
-def _ranks(finding: Finding) -> str:
-    """``rank 3`` / ``ranks 0,1``, or "" when no rank is known."""
-    if not finding.ranks:
-        return "" if finding.rank is None else f"rank {finding.rank}"
-    if len(finding.ranks) == 1:
-        return f"rank {finding.ranks[0]}"
-    return "ranks " + ",".join(map(str, finding.ranks))
 
 
 # Findings no log line made have line 0: preflight checks (rule ``preflight-*``, no file), the
@@ -62,11 +53,12 @@ def _where(finding: Finding) -> str:
 
 def _root_cause(finding: Finding) -> list[RenderableType]:
     rank = "" if finding.rank is None else f"rank {finding.rank}"
-    header = Text.assemble(("Root cause: ", "bold red"), (finding.title, "bold"))
+    node = f"node {finding.node}: " if finding.node else ""
+    header = Text.assemble(("Root cause: ", "bold red"), (node + finding.title, "bold"))
     where = " · ".join(part for part in (finding.category, rank, _where(finding), f"rule {finding.rule}") if part)
     parts: list[RenderableType] = [header, _indented(Text(where, style="dim"), 2)]
     if finding.count > 1:
-        on = f" on {_ranks(finding)}" if _ranks(finding) else ""
+        on = f" on {who(finding)}" if who(finding) else ""
         parts.append(_indented(Text(f"seen {finding.count} times{on}", style="dim"), 2))
     parts.append(Text("  Evidence:", style="bold"))
     parts.extend(_indented(Text(line, style="italic"), 4) for line in finding.evidence[:EVIDENCE_LINES])
@@ -90,7 +82,7 @@ def _others(findings: list[Finding], root: Finding | None) -> list[RenderableTyp
             parts.append(_indented(Text.assemble(
                 ("• ", ""), (finding.severity, _SEVERITY_STYLE.get(finding.severity, "")),
                 (f" [{finding.role}] ", "dim"), (finding.title, ""),
-                (" — " + ", ".join(p for p in (_ranks(finding), f"×{finding.count}", _where(finding)) if p)
+                (" — " + ", ".join(p for p in (who(finding), f"×{finding.count}", _where(finding)) if p)
                  + f" ({finding.rule})", "dim"),
             ), 4))
     return parts
@@ -102,8 +94,7 @@ def _timeline(findings: list[Finding]) -> list[RenderableType]:
     ordered = sorted(chronological(findings), key=_phase)[:TIMELINE_ENTRIES]  # stable: keeps the order within a phase
     parts: list[RenderableType] = [Text(""), Text("Timeline", style="bold")]
     for finding in ordered:
-        rank = "" if finding.rank is None else f"rank {finding.rank}"
-        line = "  ".join(part for part in (_where(finding), rank, finding.rule, finding.title) if part)
+        line = "  ".join(part for part in (_where(finding), who(finding), finding.rule, finding.title) if part)
         parts.append(_indented(Text(line), 2))
     if len(findings) > TIMELINE_ENTRIES:
         parts.append(Text(f"  … {len(findings) - TIMELINE_ENTRIES} more", style="dim"))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 
 from monitor.diagnosis.engine import EARLY_LINES, Engine
-from monitor.logs.ranks import rank_from_path
+from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import make_line, open_log, read_chunks
 from monitor.logs.decode import MAX_LINE_BYTES, LineAssembler
 
@@ -47,7 +47,7 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
     """Feeds ``engine`` the lines of one file that can matter; returns the number of lines.
     The caller flushes the file's records. Raises UnreadableLog (after feeding what it read)."""
     name = str(path)
-    file_rank = rank_from_path(name)
+    file_rank = FileRanks(name)
     prefilter = engine.prefilter
     number = 0
     carry = b""

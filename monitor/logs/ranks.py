@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import regex
 
+from monitor.logs.nodes import Node, node_of
+
 _PREFIX = regex.compile(
     r"^(?:"
     r"\[rank(?P<rank>\d+)\]:?\s?"                             # [rank3]: (and [rank3] from user prints)
@@ -48,6 +50,8 @@ class Prefix:
     # What keeps this line's stream apart from others when there is no rank (Ray pid, NCCL host:pid).
     stream: str | None
     body: str
+    # The rank is the node's local rank (torchrun's ``[default1]:``), not the job's global one.
+    local: bool = False
 
 
 def _may_have_prefix(text: str) -> bool:
@@ -69,21 +73,39 @@ def parse_prefix(text: str) -> Prefix:
     # Prefixes can stack: srun --label around torchrun --tee around the excepthook's [rankN]:.
     inner = _PREFIX.match(body) if _may_have_prefix(body) else None
     if inner is not None and inner.lastgroup != "pid":
-        rank_text = inner[inner.lastgroup]
+        kind = inner.lastgroup
+        rank_text = inner[kind]
         body = body[inner.end():]
     if kind == "pid":
         return Prefix(None, f"pid={match['pid']}", body)
-    return Prefix(int(rank_text), None, body)
+    return Prefix(int(rank_text), None, body, local=kind == "role_rank")
 
 
-def line_rank(text: str, file_rank: int | None) -> int | None:
-    """The rank a line is attributed to, post-mortem and live alike: its prefix's, else its
-    file's (``rank_from_path``)."""
-    if _may_have_prefix(text):
-        rank = parse_prefix(text).rank
-        if rank is not None:
-            return rank
-    return file_rank
+class FileRanks:
+    """How the lines of one file get their rank, post-mortem and live alike: a line's prefix,
+    else the file's name (``rank_from_path``); in a node's folder of a multi-node job
+    (``logs/nodes.py``) local ranks become the job's global ranks."""
+
+    __slots__ = ("node", "file_rank")
+
+    def __init__(self, path: str) -> None:
+        self.node: Node | None = node_of(path)
+        rank = rank_from_path(path)
+        if rank is not None and self.node is not None and _is_torchrun_layout(path):
+            rank = self.node.global_rank(rank)  # --log-dir's folders are local ranks
+        self.file_rank = rank
+
+    def of(self, text: str) -> int | None:
+        """The rank of one line of this file."""
+        if _may_have_prefix(text):
+            prefix = parse_prefix(text)
+            if prefix.rank is not None:
+                return self.node.global_rank(prefix.rank) if prefix.local and self.node else prefix.rank
+        return self.file_rank
+
+
+def _is_torchrun_layout(path: str) -> bool:
+    return os.path.basename(path).removesuffix(".gz") in _TORCHRUN_STREAMS and os.path.basename(os.path.dirname(path)).isdigit()
 
 
 def rank_in_text(text: str) -> int | None:
@@ -97,9 +119,7 @@ def rank_from_path(path: str) -> int | None:
 
     ``.../attempt_0/3/stderr.log`` -> 3, ``rank3.log`` / ``rank_3.txt`` / ``job-rank-3.out`` -> 3.
     """
-    name = os.path.basename(path)
-    parent = os.path.basename(os.path.dirname(path))
-    if name.removesuffix(".gz") in _TORCHRUN_STREAMS and parent.isdigit():
-        return int(parent)
-    match = _PATH_RANK.search(name)
+    if _is_torchrun_layout(path):
+        return int(os.path.basename(os.path.dirname(path)))
+    match = _PATH_RANK.search(os.path.basename(path))
     return int(match.group(1)) if match else None

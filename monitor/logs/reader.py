@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from monitor.model import LogLine
-from monitor.logs.ranks import line_rank, rank_from_path
+from monitor.logs.ranks import FileRanks
 from monitor.logs.decode import SNIFF_BYTES, LineAssembler, looks_binary
 from monitor.text import clean
 
@@ -121,15 +121,15 @@ def read_chunks(handle, name: str, lines_read: Callable[[], int], size: int = CH
             return
 
 
-def make_line(file: str, number: int, raw: bytes, file_rank: int | None) -> LogLine:
+def make_line(file: str, number: int, raw: bytes, ranks: FileRanks) -> LogLine:
     text = clean(raw)
-    return LogLine(file, number, text, line_rank(text, file_rank))
+    return LogLine(file, number, text, ranks.of(text))
 
 
 def read_log(path: str | os.PathLike) -> Iterator[LogLine]:
     """Every line of a log file (or .gz) in order, streamed; raises UnreadableLog."""
     name = str(path)
-    file_rank = rank_from_path(name)
+    file_rank = FileRanks(name)
     assembler = LineAssembler()
     number = 0
     with open_log(path) as handle:

@@ -38,6 +38,7 @@ NOT_RETRYABLE = {
     "disk_full": "the disk is still full",
     "shm_exhausted": "/dev/shm is still too small",
     "port_in_use": "the port is still taken: choose another one",
+    "node_failure": "a node of the job went silent: resubmit without it (--exclude)",
 }
 # Retried once only: a second timeout in a row means a hang in the program, not the network.
 ONCE = {"nccl_timeout", "gloo_timeout"}

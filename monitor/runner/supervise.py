@@ -42,6 +42,23 @@ class RunOptions:
     stall_after_s: float | None = None
     # Turn on the job's flight recorder (unless it set the variables itself), dumps in the run's folder.
     flight_recorder: bool = True
+    # One node of a multi-node job (``--job-dir``): this node's name; ``log_dir`` is its folder there.
+    node: str | None = None
+    # Serve the job's metrics to Prometheus on this port, and/or keep them in this textfile.
+    metrics_port: int | None = None
+    textfile: Path | None = None
+
+
+@dataclass
+class Outlets:
+    """What lives across the attempts of one ``monitor run``: this node's record of a multi-node
+    job, the Prometheus endpoint; each attempt's session and samples are handed to them."""
+
+    node: object | None = None       # runner.node.NodeRecord
+    exporter: object | None = None   # session.prometheus.JobExporter
+
+    def observers(self) -> list:
+        return [outlet.observe for outlet in (self.node, self.exporter) if outlet is not None]
 
 
 def _finding_line(finding: Finding) -> str:
@@ -116,9 +133,10 @@ def run(options: RunOptions, catalogue, present: Presenter | None = None) -> int
         say("not attached to a terminal (batch job?); running headless")
     if options.headless or not _attached_to_terminal():
         present = None
+    outlets = _outlets(options, plan, env)
     attempt, previous = 1, None
     while True:
-        code, decision, previous = _attempt(options, plan, catalogue, checks, present, attempt, previous)
+        code, decision, previous = _attempt(options, plan, catalogue, checks, present, attempt, previous, outlets)
         if code is None or not decision.retry:
             return 0 if code is None else code
         say(f"restarting in {options.restart_delay_s:g} s: {decision.reason}")
@@ -126,8 +144,37 @@ def run(options: RunOptions, catalogue, present: Presenter | None = None) -> int
         attempt += 1
 
 
+def _outlets(options: RunOptions, plan: launchers.LaunchPlan, env: dict[str, str]) -> Outlets:
+    """This node's record (``--job-dir``) and the metrics endpoint (``--metrics-port``,
+    ``--textfile``); a failure of either is said in one line and the job runs without it."""
+    outlets = Outlets()
+    if options.node is not None:
+        from monitor.runner.node import NodeRecord
+
+        outlets.node = NodeRecord(options.log_dir, options.node, plan, env, os.getpid())
+        if outlets.node.error:
+            say(outlets.node.error)
+    if options.metrics_port is None and options.textfile is None:
+        return outlets
+    from monitor.logs.nodes import job_id
+    from monitor.runner.node import this_node
+    from monitor.session.prometheus import JobExporter, ServeError
+
+    exporter = JobExporter(job_id=job_id(env), node=options.node or this_node(None))
+    if options.metrics_port is not None:
+        try:
+            exporter.serve(options.metrics_port)
+            say(f"serving the job's metrics for Prometheus on port {options.metrics_port} (/metrics)")
+        except ServeError as exc:
+            say(f"{exc}; the job runs without it")
+    if options.textfile is not None:
+        exporter.keep_textfile(str(options.textfile))
+    outlets.exporter = exporter
+    return outlets
+
+
 def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks: list[Finding],
-             present: Presenter | None, attempt: int, previous: str | None
+             present: Presenter | None, attempt: int, previous: str | None, outlets: Outlets | None = None
              ) -> tuple[int | None, restart.RestartDecision, str | None]:
     """One launch to its end. Returns the exit code (None: left running), the restart decision
     and the root cause's category (for the next decision)."""
@@ -150,7 +197,10 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
             return exc.exit_code, restart.RestartDecision(False, str(exc)), None
         forwarder.attach(job)
         say(f"recording to {log_path} (job pid {job.pid})")
-        session, metrics = open_session(job, catalogue, checks, options.stall_after_s, recorder)
+        outlets = outlets or Outlets()
+        publisher = _publisher(outlets)
+        session, metrics = open_session(job, catalogue, checks, options.stall_after_s, recorder,
+                                        on_step=publisher, observers=outlets.observers())
         watcher = _start_checkpoint_watch(options.checkpoint_dirs, job, session.post)
         try:
             if not headless and not _run_tui(present, job, session, metrics):
@@ -164,6 +214,8 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
                 watcher.stop()
             metrics.close()
     diagnosis = _explain(job, code, session)
+    if publisher is not None:
+        publisher.publish(session, exit_code=code)
     if recorder is not None:
         recorder.tidy()
     stopped = bool(job.state().get("stop_signal")) or forwarder.received is not None
@@ -191,18 +243,30 @@ def _flight_recorder(options: RunOptions, log_path: Path, attempt: int
     return plan, {**os.environ, **plan.set}
 
 
+def _publisher(outlets: Outlets):
+    """The session's status for the metrics endpoint, when there is one."""
+    if outlets.exporter is None:
+        return None
+    from monitor.session.status import StatusPublisher
+
+    publisher = StatusPublisher()
+    outlets.exporter.status = lambda: publisher.latest
+    return publisher
+
+
 def open_session(job: Job, catalogue, checks: list[Finding] = (), stall_after: float | None = None,
-                 recorder: flight_recorder.RecorderPlan | None = None) -> tuple[JobSession, SamplerFeed]:
+                 recorder: flight_recorder.RecorderPlan | None = None, *, on_step=None, observers=()
+                 ) -> tuple[JobSession, SamplerFeed]:
     """The job's session (its logs, the preflight findings, its stop requests, a probe that
     takes the ranks' stacks and dumps when they seem to hang) and its metrics feed (the job's
     processes; each sample kept in ``run-X.metrics.jsonl``, findings posted to the session):
     what the screen shows and the end report explains."""
     probe = HangProbe(job.pids, job.log_path, lambda findings: session.post(findings), recorder)
     session = JobSession([job.log_path, *job.extra_log_paths()], catalogue, stall_after=stall_after,
-                         stop_requested=lambda: job.stop_requested, probe=probe)
+                         stop_requested=lambda: job.stop_requested, probe=probe, on_step=on_step)
     session.add([copy.copy(finding) for finding in checks])  # one copy per attempt: the session numbers them
     metrics = SamplerFeed(Sampler(job_pids=job.pids, watch_dirs=[str(job.log_path.parent)]), session.post,
-                          samples_file=_samples_file(job.log_path))
+                          samples_file=_samples_file(job.log_path), observers=observers)
     return session, metrics
 
 

@@ -121,7 +121,9 @@ class SamplerFeed:
     metrics too."""
 
     def __init__(self, sampler, post: Callable[[list[Finding]], None], *, history=None, detector=None,
-                 samples_file=None) -> None:
+                 samples_file=None, observers: list[Callable[[Sample], None]] = ()) -> None:
+        """``observers``: called with each sample after it was kept (a node's rank map, the
+        Prometheus endpoint); they must not raise."""
         from monitor.metrics.history import History
         from monitor.metrics.signals import SignalDetector
 
@@ -130,12 +132,15 @@ class SamplerFeed:
         self.history = history if history is not None else History()
         self.detector = detector if detector is not None else SignalDetector()
         self.samples_file = samples_file
+        self.observers = list(observers)
 
     def sample(self) -> Sample:
         sample = self.sampler.sample()
         self.history.add(sample)
         if self.samples_file is not None:
             self.samples_file.write(sample)
+        for observe in self.observers:
+            observe(sample)
         if findings := self.detector.update(sample, self.history):
             self.post(findings)
         return sample

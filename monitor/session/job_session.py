@@ -32,9 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from monitor.diagnosis.engine import Engine
+from monitor.diagnosis.node_health import NodeWatch
 from monitor.diagnosis.root_cause import mark_requested_stop
 from monitor.logs.follow import Follower
-from monitor.logs.ranks import line_rank, rank_from_path
+from monitor.logs.nodes import is_job_folder
+from monitor.logs.ranks import FileRanks
 from monitor.model import SEVERITY_ORDER, TIMEOUT_CATEGORIES, Diagnosis, Finding, LogLine
 from monitor.session.hang_probe import NOT_TAKEN_RULE, HangProbe
 from monitor.session.stall import StallDetector
@@ -65,10 +67,12 @@ class SessionUpdate:
 class JobSession:
     def __init__(self, paths, catalogue, *, poll: bool = False, stall_after: float | None = None,
                  clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time,
-                 stop_requested: Callable[[], bool] | None = None, probe: HangProbe | None = None) -> None:
+                 stop_requested: Callable[[], bool] | None = None, probe: HangProbe | None = None,
+                 on_step: Callable[[JobSession, list[LogLine]], None] | None = None) -> None:
         """``stop_requested``: asked on every step whether the job was asked to stop (``Job.
         stop_requested``; see ``request_stop``). ``probe``: takes the job's stacks when a hang is
-        suspected (a session of logs alone has none). Raises ``monitor.logs.sources.SourceError``
+        suspected (a session of logs alone has none). ``on_step``: called on the session's thread
+        after each step with the lines it brought (``status.StatusPublisher``). Raises ``monitor.logs.sources.SourceError``
         for a PATH that can never name a file."""
         self.follower = Follower([str(p) for p in paths], poll=poll)
         self.engine = Engine(catalogue)
@@ -79,13 +83,17 @@ class JobSession:
         self._clock = clock
         self._wall_clock = wall_clock
         self._posted: queue.SimpleQueue[Finding] = queue.SimpleQueue()
-        self._file_ranks: dict[str, int | None] = {}
+        self._file_ranks: dict[str, FileRanks] = {}
         self._quiet_since: dict[str, float] = {}  # files fed since their records were completed
         self._closed = False
         self.probe = probe
         self._evidence: dict[str, list[Finding]] = {}  # origin -> the latest capture's findings
         self._probation: tuple[float, list[Finding]] | None = None
         self._withdrawn: list[str] = []  # ids withdrawn since the last step
+        self._on_step = on_step
+        # A job folder of several nodes (``monitor run --job-dir``): which node went quiet.
+        self._node_watches = [NodeWatch(p, clock, wall_clock) for p in paths if is_job_folder(p)]
+        self._node_findings: dict[tuple[str, str | None], Finding] = {}
 
     # -- sources -----------------------------------------------------------------------------
     def follow(self, paths) -> None:
@@ -140,12 +148,15 @@ class JobSession:
                     step.new_findings += self._taken(self.engine.flush(file))
                 del self._quiet_since[file]
         step.new_findings += self._take_posted()
+        self._check_nodes(step)
         self._update_stall(step, now)
         self._look_inside(step, now)
         step.cleared += self._withdrawn
         self._withdrawn = []
         step.version = self.version
         step.files = self.follower.files
+        if self._on_step is not None:
+            self._on_step(self, step.lines)
         return step
 
     def flush(self) -> None:
@@ -166,6 +177,11 @@ class JobSession:
         self._take_posted()
 
     # -- results -----------------------------------------------------------------------------
+    def last_line_times(self) -> dict[int, float]:
+        """rank -> when it last printed a line, in seconds since the epoch."""
+        now, wall = self._clock(), self._wall_clock()
+        return {rank: wall - (now - words.at) for rank, words in self.stall.last.items() if isinstance(rank, int)}
+
     @property
     def version(self) -> int:
         """Bumped on every change of the findings, so a UI can redraw only then."""
@@ -238,12 +254,25 @@ class JobSession:
         return attributed
 
     def _attribute(self, line: LogLine) -> LogLine:
-        """The rank as ``diagnose`` gives it (``ranks.line_rank``)."""
-        file_rank = self._file_ranks.get(line.file, -1)
-        if file_rank == -1:
-            file_rank = self._file_ranks[line.file] = rank_from_path(line.file)
-        rank = line_rank(line.text, file_rank)
+        """The rank as ``diagnose`` gives it (``ranks.FileRanks``)."""
+        ranks = self._file_ranks.get(line.file)
+        if ranks is None:
+            ranks = self._file_ranks[line.file] = FileRanks(line.file)
+        rank = ranks.of(line.text)
         return LogLine(line.file, line.line, line.text, rank) if rank is not None else line
+
+    def _check_nodes(self, step: SessionUpdate) -> None:
+        """Every few seconds: the nodes that went quiet now; a node that spoke again is withdrawn."""
+        due = [watch for watch in self._node_watches if watch.due()]
+        if not due:
+            return
+        found = {(f.rule, f.node): f for watch in due for f in watch.check()}
+        self._withdraw([f for key, f in self._node_findings.items() if key not in found])
+        for key, finding in found.items():
+            if key not in self._node_findings:
+                self.engine.add_external(finding)
+                step.new_findings.append(finding)
+        self._node_findings = {key: self._node_findings.get(key, finding) for key, finding in found.items()}
 
     def _update_stall(self, step: SessionUpdate, now: float) -> None:
         cleared = self.stall.observe(step.lines, now)

@@ -6,6 +6,8 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 
+from monitor.units import clock, duration  # noqa: F401 (the panels' names for them)
+
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 
 
@@ -17,24 +19,6 @@ def size(value: float | None) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.1f}{unit}"
     return f"{value:.0f}B"
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "?"
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def clock(timestamp: float | None) -> str:
-    """A wall-clock time as HH:MM:SS (local time)."""
-    return "—" if timestamp is None else time.strftime("%H:%M:%S", time.localtime(timestamp))
 
 
 def since_start(seconds: float) -> str:

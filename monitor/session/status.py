@@ -1,0 +1,79 @@
+"""A snapshot of one job session for readers on other threads (the Prometheus endpoint).
+
+The session belongs to one thread; a scrape comes on another. ``StatusPublisher`` runs on the
+session's thread after each step (``JobSession(on_step=...)``), follows the training progress in
+the lines it is shown, and at most once a second swaps in a new frozen ``JobStatus`` that any
+thread may read (one attribute assignment: a reader sees the old snapshot or the new one).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from monitor.model import Finding
+from monitor.progress import ProgressState, ProgressTracker
+
+PUBLISH_EVERY_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """What the session knows, at ``time`` (seconds since the epoch)."""
+
+    time: float = 0.0
+    # (category, severity) -> how many findings of that kind.
+    findings: dict[tuple[str, str], int] = field(default_factory=dict)
+    root_cause: Finding | None = None
+    # rank -> when it last printed a line (seconds since the epoch).
+    rank_last_line: dict[int, float] = field(default_factory=dict)
+    possible_hang: bool = False
+    progress: ProgressState = field(default_factory=ProgressState)
+    # Steps per second over the recent steps; None until two steps were seen.
+    steps_per_s: float | None = None
+    running: bool = True
+    exit_code: int | None = None
+
+
+class StatusPublisher:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._progress = ProgressTracker(clock)
+        self._steps: list[tuple[float, int]] = []
+        self._next = 0.0
+        self.latest = JobStatus(time=wall_clock())
+
+    def __call__(self, session, lines) -> None:
+        """After one step of ``session`` (on its thread): ``lines``, the lines it brought."""
+        for line in lines:
+            if self._progress.feed(line.text, line.rank):
+                step = self._progress.state.step
+                if step is not None and (not self._steps or step != self._steps[-1][1]):
+                    self._steps = [*self._steps[-31:], (self._clock(), step)]
+        now = self._clock()
+        if now >= self._next:
+            self._next = now + PUBLISH_EVERY_S
+            self.publish(session)
+
+    def publish(self, session, exit_code: int | None = None) -> None:
+        """A new snapshot now (also at the job's end, with its exit code)."""
+        wall = self._wall_clock()
+        counts: dict[tuple[str, str], int] = {}
+        for finding in session.findings:
+            key = (str(finding.category), finding.severity)
+            counts[key] = counts.get(key, 0) + 1
+        root = session.root_cause()
+        self.latest = JobStatus(
+            time=wall, findings=counts, root_cause=root.snapshot() if root is not None else None,
+            rank_last_line=session.last_line_times(), possible_hang=session.stall.active is not None,
+            progress=self._progress.state, steps_per_s=self._rate(), running=exit_code is None,
+            exit_code=exit_code,
+        )
+
+    def _rate(self) -> float | None:
+        if len(self._steps) < 2:
+            return None
+        (t0, s0), (t1, s1) = self._steps[0], self._steps[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 else None
