@@ -27,6 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--dir", action="append", default=[], metavar="DIR",
                         help="directory whose free space to report, e.g. logs or checkpoints (repeatable)")
     parser.add_argument("--record", metavar="FILE", help="also append every sample to this JSONL file")
+    parser.add_argument("--serve", type=int, metavar="PORT",
+                        help="serve the samples for Prometheus on PORT (/metrics), GPUs under dcgm-exporter's names")
+    parser.add_argument("--textfile", metavar="PATH",
+                        help="keep the samples in PATH for node_exporter's textfile collector (a .prom file)")
     parser.set_defaults(func=run)
 
 
@@ -61,18 +65,27 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"{args.record}: {exc.strerror or exc}") from None
 
+    exporter = _exporter(args)
     sampler = Sampler(job_pids=args.pid or None, watch_dirs=args.dir)
     history, detector = History(), SignalDetector()
     taken = 0
+    said = None
     try:
         # The first sample sets the baselines of CPU percentages and I/O rates.
-        sampler.sample()
+        first = sampler.sample()
+        if exporter is not None:
+            exporter.observe(first)
         time.sleep(min(args.interval, 0.5) if args.once else args.interval)
         while True:
             started = time.monotonic()
             sample = sampler.sample()
             history.add(sample)
             findings = detector.update(sample, history)
+            if exporter is not None:
+                exporter.observe(sample)
+                if exporter.error and exporter.error != said:
+                    said = exporter.error
+                    say(said)
             if recorder is not None and not recorder.write(sample) and recorder.error:
                 say(recorder.error)  # names the file, which may hold anything
                 recorder = None
@@ -98,3 +111,28 @@ def run(args: argparse.Namespace) -> int:
         sampler.close()
         if recorder is not None:
             recorder.close()
+
+
+def _exporter(args: argparse.Namespace):
+    """The Prometheus endpoint and/or textfile the samples go to, or None. Raises UsageError
+    when the port cannot be opened."""
+    if args.serve is None and args.textfile is None:
+        return None
+    from monitor.cli import UsageError
+    from monitor.logs.nodes import job_id
+    from monitor.runner.node import this_node
+    from monitor.session.prometheus import JobExporter, ServeError
+    from monitor.text import say
+
+    if args.serve is not None and not 0 < args.serve < 65536:
+        raise UsageError(f"--serve {args.serve}: not a port number")
+    exporter = JobExporter(job_id=job_id(), node=this_node(None))
+    if args.serve is not None:
+        try:
+            exporter.serve(args.serve)
+        except ServeError as exc:
+            raise UsageError(str(exc)) from None
+        say(f"serving metrics for Prometheus on port {args.serve} (/metrics)")
+    if args.textfile is not None:
+        exporter.keep_textfile(args.textfile)
+    return exporter

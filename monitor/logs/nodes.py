@@ -104,10 +104,6 @@ def nodes_in(folder: str | os.PathLike) -> list[Node]:
     return [node for node in map(read_node, entries) if node is not None]
 
 
-def is_job_folder(folder: str | os.PathLike) -> bool:
-    return bool(nodes_in(folder))
-
-
 def node_words(node: str | None) -> str:
     """``node gpu-07``, or "" for a finding of one machine."""
     return f"node {node}" if node else ""

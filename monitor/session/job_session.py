@@ -26,6 +26,7 @@ loop). The clocks are injected: a test moves time instead of sleeping.
 
 from __future__ import annotations
 
+import os
 import queue
 import time
 from collections.abc import Callable
@@ -35,7 +36,6 @@ from monitor.diagnosis.engine import Engine
 from monitor.diagnosis.node_health import NodeWatch
 from monitor.diagnosis.root_cause import mark_requested_stop
 from monitor.logs.follow import Follower
-from monitor.logs.nodes import is_job_folder
 from monitor.logs.ranks import FileRanks
 from monitor.model import SEVERITY_ORDER, TIMEOUT_CATEGORIES, Diagnosis, Finding, LogLine
 from monitor.session.hang_probe import NOT_TAKEN_RULE, HangProbe
@@ -91,8 +91,9 @@ class JobSession:
         self._probation: tuple[float, list[Finding]] | None = None
         self._withdrawn: list[str] = []  # ids withdrawn since the last step
         self._on_step = on_step
-        # A job folder of several nodes (``monitor run --job-dir``): which node went quiet.
-        self._node_watches = [NodeWatch(p, clock, wall_clock) for p in paths if is_job_folder(p)]
+        # A folder may be (or become, as the nodes start) a job folder of several nodes
+        # (``monitor run --job-dir``): which node went quiet.
+        self._node_watches = [NodeWatch(p, clock, wall_clock) for p in map(str, paths) if os.path.isdir(p)]
         self._node_findings: dict[tuple[str, str | None], Finding] = {}
 
     # -- sources -----------------------------------------------------------------------------

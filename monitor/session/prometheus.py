@@ -126,6 +126,11 @@ class JobExporter(Collector):
                 "" if gpu.mig_index is None else str(gpu.mig_index)]
 
     def _gpus(self, sample: Sample):
+        status = GaugeMetricFamily("monitor_gpu_status", "1 for why there are (ok) or are no GPU metrics "
+                                   "(no_library, no_driver, version_mismatch, error).",
+                                   labels=["Hostname", "status"])
+        status.add_metric([self.hostname, sample.gpu_status], 1.0)
+        yield status
         gpus = [g for g in sample.gpus if g.status == "ok"]
         for name, help_text, value in DCGM_FIELDS:
             family = GaugeMetricFamily(name, help_text, labels=DCGM_LABELS)

@@ -1,0 +1,133 @@
+"""Jobs of several nodes, from their files: global ranks in a node's folder, a node that went
+silent or whose monitor stopped (post-mortem and live), and `diagnose` of a job folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from monitor.diagnosis import node_health
+from monitor.logs import nodes
+from monitor.logs.ranks import FileRanks
+from monitor.logs.nodes import Node, write_node
+from monitor.session.job_session import JobSession
+from monitor.diagnosis.catalogue import load_catalogue
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"
+
+
+def make_node(job: Path, name: str, ranks: dict[int, int] | None = None, offset: int | None = None) -> Path:
+    folder = job / name
+    folder.mkdir(parents=True)
+    assert write_node(folder, Node(name, str(folder), "host-" + name, "99", ranks or {}, offset)) is None
+    nodes.forget()
+    return folder
+
+
+def write_run(folder: Path, log: str, *, log_at: float, metrics_at: float | None, reported: bool) -> Path:
+    stem = folder / "run-20261125-100000"
+    path = stem.with_suffix(".log")
+    path.write_text(log)
+    os.utime(path, (log_at, log_at))
+    if metrics_at is not None:
+        metrics = Path(f"{stem}.metrics.jsonl")
+        metrics.write_text("{}\n")
+        os.utime(metrics, (metrics_at, metrics_at))
+    if reported:
+        Path(f"{stem}.diagnosis.json").write_text("{}")
+    return path
+
+
+def test_a_nodes_local_ranks_become_global(tmp_path: Path):
+    folder = make_node(tmp_path, "gpu-07", ranks={0: 28, 1: 29})
+    ranks = FileRanks(str(folder / "run-1.log"))
+    assert ranks.of("[default1]:step 3 loss 0.5") == 29          # torchrun --tee: the local rank
+    assert ranks.of("[rank5]: Traceback (most recent call last):") == 5  # the excepthook's: already global
+    assert ranks.of("[default0]:[rank28]: boom") == 28
+    assert ranks.of("plain") is None
+    assert FileRanks(str(folder / "logs/none_x/attempt_0/1/stderr.log")).file_rank == 29  # --log-dir: local
+    # Before the ranks ran, the command's --node-rank x --nproc-per-node says it.
+    started = make_node(tmp_path, "gpu-08", offset=30)
+    assert FileRanks(str(started / "run-1.log")).of("[default1]: x") == 31
+    # Outside a job folder nothing changes: one machine, local is global.
+    assert FileRanks(str(tmp_path / "rank3.log")).of("[default1]: x") == 1
+
+
+def test_findings_name_their_node_and_the_root_cause_names_node_and_rank(tmp_path: Path):
+    job = tmp_path / "job"
+    make_node(job, "gpu-01", ranks={0: 0, 1: 1})
+    b = make_node(job, "gpu-02", ranks={0: 2, 1: 3})
+    now = time.time()
+    write_run(job / "gpu-01", "[default0]:step 1 loss 0.5\n[default1]:step 1 loss 0.5\n", log_at=now, metrics_at=now, reported=True)
+    write_run(b, "[default0]:step 1 loss 0.5\n[default1]:Traceback (most recent call last):\n"
+                 '[default1]:  File "train.py", line 7, in <module>\n[default1]:ValueError: bad batch\n',
+              log_at=now, metrics_at=now, reported=True)
+    result = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(job)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    root = json.loads(result.stdout)["root_cause"]
+    assert (root["node"], root["rank"], root["title"]) == ("gpu-02", 3, "ValueError on rank 3")
+    text = subprocess.run([sys.executable, "-m", "monitor", "diagnose", str(job)], capture_output=True, text=True, timeout=60)
+    assert text.stdout.startswith("Root cause: node gpu-02: ValueError on rank 3")
+
+
+def test_a_node_that_went_silent_is_named_with_the_schedulers_remedy(tmp_path: Path):
+    job = tmp_path / "job"
+    a, b = make_node(job, "gpu-01", offset=0), make_node(job, "gpu-02", offset=2)
+    end = time.time()
+    # gpu-01's ranks time out waiting for gpu-02's (the text of the real gloo timeout, demo job);
+    # gpu-02 stopped writing everything 4 minutes earlier and never reported.
+    hang = (SAMPLES / "demo/hang-gloo-2ranks.log").read_text()
+    write_run(a, hang, log_at=end, metrics_at=end, reported=True)
+    write_run(b, "[rank2] step 1 loss 0.5\n", log_at=end - 240, metrics_at=end - 241, reported=False)
+    (finding,) = node_health.post_mortem(job)
+    assert (finding.rule, finding.node, finding.severity, finding.role) == ("node-silent", "gpu-02", "error", "root")
+    assert "--exclude=gpu-02" in finding.remedy and "scontrol update nodename=gpu-02 state=drain" in finding.remedy
+    assert "4m00s before the other nodes ended" in finding.remedy
+    result = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(job)],
+                            capture_output=True, text=True, timeout=60)
+    diagnosis = json.loads(result.stdout)
+    assert diagnosis["root_cause"]["rule"] == "node-silent", [f["rule"] for f in diagnosis["findings"]]
+    # Both nodes wrote to the end: nobody went silent.
+    for path in b.glob("run-*"):
+        os.utime(path, (end, end))
+    assert node_health.post_mortem(job) == []
+
+
+def test_a_monitor_that_stopped_while_its_job_went_on(tmp_path: Path):
+    job = tmp_path / "job"
+    a, b = make_node(job, "gpu-01"), make_node(job, "gpu-02")
+    end = time.time()
+    write_run(a, "x\n", log_at=end, metrics_at=end, reported=True)
+    write_run(b, "y\n", log_at=end - 1, metrics_at=end - 40, reported=False)
+    (finding,) = node_health.post_mortem(job)
+    assert (finding.rule, finding.node, finding.severity) == ("node-monitor-lost", "gpu-02", "warning")
+    # Its report written: the monitor was there at the end after all.
+    Path(b / "run-20261125-100000.diagnosis.json").write_text("{}")
+    assert node_health.post_mortem(job) == []
+
+
+def test_live_a_node_goes_quiet_and_comes_back(tmp_path: Path):
+    job = tmp_path / "job"
+    a, b = make_node(job, "gpu-01"), make_node(job, "gpu-02")
+    now = time.time()
+    write_run(a, "x\n", log_at=now, metrics_at=now, reported=False)
+    log_b = write_run(b, "y\n", log_at=now, metrics_at=now - 30, reported=False)
+    clock = [0.0]
+    session = JobSession([job], load_catalogue(include_user=False), clock=lambda: clock[0])
+    try:
+        update = session.step(timeout=0.05)
+        lost = [f for f in update.new_findings if f.rule == "node-monitor-lost"]
+        assert [f.node for f in lost] == ["gpu-02"] and "(it still grows)" in lost[0].remedy
+        # Its monitor samples again: the finding is withdrawn at the next check.
+        os.utime(Path(f"{log_b.with_suffix('')}.metrics.jsonl"), None)
+        clock[0] += node_health.CHECK_EVERY_S
+        update = session.step(timeout=0.05)
+        assert lost[0].id in update.cleared
+        assert not [f for f in session.findings if f.rule == "node-monitor-lost"]
+    finally:
+        session.close()
