@@ -91,6 +91,8 @@ class GpuSample:
     remapped_rows_pending: bool | None = None
     remapped_rows_failed: bool | None = None
     processes: list[GpuProcess] = field(default_factory=list)
+    # The node of a multi-node job this GPU is on, when a watch shows several nodes' GPUs.
+    node: str | None = None
 
     @property
     def memory_used_fraction(self) -> float | None:
@@ -100,8 +102,9 @@ class GpuSample:
 
     @property
     def label(self) -> str:
-        """How the UI names this device: "GPU 3" or "GPU 3 MIG 1"."""
-        return f"GPU {self.index}" if self.mig_index is None else f"GPU {self.index} MIG {self.mig_index}"
+        """How the UI names this device: "GPU 3", "GPU 3 MIG 1", "gpu-07 GPU 3" on a job of several nodes."""
+        label = f"GPU {self.index}" if self.mig_index is None else f"GPU {self.index} MIG {self.mig_index}"
+        return f"{self.node} {label}" if self.node else label
 
 
 @dataclass(slots=True)

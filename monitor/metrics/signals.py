@@ -267,10 +267,10 @@ class SignalDetector:
             if gpu.clock_event_reasons is None or gpu.mig_index is not None:
                 continue
             reasons = [r for r in gpu.clock_event_reasons if r in HARD_THROTTLE]
-            latch = self._latch(("throttle", gpu.index), t.throttle_s)
+            latch = self._latch(("throttle", gpu.label), t.throttle_s)
             if latch.update(sample.time, bool(reasons), not reasons):
                 raised.append(self._raise(
-                    ("throttle", gpu.index), sample.time,
+                    ("throttle", gpu.label), sample.time,
                     lambda g=gpu, r=reasons: _throttle_finding(g, r, sample, history),
                 ))
         return raised

@@ -153,12 +153,14 @@ class SamplerFeed:
 
 def watch_sampler(paths):
     """This machine's metrics Sampler for a watch of ``paths`` (no job of ours): the disk space
-    of the folders the logs are in."""
+    of the folders the logs are in; and the GPUs of the nodes of a job folder among them."""
     from pathlib import Path
 
     from monitor.metrics.sampler import Sampler
+    from monitor.session.node_metrics import NodesSampler
 
-    return Sampler(watch_dirs=sorted({str(p if Path(p).is_dir() else Path(p).parent) for p in paths}))
+    local = Sampler(watch_dirs=sorted({str(p if Path(p).is_dir() else Path(p).parent) for p in paths}))
+    return NodesSampler(local, [str(p) for p in paths if Path(p).is_dir()])
 
 
 class MetricsPump:

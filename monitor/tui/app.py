@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from dataclasses import replace
 from collections.abc import Callable
 
 from rich.text import Text
@@ -63,6 +64,8 @@ class MonitorApp(App[int]):
         Binding("w", "level('warning')", "Warnings"),
         Binding("r", "rank(1)", "Rank"),
         Binding("R", "rank(-1)", "Prev rank", show=False),
+        Binding("o", "node(1)", "Node", show=False),
+        Binding("O", "node(-1)", "Prev node", show=False),
         Binding("space", "toggle_follow", "Pause"),
         Binding("t", "toggle_theme", "Theme"),
         Binding("q", "quit", "Quit"),
@@ -332,6 +335,8 @@ class MonitorApp(App[int]):
             status.append("  warnings+errors", style="bold yellow")
         if line_filter.ranks is not None:
             status.append(f"  rank {','.join(map(str, sorted(line_filter.ranks)))}", style="bold")
+        if line_filter.node is not None:
+            status.append(f"  node {safe_text(line_filter.node)}", style="bold")
         if self.finished_note:
             status.append(f"  · {self.finished_note}", style="bold")
         elif self.stopping:
@@ -351,7 +356,7 @@ class MonitorApp(App[int]):
     @on(Input.Changed, "#filter-input")
     def _filter_typed(self, event: Input.Changed) -> None:
         view = self.query_one(LogView)
-        ok = self._set_filter(LineFilter(view.line_filter.ranks, view.line_filter.min_level, event.value))
+        ok = self._set_filter(replace(view.line_filter, pattern=event.value))
         event.input.set_class(not ok, "-invalid")
 
     @on(Input.Submitted, "#filter-input")
@@ -368,7 +373,7 @@ class MonitorApp(App[int]):
             filter_input.value = ""
             filter_input.remove_class("-invalid")
             filter_input.display = False
-            self._set_filter(LineFilter(view.line_filter.ranks, view.line_filter.min_level, ""))
+            self._set_filter(replace(view.line_filter, pattern=""))
             self._update_status()  # drops a "bad regex" message
             view.focus()
 
@@ -389,7 +394,7 @@ class MonitorApp(App[int]):
         view = self.query_one(LogView)
         wanted = LEVEL_ERROR if level == "error" else LEVEL_WARNING
         current = view.line_filter
-        self._set_filter(LineFilter(current.ranks, LEVEL_INFO if current.min_level == wanted else wanted, current.pattern))
+        self._set_filter(replace(current, min_level=LEVEL_INFO if current.min_level == wanted else wanted))
 
     def action_rank(self, direction: int) -> None:
         view = self.query_one(LogView)
@@ -401,11 +406,23 @@ class MonitorApp(App[int]):
         current = view.line_filter
         position = choices.index(current.ranks) if current.ranks in choices else 0
         chosen = choices[(position + direction) % len(choices)]
-        self._set_filter(LineFilter(chosen, current.min_level, current.pattern))
+        self._set_filter(replace(current, ranks=chosen))
+
+    def action_node(self, direction: int) -> None:
+        view = self.query_one(LogView)
+        nodes = self.store.nodes_seen
+        if not nodes:
+            self.notify("one machine: no node folders (monitor run --job-dir) in what is watched", markup=False)
+            return
+        choices: list[str | None] = [None, *nodes]
+        current = view.line_filter
+        position = choices.index(current.node) if current.node in choices else 0
+        chosen = choices[(position + direction) % len(choices)]
+        self._set_filter(replace(current, node=chosen))
 
     def action_show_rank(self, rank: int) -> None:
         current = self.query_one(LogView).line_filter
-        self._set_filter(LineFilter(frozenset({rank}), current.min_level, current.pattern))
+        self._set_filter(replace(current, ranks=frozenset({rank})))
 
     def action_clear_filters(self) -> None:
         self.query_one("#filter-input", Input).value = ""

@@ -64,17 +64,21 @@ def describe(finding: Finding, is_root: bool, first: str) -> Text:
     text = Text()
     if is_root:
         text.append("ROOT CAUSE  ", style="bold white on red")
+    if finding.node:
+        text.append(f"node {finding.node}: ", style="bold")
     text.append(finding.title, style="bold")
     text.append(f"\n{finding.severity} · {finding.category} · {finding.role} · rule {finding.rule}", style="dim")
     where = f"{finding.file}:{finding.line}"
-    if finding.rank is not None:
-        where += f" (rank {finding.rank})"
+    if finding.rank is not None or finding.node:
+        where += f" ({', '.join(p for p in (finding.node and f'node {finding.node}', finding.rank is not None and f'rank {finding.rank}') if p)})"
     when = f"seen {first[1:]} (the line has no time)" if first.startswith("~") else f"logged {first}"
     if first.lstrip("~")[:1] in ("+", "-"):
         when += ", counted from the job's start"
     text.append(f"\nfirst at {where}, {when}")
     if finding.count > 1 or len(finding.ranks) > 1:
         text.append(f"; {finding.count}× on ranks {fmt.ranks(finding.ranks)}")
+        if len(finding.nodes) > 1:
+            text.append(f" of nodes {', '.join(finding.nodes)}")
     if finding.evidence:
         text.append("\n\nevidence\n", style="bold")
         for line in finding.evidence:
@@ -197,7 +201,7 @@ class FindingsPanel(Container):
             "mark": Text("★", style="bold red") if is_root else Text(""),
             "sev": Text(SEVERITY_LABEL.get(finding.severity, finding.severity),
                         style=SEVERITY_STYLE.get(finding.severity, "")),
-            "ranks": Text(fmt.ranks(finding.ranks) if finding.ranks else ("—" if finding.rank is None else str(finding.rank))),
+            "ranks": Text(_where_in_job(finding)),
             "count": Text(str(finding.count)),
             "first": Text(self.first_time(finding)),
             "title": Text(finding.title),
@@ -243,3 +247,11 @@ class FindingsPanel(Container):
         if finding is not None:
             self._show_detail()
             self.post_message(self.Selected(finding))
+
+
+def _where_in_job(finding: Finding) -> str:
+    """The ranks column: ``0-2``, ``3``, ``gpu-07:3`` when one node of several holds them all."""
+    ranks = fmt.ranks(finding.ranks) if finding.ranks else ("—" if finding.rank is None else str(finding.rank))
+    if finding.node and len(finding.nodes) < 2:
+        return f"{finding.node}:{ranks}" if ranks != "—" else finding.node
+    return ranks

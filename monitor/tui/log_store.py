@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import regex
 
+from monitor.logs.nodes import node_of
 from monitor.model import LogLine
 from monitor.text import clean, is_clean
 
@@ -60,10 +61,12 @@ class LineFilter:
     ranks: frozenset[int] | None = None
     min_level: int = LEVEL_INFO
     pattern: str = ""
+    # The node of a job of several nodes (None: all).
+    node: str | None = None
 
     @property
     def active(self) -> bool:
-        return self.ranks is not None or self.min_level > LEVEL_INFO or bool(self.pattern)
+        return self.ranks is not None or self.min_level > LEVEL_INFO or bool(self.pattern) or self.node is not None
 
 
 def compile_pattern(pattern: str) -> regex.Pattern[str]:
@@ -92,6 +95,9 @@ class LogStore:
         self._file_ids: dict[str, int] = {}
         self._by_file: list[array] = []
         self.ranks_seen: set[int] = set()
+        # The node of each file (``logs/nodes.py``; None on one machine), and the nodes seen.
+        self.file_nodes: list[str | None] = []
+        self.nodes_seen: list[str] = []
         self.longest = 0  # characters in the longest line (the view's scroll width)
 
     def __len__(self) -> int:
@@ -129,6 +135,10 @@ class LogStore:
         if file_id is None:
             file_id = self._file_ids[line.file] = len(self.file_names)
             self.file_names.append(line.file)
+            node = node_of(line.file)
+            self.file_nodes.append(node.name if node is not None else None)
+            if node is not None and node.name not in self.nodes_seen:
+                self.nodes_seen = sorted([*self.nodes_seen, node.name])
             self._by_file.append(array("L"))
         self._files.append(file_id)
         in_file = self._by_file[file_id]
@@ -173,6 +183,9 @@ class LogStore:
         rank = self._ranks[index - self.first]
         return None if rank == NO_RANK else rank
 
+    def node(self, index: int) -> str | None:
+        return self.file_nodes[self._files[index - self.first]] if index >= self.first else None
+
     def level(self, index: int) -> int:
         return self._levels[index - self.first] if index >= self.first else LEVEL_INFO
 
@@ -197,6 +210,10 @@ class LogStore:
         ranks, levels, first = self._ranks, self._levels, self.first
         wanted = line_filter.ranks
         min_level = line_filter.min_level
+        if line_filter.node is not None:
+            files, node = self._files, line_filter.node
+            in_node = {i for i, name in enumerate(self.file_nodes) if name == node}
+            candidates = [i for i in candidates if files[i - first] in in_node]
         if wanted is None and min_level == LEVEL_INFO:
             return array("L", candidates)
         return array(

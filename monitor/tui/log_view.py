@@ -39,6 +39,8 @@ RANK_COLOURS = (
 # Widest a line is drawn (cells); the rest is reachable by scrolling right only up to here.
 MAX_DRAWN = 4000
 GUTTER_MARKS = {"root": "★", "error": "●", "warning": "▲", "info": "·"}
+# Widest a node's name is drawn in its badge (cells).
+MAX_NODE_BADGE = 12
 
 
 def rank_style(rank: int) -> Style:
@@ -235,7 +237,10 @@ class LogView(ScrollView, can_focus=True):
         return style
 
     def _badge_width(self) -> int:
-        return len(str(max(self.store.ranks_seen))) + 2 if self.store.ranks_seen else 0
+        """The node badge's cells (a job of several nodes) and the rank badge's."""
+        nodes = self.store.nodes_seen
+        node_width = min(MAX_NODE_BADGE, max(map(len, nodes))) + 1 if nodes else 0
+        return node_width + (len(str(max(self.store.ranks_seen))) + 2 if self.store.ranks_seen else 0)
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
@@ -266,6 +271,12 @@ class LogView(ScrollView, can_focus=True):
         gutter = GUTTER_MARKS.get(mark, "·") if mark else " "
         segments = [Segment(gutter, base + self._style("logview--gutter"))]
         badge_width = self._badge_width()
+        if store.nodes_seen:
+            node_width = min(MAX_NODE_BADGE, max(map(len, store.nodes_seen))) + 1
+            node = store.node(index)
+            node_style = base if node is None else Style(color=RANK_COLOURS[store.nodes_seen.index(node) % len(RANK_COLOURS)], bold=True)
+            segments.append(Segment((node or "")[:node_width - 1].ljust(node_width), base + node_style))
+            badge_width -= node_width
         if badge_width:
             rank = store.rank(index)
             if rank is None:

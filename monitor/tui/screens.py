@@ -16,6 +16,7 @@ KEYS = (
     ("/", "filter the log by regex (only matching lines; the count shows); Esc clears"),
     ("e / w", "only errors / errors and warnings (press again for all lines)"),
     ("r / R", "show only the next / previous rank (cycles back to all ranks)"),
+    ("o / O", "a job of several nodes (monitor run --job-dir): show only the next / previous node"),
     ("space", "pause or resume following the end of the log"),
     ("End / Home", "follow the end / go to the first line (pauses)"),
     ("n / N", "next / previous finding in the log"),

@@ -20,19 +20,32 @@ GIB = 1024**3
 
 
 class RanksOnTheirGpus(FakeNvml):
-    """Each of the job's ranks (a descendant of this process with LOCAL_RANK=i) on GPU i."""
+    """Each of the job's ranks (a descendant of this process with LOCAL_RANK=i) on GPU i. The
+    ranks are looked for when the set of descendants changes (a real NVML answers at once)."""
+
+    _pids: frozenset = frozenset()
 
     def _processes(self, handle, name):
         index = self.gpus.index(self._gpu(handle, name))
-        ranks = []
-        for process in psutil.Process().children(recursive=True):
+        if index == 0:
+            self._place_ranks()
+        return super()._processes(handle, name)
+
+    def _place_ranks(self) -> None:
+        children = psutil.Process().children(recursive=True)
+        pids = frozenset(p.pid for p in children)
+        if pids == self._pids:
+            return
+        self._pids = pids
+        for gpu in self.gpus:
+            gpu.processes = []
+        for process in children:
             try:
-                if process.environ().get("LOCAL_RANK") == str(index):
-                    ranks.append(FakeProcess(process.pid, 2 * GIB))
+                local = process.environ().get("LOCAL_RANK")
             except (psutil.Error, OSError):
                 continue
-        self.gpus[index].processes = ranks
-        return super()._processes(handle, name)
+            if local is not None and local.isdigit() and int(local) < len(self.gpus):
+                self.gpus[int(local)].processes.append(FakeProcess(process.pid, 2 * GIB))
 
 
 fake = RanksOnTheirGpus(make_gpus(int(os.environ.get("FAKE_GPUS", "8"))))
