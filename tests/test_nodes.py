@@ -122,7 +122,7 @@ def test_live_a_node_goes_quiet_and_comes_back(tmp_path: Path):
     try:
         update = session.step(timeout=0.05)
         lost = [f for f in update.new_findings if f.rule == "node-monitor-lost"]
-        assert [f.node for f in lost] == ["gpu-02"] and "(it still grows)" in lost[0].remedy
+        assert [f.node for f in lost] == ["gpu-02"] and "its log still grows" in lost[0].remedy
         # Its monitor samples again: the finding is withdrawn at the next check.
         os.utime(Path(f"{log_b.with_suffix('')}.metrics.jsonl"), None)
         clock[0] += node_health.CHECK_EVERY_S
@@ -131,3 +131,19 @@ def test_live_a_node_goes_quiet_and_comes_back(tmp_path: Path):
         assert not [f for f in session.findings if f.rule == "node-monitor-lost"]
     finally:
         session.close()
+
+
+def test_a_nodes_kernel_log_with_an_xid_names_the_node_to_exclude(tmp_path: Path):
+    """dmesg keeps no host name: the node is the folder's, and the remedy excludes it."""
+    job = tmp_path / "job"
+    make_node(job, "gpu-01")
+    b = make_node(job, "gpu-05")
+    now = time.time()
+    write_run(job / "gpu-01", "[rank0] step 1 loss 0.5\n", log_at=now, metrics_at=now, reported=True)
+    write_run(b, "[rank1] step 1 loss 0.5\n", log_at=now, metrics_at=now, reported=True)
+    (b / "dmesg.txt").write_text((SAMPLES / "documented/gpu-xid79-node/dmesg-gpu-node-04.txt").read_text())
+    result = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", "--no-user-rules", str(job)],
+                            capture_output=True, text=True, timeout=60)
+    root = json.loads(result.stdout)["root_cause"]
+    assert (root["rule"], root["node"], root["fields"]["xid"]) == ("gpu-xid", "gpu-05", "79")
+    assert "--exclude=gpu-05" in root["remedy"] and "nodename=gpu-05" in root["remedy"]

@@ -8,8 +8,8 @@ shared folder:
 
 - a node whose log *and* metrics stopped well before the other nodes' (``node-silent``, an
   error: the node failed, or everything on it was killed; the other ranks then time out);
-- a node whose monitor stopped (no metrics, no report) while its log went on
-  (``node-monitor-lost``, a warning: the job was fine, the monitor was killed).
+- a node whose monitor stopped (no metrics for 15 s, no report), whether its log goes on or
+  its ranks are quiet (``node-monitor-lost``, a warning: the recorder keeps the log).
 
 ``post_mortem(folder)`` judges a finished job; ``NodeWatch`` the same live, each few seconds.
 """
@@ -72,8 +72,7 @@ def judge(states: list[NodeState], now: float) -> list[Finding]:
         others_on = max(others, default=None)
         if others_on is not None and others_on - last >= SILENT_S and now - last >= SILENT_S:
             findings.append(_silent(state, last, others_on - last))
-        elif state.metrics_at is not None and now - state.metrics_at >= MONITOR_QUIET_S and \
-                (state.log_at or 0) > state.metrics_at:
+        elif state.metrics_at is not None and now - state.metrics_at >= MONITOR_QUIET_S:
             findings.append(_monitor_lost(state, now))
     return findings
 
@@ -118,13 +117,16 @@ def _silent(state: NodeState, last: float, quiet: float) -> Finding:
 def _monitor_lost(state: NodeState, now: float) -> Finding:
     name = state.node.name
     log_at = state.log_at or 0.0
-    still = " (it still grows)" if now - log_at < MONITOR_QUIET_S else f" until {clock(log_at)}"
+    if log_at > state.metrics_at:
+        log = "its log still grows" if now - log_at < MONITOR_QUIET_S else f"its log went on until {clock(log_at)}"
+    else:
+        log = f"its log was last written at {clock(log_at)} (its ranks may just be quiet)"
     return Finding(
         rule="node-monitor-lost", category=Category.NODE_FAILURE, severity="warning", role="confirm",
         title=f"The monitor on node {name} stopped", node=name, file=state.node.folder, origin="node",
         evidence=[f"{name}: last metrics sample at {clock(state.metrics_at)}; log written until {clock(log_at)}"],
         fields={"node": name}, first_seen=state.metrics_at,
-        remedy=advice("node-monitor-lost", node=name, since=clock(state.metrics_at), still=still),
+        remedy=advice("node-monitor-lost", node=name, since=clock(state.metrics_at), log=log),
     )
 
 

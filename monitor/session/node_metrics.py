@@ -45,9 +45,11 @@ def last_sample(path: str) -> Sample | None:
 
 
 def node_gpus(node: Node, now: float) -> list[GpuSample]:
-    """The GPUs of ``node``'s newest run, named by the node."""
+    """The GPUs of ``node``'s newest run, named by the node, while it runs."""
     recordings = sorted(glob.glob(os.path.join(glob.escape(node.folder), "run-*.metrics.jsonl")))
-    sample = last_sample(recordings[-1]) if recordings else None
+    if not recordings or os.path.exists(recordings[-1].removesuffix(".metrics.jsonl") + ".diagnosis.json"):
+        return []  # none yet, or the node's run has ended (its monitor wrote the end report)
+    sample = last_sample(recordings[-1])
     if sample is None:
         return []
     age = now - sample.time

@@ -11,6 +11,8 @@ from monitor.metrics.model import GpuSample, HostSample, JobSample, Sample
 from monitor.tui import text_format as fmt
 
 HISTORY = 120
+# More GPUs than this, on several nodes: one row per node.
+MAX_GPU_ROWS = 8
 
 
 class MetricsPanel(Widget):
@@ -50,7 +52,9 @@ class MetricsPanel(Widget):
         if sample is None:
             return Text("metrics: waiting for the first sample…", style="dim")
         lines: list[Text] = []
-        if sample.gpus:
+        if len(sample.gpus) > MAX_GPU_ROWS and any(gpu.node for gpu in sample.gpus):
+            lines.extend(self._node_row(node, gpus, width) for node, gpus in _by_node(sample.gpus).items())
+        elif sample.gpus:
             for gpu in sample.gpus:
                 lines.append(self._gpu_row(gpu, width))
         else:
@@ -65,7 +69,9 @@ class MetricsPanel(Widget):
         sample = self.sample
         if sample is None:
             return 1
-        rows = max(len(sample.gpus), 1) + 1
+        gpus = sample.gpus
+        grouped = len(gpus) > MAX_GPU_ROWS and any(gpu.node for gpu in gpus)
+        rows = (len(_by_node(gpus)) if grouped else max(len(gpus), 1)) + 1
         if sample.job is not None:
             rows += len(self._job_rows(sample.job, width))
         return rows
@@ -96,6 +102,33 @@ class MetricsPanel(Widget):
             row.append(" throttled", style="bold yellow")
         if width >= 120 and gpu.name:
             row.append(f"  {gpu.name}", style="dim")
+        return row
+
+    def _node_row(self, node: str, gpus: list[GpuSample], width: int) -> Text:
+        """One row for a node's GPUs: how many, utilization (mean, lowest), the fullest GPU's
+        memory, the hottest, the power drawn, and the GPUs not read."""
+        row = Text(f"{node:<8} ", style="bold")
+        read = [g for g in gpus if g.status == "ok"]
+        if not read:
+            return row.append(f"{gpus[0].status}: {gpus[0].message}", style="bold red")
+        utils = [g.utilization_gpu_percent for g in read if g.utilization_gpu_percent is not None]
+        row.append(f"{len(read)} GPU{'s' if len(read) != 1 else ''} ")
+        if utils:
+            low = min(utils)
+            row.append(f"util {sum(utils) / len(utils):3.0f}% ")
+            row.append(f"(min {low:.0f}%) ", style="bold yellow" if low < 5 else "dim")
+        fullest = max(read, key=lambda g: g.memory_used_fraction or 0.0)
+        fraction = fullest.memory_used_fraction
+        row.append(f"mem max {fmt.size(fullest.memory_used_bytes)}/{fmt.size(fullest.memory_total_bytes)}",
+                   style="bold red" if fraction is not None and fraction > 0.95 else "")
+        temps = [g.temperature_c for g in read if g.temperature_c is not None]
+        if temps:
+            row.append(f" {max(temps):.0f}°C", style="red" if max(temps) >= 85 else "")
+        power = [g.power_w for g in read if g.power_w is not None]
+        if power and width >= 90:
+            row.append(f" {sum(power):.0f}W")
+        if len(read) < len(gpus):
+            row.append(f" {len(gpus) - len(read)} not read", style="bold red")
         return row
 
     def _host_row(self, host: HostSample, width: int) -> Text:
@@ -145,3 +178,10 @@ class MetricsPanel(Widget):
         if row.plain.strip():
             rows.append(row)
         return rows[:4]
+
+
+def _by_node(gpus: list[GpuSample]) -> dict[str, list[GpuSample]]:
+    nodes: dict[str, list[GpuSample]] = {}
+    for gpu in gpus:
+        nodes.setdefault(gpu.node or "", []).append(gpu)
+    return nodes
