@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -64,3 +65,10 @@ def run_session(job, stall_after: float | None = None):
     from monitor.runner.supervise import open_session
 
     return open_session(job, load_catalogue(include_user=False), stall_after=stall_after)
+
+
+def free_port() -> int:
+    """A port nothing listens on now (for a job's rendezvous, a metrics endpoint)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

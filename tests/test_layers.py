@@ -25,7 +25,7 @@ ALLOWED = {
     "progress": set(),
     "logs": {"text", "model", "files"},
     "diagnosis": {"text", "model", "units", "logs"},
-    "metrics": {"text", "model", "units", "diagnosis"},  # diagnosis.advice: remedies as data
+    "metrics": {"text", "model", "units", "diagnosis", "logs"},  # diagnosis.advice: remedies as data; logs.nodes: this node's name
     "checkpoints": {"text", "model", "units"},
     "files": set(),
     "stacks": {"text", "model", "units", "files", "diagnosis", "metrics"},  # secrets masked; ranks as metrics.job reads them

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,15 +16,9 @@ from pathlib import Path
 import pytest
 
 from monitor.logs.nodes import read_node
-from tests.runner_helpers import wait_for
+from tests.runner_helpers import free_port, wait_for
 
 STEPS, FAIL_STEP = 28, 24  # about 1 s a step: node-b's monitor dies at step 2, rank 3 raises at 24
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

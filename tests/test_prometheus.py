@@ -24,16 +24,11 @@ from monitor.metrics.sampler import Sampler
 from monitor.model import Finding
 from monitor.session.prometheus import JobExporter
 from monitor.session.status import JobStatus
+from tests.runner_helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = Path(__file__).parent / "jobs"
 GIB = 1024**3
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def scrape(exporter: JobExporter) -> dict[str, list]:

@@ -119,14 +119,13 @@ def _exporter(args: argparse.Namespace):
     if args.serve is None and args.textfile is None:
         return None
     from monitor.cli import UsageError
-    from monitor.logs.nodes import job_id
-    from monitor.runner.node import this_node
+    from monitor.logs.nodes import job_id, node_name
     from monitor.session.prometheus import JobExporter, ServeError
     from monitor.text import say
 
     if args.serve is not None and not 0 < args.serve < 65536:
         raise UsageError(f"--serve {args.serve}: not a port number")
-    exporter = JobExporter(job_id=job_id(), node=this_node(None))
+    exporter = JobExporter(job_id=job_id(), node=node_name())
     if args.serve is not None:
         try:
             exporter.serve(args.serve)

@@ -66,9 +66,10 @@ def run(args: argparse.Namespace) -> int:
     if args.node is not None and args.job_dir is None:
         raise UsageError("run: --node names this node's folder in --job-dir; give --job-dir too")
     if args.job_dir is not None:
-        from monitor.runner.node import node_folder, this_node
+        from monitor.logs.nodes import node_name
+        from monitor.runner.node import node_folder
 
-        node = this_node(args.node)
+        node = node_name(given=args.node)
         args.log_dir = node_folder(args.job_dir, node)
     catalogue = load_rules(args)  # a rule file with a typo stops here, before the launch
     try:

@@ -104,11 +104,6 @@ def nodes_in(folder: str | os.PathLike) -> list[Node]:
     return [node for node in map(read_node, entries) if node is not None]
 
 
-def node_words(node: str | None) -> str:
-    """``node gpu-07``, or "" for a finding of one machine."""
-    return f"node {node}" if node else ""
-
-
 def write_node(folder: Path, node: Node, extra: dict | None = None) -> str | None:
     """Write ``folder/node.json`` whole; returns a one-line error, never raises."""
     data = {"node": node.name, "host": node.host, "job": node.job,

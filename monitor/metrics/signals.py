@@ -13,12 +13,11 @@ remedies are the measured ones.
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from monitor.diagnosis.advice import advice
+from monitor.logs.nodes import node_name
 from monitor.model import Finding, Role, Severity
 from monitor.metrics.gpu import THROTTLE_REASONS
 from monitor.metrics.history import History, gpu_series
@@ -368,7 +367,7 @@ def _event_finding(event: GpuEvent, sample: Sample) -> Finding:
     gpu = next((g for g in sample.gpus if g.index == event.gpu_index and g.mig_index is None), None)
     label = gpu.label if gpu else f"GPU {event.gpu_index}" if event.gpu_index >= 0 else "a GPU"
     ranks = _ranks_on(gpu, sample.job) if gpu else []
-    place = {"index": event.gpu_index, "node": _this_node()}
+    place = {"index": event.gpu_index, "node": node_name()}  # the GPUs sampled are this machine's
     hw_remedy = advice(_HW_ADVICE, **place)
     fields = {"gpu": str(event.gpu_index), "count": str(event.count)}
     severity: Severity = "error"
@@ -414,11 +413,6 @@ def _job_gpus(sample: Sample, require_cuda_index: bool) -> list[GpuSample]:
     if job is not None and job.pid_mapping == "unmapped":
         return [g for g in gpus if g.cuda_index is not None and g.processes]
     return [g for g in gpus if g.cuda_index is not None] if require_cuda_index else []
-
-
-def _this_node() -> str:
-    """The name the scheduler knows this machine by: the GPUs sampled are this machine's."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0] or "<node>"
 
 
 def _job_sets(job: JobSample | None, name: str, setting: str) -> bool:

@@ -8,7 +8,6 @@ says once they run (RANK and LOCAL_RANK, read by the metrics sampler).
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from dataclasses import replace
@@ -55,7 +54,3 @@ class NodeRecord:
         self.node = replace(self.node, ranks={**self.node.ranks, **ranks})
         self.error = nodes.write_node(self.folder, self.node, self._extra)
         nodes.forget()  # files opened from now on read the new map
-
-
-def this_node(given: str | None) -> str:
-    return nodes.node_name(dict(os.environ), given)

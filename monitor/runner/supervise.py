@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from monitor.flight_recorder import variables as flight_recorder
 from monitor.metrics.sampler import Sampler
@@ -24,6 +25,10 @@ from monitor.session.feeds import MORE_PATHS_EVERY_S, MetricsPump, SamplerFeed
 from monitor.session.hang_probe import HangProbe
 from monitor.session.job_session import JobSession
 from monitor.text import say
+
+if TYPE_CHECKING:  # imported where used: prometheus_client only when an endpoint is asked for
+    from monitor.runner.node import NodeRecord
+    from monitor.session.prometheus import JobExporter
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -54,8 +59,8 @@ class Outlets:
     """What lives across the attempts of one ``monitor run``: this node's record of a multi-node
     job, the Prometheus endpoint; each attempt's session and samples are handed to them."""
 
-    node: object | None = None       # runner.node.NodeRecord
-    exporter: object | None = None   # session.prometheus.JobExporter
+    node: NodeRecord | None = None
+    exporter: JobExporter | None = None
 
     def observers(self) -> list:
         return [outlet.observe for outlet in (self.node, self.exporter) if outlet is not None]
@@ -156,11 +161,10 @@ def _outlets(options: RunOptions, plan: launchers.LaunchPlan, env: dict[str, str
             say(outlets.node.error)
     if options.metrics_port is None and options.textfile is None:
         return outlets
-    from monitor.logs.nodes import job_id
-    from monitor.runner.node import this_node
+    from monitor.logs.nodes import job_id, node_name
     from monitor.session.prometheus import JobExporter, ServeError
 
-    exporter = JobExporter(job_id=job_id(env), node=options.node or this_node(None))
+    exporter = JobExporter(job_id=job_id(env), node=options.node or node_name())
     if options.metrics_port is not None:
         try:
             exporter.serve(options.metrics_port)

@@ -18,8 +18,9 @@ from monitor.logs.nodes import Node, nodes_in
 from monitor.metrics.model import GpuSample, Sample
 from monitor.units import duration
 
-# How far back from a recording's end its last sample is looked for.
-TAIL_BYTES = 1 << 20
+# How far back from a recording's end its last sample is looked for: a sample is a few KB
+# (more with many processes), so the short read nearly always finds it.
+TAIL_BYTES = (64 << 10, 1 << 20)
 # A node's sample older than this is shown as not read.
 STALE_S = 10.0
 # How often the folders are looked at again for nodes that joined.
@@ -28,19 +29,22 @@ NODES_EVERY_S = 5.0
 
 def last_sample(path: str) -> Sample | None:
     """The newest complete sample of a recording, or None."""
-    try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - TAIL_BYTES))
-            tail = handle.read()
-    except OSError:
-        return None
-    for line in reversed(tail.split(b"\n")[1 if size > TAIL_BYTES else 0:]):
-        if line.strip():
-            try:
-                return Sample.from_json(json.loads(line))
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut by a crash, or not a sample: the one before it
+    for tail_bytes in TAIL_BYTES:
+        try:
+            with open(path, "rb") as handle:
+                size = handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, size - tail_bytes))
+                tail = handle.read()
+        except OSError:
+            return None
+        for line in reversed(tail.split(b"\n")[1 if size > tail_bytes else 0:]):
+            if line.strip():
+                try:
+                    return Sample.from_json(json.loads(line))
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line cut by a crash, or not a sample: the one before it
+        if size <= tail_bytes:
+            return None
     return None
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable, Sequence
 
 from monitor.units import clock, duration  # noqa: F401 (the panels' names for them)
