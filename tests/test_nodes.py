@@ -53,6 +53,13 @@ def test_a_nodes_local_ranks_become_global(tmp_path: Path):
     # Before the ranks ran, the command's --node-rank x --nproc-per-node says it.
     started = make_node(tmp_path, "gpu-08", offset=30)
     assert FileRanks(str(started / "run-1.log")).of("[default1]: x") == 31
+    # A node whose ranks had not started when the file was opened: its map is read again.
+    late = make_node(tmp_path, "gpu-09")
+    waiting = FileRanks(str(late / "run-1.log"))
+    assert waiting.of("[default1]: x") == 1
+    write_node(late, Node("gpu-09", str(late), ranks={0: 40, 1: 41}))
+    waiting._next_look = 0.0  # (the next look is due at once, not in 2 s)
+    assert waiting.of("[default1]: x") == 41
     # Outside a job folder nothing changes: one machine, local is global.
     assert FileRanks(str(tmp_path / "rank3.log")).of("[default1]: x") == 1
 

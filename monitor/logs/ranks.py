@@ -19,11 +19,12 @@ we do not read it as a rank, and use ``host:pid`` to keep such lines in their ow
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 import regex
 
-from monitor.logs.nodes import Node, node_of
+from monitor.logs.nodes import Node, node_of, read_node
 
 _PREFIX = regex.compile(
     r"^(?:"
@@ -42,6 +43,8 @@ _NCCL_HOST = regex.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL ")
 
 _PATH_RANK = regex.compile(r"(?i)(?:^|[^a-z0-9])rank[-_]?(\d+)(?:[^0-9]|$)")
 _TORCHRUN_STREAMS = {"stdout.log", "stderr.log", "error.json"}
+# How often a node's rank map is read again while a local rank has no global one yet.
+NODE_LOOK_EVERY_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +89,7 @@ class FileRanks:
     else the file's name (``rank_from_path``); in a node's folder of a multi-node job
     (``logs/nodes.py``) local ranks become the job's global ranks."""
 
-    __slots__ = ("node", "file_rank")
+    __slots__ = ("node", "file_rank", "_next_look")
 
     def __init__(self, path: str) -> None:
         self.node: Node | None = node_of(path)
@@ -94,14 +97,24 @@ class FileRanks:
         if rank is not None and self.node is not None and _is_torchrun_layout(path):
             rank = self.node.global_rank(rank)  # --log-dir's folders are local ranks
         self.file_rank = rank
+        self._next_look = 0.0
 
     def of(self, text: str) -> int | None:
         """The rank of one line of this file."""
         if _may_have_prefix(text):
             prefix = parse_prefix(text)
             if prefix.rank is not None:
-                return self.node.global_rank(prefix.rank) if prefix.local and self.node else prefix.rank
+                return self._global(prefix.rank) if prefix.local and self.node else prefix.rank
         return self.file_rank
+
+    def _global(self, local: int) -> int:
+        node = self.node
+        if local not in node.ranks and node.rank_offset is None and time.monotonic() >= self._next_look:
+            # A live node whose ranks had not started when this file was opened (a c10d rendezvous
+            # hands out node ranks): look at its node.json again, every few seconds at most.
+            self._next_look = time.monotonic() + NODE_LOOK_EVERY_S
+            node = self.node = read_node(node.folder) or node
+        return node.global_rank(local)
 
 
 def _is_torchrun_layout(path: str) -> bool:
