@@ -59,6 +59,8 @@ class Category(StrEnum):
 
 
 STOPPED = Category.STOPPED
+# The finding of a job that `monitor run` stopped on request (runner/explain.py).
+STOPPED_RULE = "job-stopped"
 TIMEOUT_CATEGORIES = (Category.NCCL_TIMEOUT, Category.GLOO_TIMEOUT)
 
 

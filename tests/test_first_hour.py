@@ -65,3 +65,12 @@ def test_watching_a_folder_that_does_not_exist_is_an_error(tmp_path):
     for args in (["watch", "--headless", "nothere/"], ["watch", "nothere/"]):
         result = monitor(*args, cwd=tmp_path)
         assert result.returncode == 2 and result.stderr.strip() == "monitor: nothere/: no such directory"
+
+
+def test_a_single_process_is_not_told_about_other_ranks(tmp_path):
+    single = tmp_path / "train.log"
+    single.write_text('Traceback (most recent call last):\n  File "train.py", line 9, in <module>\nValueError: boom\n')
+    remedy = json.loads(monitor("diagnose", "--json", str(single)).stdout)["root_cause"]["remedy"]
+    assert remedy.startswith("Uncaught ValueError: boom") and "other ranks" not in remedy
+    several = json.loads(monitor("diagnose", "--json", str(SAMPLES / "demo/crash-2ranks.log")).stdout)["root_cause"]
+    assert "Errors on the other ranks after this one are usually its consequences" in several["remedy"]

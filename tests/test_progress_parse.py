@@ -158,3 +158,27 @@ def test_tracker_prefers_the_stream_with_loss_and_config_gives_eta():
     state = tracker.state
     assert (state.step, state.loss, state.rank, state.losses) == (2, 3.5, None, (3.8, 3.5))
     assert state.eta_seconds == pytest.approx(198.0)
+
+
+@pytest.mark.parametrize("line, rate", [
+    ("step 10 loss 1.23 lr 3e-4 grad_norm 0.469 tokens/s 12345", 12345.0),  # seen in #14: read as 0.469
+    ("step 3 | loss 2.0 | 1234.5 tokens/s", 1234.5),
+    ("1234.5 tokens/s 16 GPUs", 1234.5),
+    ("speed 12.5 it/s", 12.5),
+    ("throughput tokens/s: 880.5", 880.5),
+])
+def test_a_rate_is_the_number_its_unit_names(line, rate):
+    assert parse_progress(line).throughput == rate
+
+
+def test_steps_read_from_a_backlog_give_no_rate_until_steps_come_live():
+    """A watch opened mid-run reads 15 steps at once: they say nothing of the job's speed (the
+    screen showed 'ETA 21s' for 45 steps left at one a second)."""
+    tracker = ProgressTracker(clock=lambda: 0.0)
+    tracker.feed("steps=60", now=0.0)
+    for step in range(1, 16):
+        tracker.feed(f"step {step} loss 0.5", now=100.0 + step * 1e-4)
+    assert tracker.state.step == 15 and tracker.state.eta_seconds is None
+    tracker.feed("step 16 loss 0.5", now=101.0)
+    tracker.feed("step 17 loss 0.5", now=102.0)
+    assert tracker.state.eta_seconds == pytest.approx(43.0, rel=0.05)

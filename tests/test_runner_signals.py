@@ -87,6 +87,10 @@ def test_sigterm_to_monitor_stops_the_whole_tree_and_escalates(tmp_path: Path):
     # Stopped on request: said so, but not a failure of the job.
     assert diagnosis["root_cause"] is None
     assert [f["rule"] for f in diagnosis["findings"]] == ["job-stopped"]
+    # ... with the SIGKILL it took (it was reported as a plain SIGTERM), and no "No failure found".
+    assert "then SIGKILL to those left after the grace period" in diagnosis["findings"][0]["title"]
+    report = " ".join(err.decode().split())  # wrapped at the terminal width
+    assert "No failure found" not in report and "; no failure before it." in report, report
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from textual.geometry import Region
 
 from monitor.model import LogLine
 from monitor.tui.app import MonitorApp
@@ -396,3 +397,42 @@ async def test_a_new_root_cause_takes_the_detail_from_an_earlier_note_but_a_user
         feed.batches.put(LogBatch(findings=[note, *findings], root_cause=root))
         await pilot.pause(0.3)
         assert panel.selected().id == chosen
+
+
+async def test_the_remedy_comes_first_and_the_detail_is_reached_and_scrolled_from_the_keyboard():
+    findings, root = crash_findings()
+    root.evidence = [f"evidence line {i}" for i in range(40)]  # a detail far taller than the pane
+    feed = ScriptedLogFeed([LogBatch(lines=crash_lines(), findings=findings, root_cause=root, finished=True,
+                                     note="job exited with code 1")])
+    app = make_app(feed)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        detail = app.query_one("#finding-detail")
+        text = str(app.query_one("#finding-text").render())
+        assert text.index("what to do") < text.index("evidence")
+        # At 80x24 the pane is a few rows tall: the remedy is in them, right under the title.
+        static = app.query_one("#finding-text")
+        top = [line.text for line in static.render_lines(Region(0, 0, static.size.width, detail.size.height))]
+        assert any("Fix the exception on rank 2" in line for line in top), top
+        await pilot.press("d")
+        assert detail.has_focus
+        await pilot.press("pagedown", "pagedown")
+        assert detail.scroll_offset.y > 0
+        await pilot.press("escape")
+        assert app.query_one(LogView).has_focus
+        # Notifications sit at the top, off the detail.
+        app.notify("a note")
+        await pilot.pause(0.1)
+        toast = app.query("Toast").last()
+        assert toast.region.y < app.size.height // 2 and not toast.region.overlaps(detail.region)
+
+
+async def test_a_new_root_cause_rings_the_bell_once_unless_asked_not_to(monkeypatch):
+    for bell, rings in ((True, 1), (False, 0)):
+        app = make_app(bell=bell)
+        rung = []
+        monkeypatch.setattr(app, "bell", lambda: rung.append(1))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot, app, len(crash_lines()))
+            await pilot.pause(0.1)
+        assert len(rung) == rings

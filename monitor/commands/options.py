@@ -101,3 +101,8 @@ def pick_runs(paths: list[str], args: argparse.Namespace):
         if choice.note:
             notes.append(choice.note)
     return chosen, beside, notes
+
+
+def add_bell_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-bell", action="store_true",
+                        help="on the screen, do not ring the terminal's bell when a root cause appears")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from monitor.commands.options import add_rules_options, add_stall_option, check_stall_option, load_rules
+from monitor.commands.options import (
+    add_bell_option, add_rules_options, add_stall_option, check_stall_option, load_rules,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                         help="after a stop signal, SIGKILL what is left after this long (default 10)")
     add_stall_option(parser, "on the screen and headless,")
+    add_bell_option(parser)
     parser.add_argument("--no-flight-recorder", action="store_true",
                         help="leave the job's PyTorch flight-recorder variables alone (by default they are set "
                              "unless the job set them: dumps go to run-X.fr/ beside the log)")
@@ -86,11 +89,13 @@ def run(args: argparse.Namespace) -> int:
         stall_after_s=args.stall_after, flight_recorder=not args.no_flight_recorder,
         node=node, metrics_port=args.metrics_port, textfile=args.textfile,
     )
-    return supervise(options, catalogue, None if args.headless else _presenter())
+    return supervise(options, catalogue, None if args.headless else _presenter(bell=not args.no_bell))
 
 
-def _presenter():
+def _presenter(*, bell: bool):
     """The screen that shows the job, or None (headless) when textual cannot be loaded."""
+    from functools import partial
+
     from monitor.text import say
 
     try:
@@ -98,4 +103,4 @@ def _presenter():
     except ImportError as exc:
         say(f"the terminal UI is not available ({exc}); running headless")
         return None
-    return launch_run
+    return partial(launch_run, bell=bell)

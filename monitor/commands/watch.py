@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from monitor.commands.options import (
-    add_rules_options, add_run_options, add_stall_option, check_stall_option, load_rules, pick_run_specs,
+    add_bell_option, add_rules_options, add_run_options, add_stall_option, check_stall_option, load_rules, pick_run_specs,
 )
 
 
@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --headless: one JSON object per new finding, and {\"diagnosis\": ...} at the end",
     )
     parser.add_argument("--poll", action="store_true", help="poll files instead of inotify events (NFS, Lustre)")
+    add_bell_option(parser)
     add_stall_option(parser, "")
     add_run_options(parser)
     add_rules_options(parser)
@@ -52,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
         from monitor.tui import launch_watch
 
         scope = "; ".join(choice.short for choice in choices)
-        return launch_watch(paths, catalogue=catalogue, poll=args.poll, stall_after=args.stall_after, scope=scope)
+        return launch_watch(paths, catalogue=catalogue, poll=args.poll, stall_after=args.stall_after, scope=scope,
+                            bell=not args.no_bell)
     from monitor.session.headless import watch_headless
     from monitor.text import say
 

@@ -345,6 +345,8 @@ class Engine:
             rank=str(finding.rank) if finding.rank is not None else "", file=finding.file,
             line=str(finding.line), count=str(finding.count), ranks=",".join(map(str, finding.ranks)),
         )
+        if finding.rank is not None or len(self.known_ranks) > 1:
+            values["other_ranks"] = "the other ranks"
         return values
 
     def _render(self, finding: Finding) -> None:

@@ -35,7 +35,8 @@ CASCADE_TITLE = "{exc_type} on rank {rank} (a consequence)"
 REMEDY = (
     "Uncaught {exc_type} on rank {rank}: {message}\n"
     "Raised from {frame_file}:{frame_line} in {frame_func}: start there.\n"
-    "Other ranks' errors after this one are usually its consequences (peers time out or get SIGTERM)."
+    # {other_ranks} only when the job has several ranks: a single process has no peers to blame.
+    "Errors on {other_ranks} after this one are usually its consequences (they time out or get SIGTERM)."
 )
 CASCADE_REMEDY = (
     "{exc_type} on rank {rank} reports another failure (a peer that died or timed out, or the "

@@ -17,7 +17,7 @@ from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
-from monitor.model import Diagnosis, Finding, chronological, who
+from monitor.model import STOPPED_RULE, Diagnosis, Finding, chronological, who
 from monitor.text import safe_text
 
 TIMELINE_ENTRIES = 12
@@ -113,6 +113,10 @@ def build(diagnosis: Diagnosis) -> Group:
         parts.extend(_root_cause(diagnosis.root_cause))
     elif diagnosis.failed:
         parts.append(Text("Errors found, but none is a root cause on its own:", style="bold red"))
+    elif stop := next((f for f in diagnosis.findings if f.rule == STOPPED_RULE), None):
+        # A stop the user asked for is no failure, but "No failure found" above it reads as if the
+        # stop went unseen.
+        parts.append(Text(f"{stop.title}; no failure before it.", style="bold yellow"))
     else:
         parts.append(Text(f"No failure found in {len(diagnosis.files)} file(s).", style="bold green"))
         if diagnosis.empty:

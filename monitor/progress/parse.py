@@ -44,6 +44,10 @@ _NAMED_THROUGHPUT = regex.compile(
 )
 # A rate unit; the number is read backwards from it (cheaper than a regex ending at the unit).
 _UNIT = regex.compile(r"(?P<unit>samples/s(?:ec)?|tokens/s(?:ec)?|tok/s|it/s|s/it)(?!\w)", regex.IGNORECASE)
+# A number that is a key's value, right before a rate unit: "grad_norm 0.469 tokens/s".
+_KEYED_BEFORE = regex.compile(r"[A-Za-z_]\w*['\"]?\s*[:=]?\s+\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\s*$")
+# The value right after a rate unit used as a key: "tokens/s 12345", "it/s: 4.2".
+_VALUE_AFTER = regex.compile(r"""['"]?\s*[:=]?\s*(?P<value>\d+(?:\.\d+)?)(?![\w.])""")
 # Lines of a traceback or an exception message ("ValueError: step 3: ...") mention steps and
 # losses but report no progress.
 _NOT_PROGRESS = regex.compile(r"Traceback \(most recent call last\)|^\s*File \"|\b[A-Z]\w*(?:Error|Exception)\b:|\braise\s")
@@ -105,7 +109,14 @@ def _throughput(text: str, lower: str) -> tuple[float | None, str | None]:
         unit_match = _UNIT.search(text)
         if not unit_match:
             return None, None
-        value, unit = _number_before(text, unit_match.start()), unit_match.group("unit").lower()
+        unit = unit_match.group("unit").lower()
+        value = _number_before(text, unit_match.start())
+        # "tokens/s 12345" names its value after the unit: in "grad_norm 0.469 tokens/s 12345" the
+        # number before it is another key's value ("12345 tokens/s 16 GPUs" keeps the one before).
+        if value is None or _KEYED_BEFORE.search(text, 0, unit_match.start()):
+            after = _VALUE_AFTER.match(text, unit_match.end())
+            if after:
+                value = _number(after.group("value"))
     else:
         return None, None
     if value is None:

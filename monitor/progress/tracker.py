@@ -14,6 +14,8 @@ from monitor.progress.parse import ProgressEvent, parse_progress
 LOSS_HISTORY = 240
 # Steps remembered for the step-rate estimate of the ETA.
 RATE_WINDOW = 32
+# Two steps read closer together than this were read from a backlog, not as they were printed.
+BACKLOG_GAP_S = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,10 @@ class ProgressTracker:
         if event.step is not None:
             if self._steps and event.step < self._steps[-1][1]:
                 self._steps.clear()  # a new tqdm bar or a restart: the old rate no longer applies
+            elif self._steps and now - self._steps[-1][0] < BACKLOG_GAP_S and event.step != self._steps[-1][1]:
+                # Steps read in one go (a log opened mid-run): when they were written is unknown,
+                # so the rate starts from the lines that come live.
+                self._steps.clear()
             self._steps.append((now, event.step))
         if event.loss is not None and not self._repeats_last_loss(event, step):
             self._losses.append(event.loss)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from monitor.diagnosis.advice import advice
-from monitor.model import Diagnosis, Finding
+from monitor.model import STOPPED_RULE, Diagnosis, Finding
 from monitor.runner.processes import signal_name
 
 
@@ -13,14 +13,18 @@ from monitor.runner.processes import signal_name
 _SIGNAL_ADVICE = {"SIGKILL": "exit-sigkill", "SIGSEGV": "exit-sigsegv", "SIGABRT": "exit-sigabrt", "SIGBUS": "exit-sigbus"}
 
 
-def exit_finding(log_path: Path, exit_code: int, stop_signal: str | None) -> Finding | None:
-    """How the job ended, as a finding (None for a clean exit)."""
+def exit_finding(log_path: Path, exit_code: int, stop_signal: str | None, killed: bool = False) -> Finding | None:
+    """How the job ended, as a finding (None for a clean exit). ``killed``: the stop escalated to
+    SIGKILL (the grace period ran out, or a second stop request)."""
     if exit_code == 0:
         return None
     name = signal_name(exit_code)
     if stop_signal:
-        title = f"Stopped on request ({stop_signal} sent to every process of the job), exit code {exit_code}"
-        return _finding("job-stopped", "launcher", "warning", title, log_path, exit_code, name,
+        sent = f"{stop_signal} sent to every process of the job"
+        if killed:
+            sent += ", then SIGKILL to those left after the grace period or a second request"
+        title = f"Stopped on request ({sent}); exit code {exit_code}"
+        return _finding(STOPPED_RULE, "launcher", "warning", title, log_path, exit_code, name,
                         advice("exit-stopped"))
     if name:
         title = f"The job was ended by {name} (exit code {exit_code})"

@@ -309,11 +309,11 @@ def _explain(job: Job, code: int, session: JobSession) -> Diagnosis:
     """The session's diagnosis of the whole run, with how the job ended and what went wrong
     in the monitor itself."""
     session.close()  # reads the last bytes, and what the metrics and checkpoint threads posted
-    session.job_ended(explain.exit_finding(job.log_path, code, job.state().get("stop_signal")))
+    state = job.state()
+    session.job_ended(explain.exit_finding(job.log_path, code, state.get("stop_signal"), bool(state.get("killed"))))
     diagnosis = session.diagnosis()
     if job.recorder_lost:
         diagnosis.problems.append("the recorder died before the job ended: the log may be incomplete")
-    state = job.state()
     if how := state.get("recorder_killed"):
         diagnosis.problems.append(
             f"the recorder {how} while the job ran; the job went on, and the monitor recorded the rest of "

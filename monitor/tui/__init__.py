@@ -9,17 +9,18 @@ app without running it (tests drive it with ``App.run_test``).
 from __future__ import annotations
 
 
-def launch_watch(paths, *, catalogue, poll: bool = False, stall_after: float | None = None, scope: str = "") -> int:
+def launch_watch(paths, *, catalogue, poll: bool = False, stall_after: float | None = None, scope: str = "",
+                 bell: bool = True) -> int:
     """Follow ``paths`` (files, folders, globs) live until the user quits; ``scope`` says on the
-    status line which run of a folder is followed."""
-    return _run(watch_app(paths, catalogue=catalogue, poll=poll, stall_after=stall_after, scope=scope))
+    status line which run of a folder is followed; ``bell``: ring it when a root cause appears."""
+    return _run(watch_app(paths, catalogue=catalogue, poll=poll, stall_after=stall_after, scope=scope, bell=bell))
 
 
-def launch_run(job, session, metrics) -> int:
+def launch_run(job, session, metrics, *, bell: bool = True) -> int:
     """Show a job started by ``monitor run``: its session (``session.JobSession``, which the
     runner goes on with after the screen) and its metrics feed (``session.feeds.SamplerFeed``).
     Quitting asks whether to stop the job, and never stops it unless the user says so."""
-    return _run(run_app(job, session, metrics))
+    return _run(run_app(job, session, metrics, bell=bell))
 
 
 def launch_demo(replayer, *, catalogue) -> int:
@@ -27,7 +28,8 @@ def launch_demo(replayer, *, catalogue) -> int:
     return _run(demo_app(replayer, catalogue=catalogue))
 
 
-def watch_app(paths, *, catalogue, poll: bool = False, stall_after: float | None = None, scope: str = ""):
+def watch_app(paths, *, catalogue, poll: bool = False, stall_after: float | None = None, scope: str = "",
+              bell: bool = True):
     from monitor.session.feeds import SamplerFeed, SessionFeed, watch_sampler
     from monitor.session.job_session import JobSession
     from monitor.tui.app import MonitorApp
@@ -35,16 +37,16 @@ def watch_app(paths, *, catalogue, poll: bool = False, stall_after: float | None
     session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after)
     metrics = SamplerFeed(watch_sampler(paths), session.post)
     title = "watching " + " ".join(str(p) for p in paths)
-    return MonitorApp(SessionFeed(session), metrics, title=title, scope=scope)
+    return MonitorApp(SessionFeed(session), metrics, title=title, scope=scope, bell=bell)
 
 
-def run_app(job, session, metrics):
+def run_app(job, session, metrics, *, bell: bool = True):
     from monitor.session.feeds import SessionFeed
     from monitor.tui.app import MonitorApp
 
     feed = SessionFeed(session, ended=lambda: job_ending(job.exit_code()), more_paths=job.extra_log_paths,
                        close_session=False)
-    return MonitorApp(feed, metrics, title=" ".join(job.command), job=job, probe=session.probe)
+    return MonitorApp(feed, metrics, title=" ".join(job.command), job=job, probe=session.probe, bell=bell)
 
 
 def demo_app(replayer, *, catalogue):

@@ -64,6 +64,7 @@ class MonitorApp(App[int]):
         Binding("w", "level('warning')", "Warnings"),
         Binding("r", "rank(1)", "Rank"),
         Binding("R", "rank(-1)", "Prev rank", show=False),
+        Binding("d", "detail", "Detail", show=False),
         Binding("o", "node(1)", "Node", show=False),
         Binding("O", "node(-1)", "Prev node", show=False),
         Binding("space", "toggle_follow", "Pause"),
@@ -85,11 +86,14 @@ class MonitorApp(App[int]):
         timeline: JobTimeline | None = None,
         probe=None,
         scope: str = "",
+        bell: bool = True,
     ) -> None:
         """``probe``: the job session's HangProbe (``monitor run``), which takes the ranks' stacks.
         ``scope``: what was chosen of the input (which run of a folder), kept on the status line
-        (a notification would cover the remedy at 80x24)."""
+        (a notification would cover the remedy at 80x24). ``bell``: ring the terminal's bell when a
+        root cause appears, for the user working in another window."""
         super().__init__()
+        self.ring_bell = bell
         self.scope = scope
         self.probe = probe
         self.timeline = timeline
@@ -263,8 +267,11 @@ class MonitorApp(App[int]):
             self._add_lines(batch.lines)
         if batch.findings is not None:
             self._findings = batch.findings
+            new_root = batch.root_cause is not None and (self._root is None or batch.root_cause.id != self._root.id)
             self._root = batch.root_cause
             self._show_findings()
+            if new_root and self.ring_bell:
+                self.bell()
         elif self._unplaced and batch.lines:
             self._mark_lines()
         if batch.finished:
@@ -368,6 +375,10 @@ class MonitorApp(App[int]):
         # The bar may be open with a bad regex (the view kept the last good one, maybe none).
         view = self.query_one(LogView)
         open_bar = filter_input.display or filter_input.has_focus
+        if event.key == "escape" and self.query_one("#finding-detail").has_focus:
+            event.stop()
+            view.focus()
+            return
         if event.key == "escape" and (open_bar or view.line_filter.pattern):
             event.stop()
             filter_input.value = ""
@@ -456,6 +467,10 @@ class MonitorApp(App[int]):
             return
         self.probe.trigger("request")
         self.push_screen(StacksScreen(self.probe))
+
+    def action_detail(self) -> None:
+        """Into the finding's detail (arrows, PageUp/PageDown scroll it; Escape goes back to the log)."""
+        self.query_one("#finding-detail").focus()
 
     def action_root_cause(self) -> None:
         if self._root is None:

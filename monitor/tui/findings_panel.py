@@ -59,7 +59,8 @@ class JobTimeline:
 
 
 def describe(finding: Finding, is_root: bool, first: str) -> Text:
-    """The full story of one finding: where, evidence (literal text), and the remedy."""
+    """The full story of one finding: what to do first (what a user came for, in view however
+    small the pane), then where, and the evidence (literal text)."""
     finding = finding.for_display()
     text = Text()
     if is_root:
@@ -67,6 +68,9 @@ def describe(finding: Finding, is_root: bool, first: str) -> Text:
     if finding.node:
         text.append(f"node {finding.node}: ", style="bold")
     text.append(finding.title, style="bold")
+    if finding.remedy:
+        text.append("\nwhat to do\n", style="bold green")
+        text.append(finding.remedy.strip() + "\n")
     text.append(f"\n{finding.severity} · {finding.category} · {finding.role} · rule {finding.rule}", style="dim")
     where = f"{finding.file}:{finding.line}"
     if finding.rank is not None or finding.node:
@@ -83,9 +87,6 @@ def describe(finding: Finding, is_root: bool, first: str) -> Text:
         text.append("\n\nevidence\n", style="bold")
         for line in finding.evidence:
             text.append(f"  {line}\n", style="italic")
-    if finding.remedy:
-        text.append("\nwhat to do\n", style="bold green")
-        text.append(finding.remedy)
     return text
 
 
