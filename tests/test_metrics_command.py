@@ -118,3 +118,35 @@ def test_metrics_core_never_imports_textual_or_torch():
         + "bad = [m for m in ('textual', 'torch') if m in sys.modules]\nassert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_piped_samples_say_why_there_is_no_gpu_once():
+    result = subprocess.run([sys.executable, "-m", "monitor", "metrics", "--count", "3", "--interval", "0.1"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    assert result.stdout.count("GPU   none:") == 1 and result.stdout.count("host  cpu") == 3
+
+
+def test_on_a_terminal_the_sample_is_redrawn_in_place():
+    import pty
+
+    leader, follower = pty.openpty()
+    os.set_blocking(leader, True)
+    process = subprocess.Popen([sys.executable, "-m", "monitor", "metrics", "--count", "3", "--interval", "0.1"],
+                               stdout=follower, stderr=follower, stdin=subprocess.DEVNULL)
+    os.close(follower)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        screen += chunk
+    process.wait(timeout=30)
+    os.close(leader)
+    text = screen.decode()
+    # The block is written three times, the second and third after going up over the one before.
+    assert text.count("host  cpu") == 3
+    assert text.count("\x1b[J") == 2 and "F\x1b[J" in text

@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
     import os
+    import shutil
     import sys
     import time
 
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from monitor.metrics.render import render_finding, render_sample
     from monitor.metrics.sampler import Sampler
     from monitor.metrics.signals import SignalDetector
-    from monitor.text import say
+    from monitor.text import safe_text, say
 
     if args.interval < 0.1:
         raise UsageError(f"--interval {args.interval}: must be at least 0.1 seconds")
@@ -70,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     history, detector = History(), SignalDetector()
     taken = 0
     said = None
+    redraw = sys.stdout.isatty() and not args.json and count != 1
+    drawn_rows, last_gpu_message = 0, None
     try:
         # The first sample sets the baselines of CPU percentages and I/O rates.
         first = sampler.sample()
@@ -94,9 +97,19 @@ def run(args: argparse.Namespace) -> int:
                 data["findings"] = [f.to_json() for f in findings]
                 print(json.dumps(data, indent=2 if args.once else None), flush=True)
             else:
-                print(render_sample(sample), flush=True)
+                # On a terminal the sample is redrawn in place, findings kept above it; into a file
+                # or a pipe samples follow each other, saying why there is no GPU only when it changes.
+                block = render_sample(sample, why_no_gpu=redraw or sample.gpu_message != last_gpu_message)
+                last_gpu_message = sample.gpu_message
+                out = sys.stdout
+                if redraw and drawn_rows:
+                    out.write(f"\x1b[{drawn_rows}F\x1b[J")  # up to the block's first row, erase to the end
                 for finding in findings:
-                    print(render_finding(finding), flush=True)
+                    out.write(safe_text(render_finding(finding), keep_newlines=True) + "\n")
+                block = safe_text(block, keep_newlines=True)
+                out.write(block + "\n")
+                out.flush()
+                drawn_rows = _rows(block, shutil.get_terminal_size().columns) if redraw else 0
             taken += 1
             if count is not None and taken >= count:
                 return 0
@@ -111,6 +124,11 @@ def run(args: argparse.Namespace) -> int:
         sampler.close()
         if recorder is not None:
             recorder.close()
+
+
+def _rows(block: str, columns: int) -> int:
+    """Terminal rows ``block`` takes, long lines wrapped."""
+    return sum(max(1, -(-len(line) // max(1, columns))) for line in block.split("\n"))
 
 
 def _exporter(args: argparse.Namespace):

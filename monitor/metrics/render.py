@@ -9,12 +9,13 @@ from monitor.metrics.model import GpuSample, HostSample, JobSample, Sample
 from monitor.units import binary_size
 
 
-def render_sample(sample: Sample) -> str:
+def render_sample(sample: Sample, why_no_gpu: bool = True) -> str:
+    """The sample as lines of text; ``why_no_gpu``: say why there are no GPU metrics (once is
+    enough in a stream of samples)."""
     lines = [time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(sample.time))]
-    if sample.gpu_status != "ok":
-        lines.append(f"GPU   none: {sample.gpu_message}")
-    elif not sample.gpus:
-        lines.append(f"GPU   none: {sample.gpu_message or 'no GPU found'}")
+    if sample.gpu_status != "ok" or not sample.gpus:
+        if why_no_gpu:
+            lines.append(f"GPU   none: {sample.gpu_message or 'no GPU found'}")
     else:
         if sample.driver_version:
             lines.append(f"GPU   driver {sample.driver_version}" + (f" ({sample.gpu_message})" if sample.gpu_message else ""))
