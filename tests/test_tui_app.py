@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from textual.geometry import Region
 
@@ -355,10 +357,16 @@ async def test_progress_stops_forecasting_once_the_job_ended_or_went_quiet():
 
 async def test_a_narrow_screen_keeps_the_title_column():
     app = make_app()
-    async with app.run_test(size=(160, 40)) as pilot:
+    async with app.run_test(size=(200, 40)) as pilot:
         await settle(pilot, app, len(crash_lines()))
         table = app.query_one(FindingsPanel).table
         assert [str(c.label) for c in table.columns.values()] == ["", "sev", "ranks", "n", "first", "title", "category"]
+        await pilot.resize_terminal(120, 40)  # the panel gets 54 columns: the title keeps most of them
+        await pilot.pause()
+        assert [str(c.label) for c in table.columns.values()] == ["", "sev", "ranks", "first", "title"]
+        title = app.query_one(FindingsPanel).findings[1].title  # "gloo connection closed by peer"
+        assert title in table.get_row_at(1)[-1].plain
+        assert table.columns["title"].get_render_width(table) >= len(title)
         await pilot.resize_terminal(80, 24)
         await pilot.pause()
         assert [str(c.label) for c in table.columns.values()] == ["", "sev", "ranks", "title"]
@@ -436,3 +444,16 @@ async def test_a_new_root_cause_rings_the_bell_once_unless_asked_not_to(monkeypa
             await settle(pilot, app, len(crash_lines()))
             await pilot.pause(0.1)
         assert len(rung) == rings
+
+
+async def test_the_findings_table_is_in_time_order_within_a_severity():
+    findings, root = crash_findings()
+    late = dataclasses.replace(findings[1], rule="late", seq=3, first_seen=findings[1].first_seen + 60, title="later error")
+    early = dataclasses.replace(findings[1], rule="early", seq=4, first_seen=findings[1].first_seen + 1, title="earlier error")
+    feed = ScriptedLogFeed([LogBatch(lines=crash_lines(), findings=[root, late, early, findings[2]], root_cause=root)])
+    app = make_app(feed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        await pilot.pause(0.1)
+        shown = [f.title for f in app.query_one(FindingsPanel).findings]
+        assert shown == [root.title, "earlier error", "later error", findings[2].title]

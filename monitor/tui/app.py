@@ -22,7 +22,7 @@ from monitor.text import safe_text
 from monitor.progress import ProgressTracker
 from monitor.tui.driver import HangUpSafeDriver
 from monitor.session.feeds import LogBatch, LogFeed, MetricsFeed
-from monitor.tui.findings_panel import FindingsPanel, JobTimeline
+from monitor.tui.findings_panel import WIDE, FindingsPanel, JobTimeline
 from monitor.tui.log_store import LEVEL_ERROR, LEVEL_INFO, LEVEL_WARNING, FilterError, LineFilter, LogStore
 from monitor.tui.log_view import LogView
 from monitor.tui.messages import LogsArrived, MetricsSampled
@@ -31,8 +31,6 @@ from monitor.tui.progress_panel import ProgressPanel
 from monitor.tui.screens import HelpScreen, QuitScreen
 from monitor.tui.stacks_screen import StacksScreen
 
-# Below this width the findings go under the log instead of beside it.
-WIDE = 120
 POLL_S = 0.2
 # At most this many screen updates a second from the log: a burst of lines is one update.
 REFRESH_S = 0.25
@@ -166,7 +164,7 @@ class MonitorApp(App[int]):
 
     def _fit_layout(self, width: int) -> None:
         self.screen.set_class(width < WIDE, "-narrow")
-        self.query_one(FindingsPanel).set_narrow(width < WIDE)
+        self.query_one(FindingsPanel).fit(width)
 
     # ----- workers (threads: call the feed, post a message, nothing else)
     def _follow_logs(self) -> None:

@@ -22,21 +22,18 @@ LABELS = dict(zip(COLUMNS, ("", "sev", "ranks", "n", "first", "title", "category
 WIDTHS = dict(zip(COLUMNS, (1, 5, None, None, 9, None, None)))
 # A narrow screen (80 columns: the table gets half) keeps what says what went wrong and where.
 NARROW_COLUMNS = ("mark", "sev", "ranks", "title")
+# A wide screen short of the widest (the panel is 45% of it) also keeps when: the title stays
+# readable (at 120 columns with every column it showed ~20 characters).
+MEDIUM_COLUMNS = ("mark", "sev", "ranks", "first", "title")
+# Screen widths from which the findings go beside the log (below it, under WIDE) with the
+# medium set of columns, and from which they show every column.
+WIDE, FULL = 120, 200
 SEVERITY_LABEL = {"error": "error", "warning": "warn", "info": "info"}
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 def _plain(cell) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
-
-
-def order(findings: list[Finding], root: Finding | None) -> list[Finding]:
-    """Root cause first, then by severity and first appearance."""
-    root_key = root.id if root else None
-    return sorted(
-        findings,
-        key=lambda f: (f.id != root_key, SEVERITY_ORDER.get(f.severity, 3), f.seq),
-    )
 
 
 @dataclass(frozen=True)
@@ -135,9 +132,9 @@ class FindingsPanel(Container):
         for key in self._columns:
             table.add_column(LABELS[key], key=key, width=WIDTHS[key])
 
-    def set_narrow(self, narrow: bool) -> None:
-        """Fewer columns on a narrow screen, so the title shows."""
-        columns = NARROW_COLUMNS if narrow else COLUMNS
+    def fit(self, screen_width: int) -> None:
+        """Fewer columns on a narrower screen, so the title shows."""
+        columns = NARROW_COLUMNS if screen_width < WIDE else MEDIUM_COLUMNS if screen_width < FULL else COLUMNS
         if columns == self._columns:
             return
         self._columns = columns
@@ -158,12 +155,14 @@ class FindingsPanel(Container):
         # The root cause may be the engine's reading of a finding (with only timeouts: "rank 7
         # stalled", the rank that never reached the collective): show that, as diagnose does.
         findings = [root if f.id == root_key else f for f in findings]
-        self.findings = order(findings, root)
+        now = self.timeline.elapsed() if self.timeline else self._clock()
+        for finding in findings:
+            self._seen.setdefault(finding.id, now)
+        # Root cause first, then by severity, each in the order of the times the "first" column shows.
+        self.findings = sorted(findings, key=lambda f: (f.id != root_key, SEVERITY_ORDER.get(f.severity, 3),
+                                                        self._first_seconds(f), f.seq))
         self.root = root
         self._by_key = {f.id: f for f in self.findings}
-        now = self.timeline.elapsed() if self.timeline else self._clock()
-        for key in self._by_key:
-            self._seen.setdefault(key, now)
         rows = [(f.id, self._cells(f, f.id == root_key)) for f in self.findings]
         if [key for key, _ in rows] == self._keys:
             # The same findings in the same order (counts grew): change only the cells that differ.
@@ -181,19 +180,31 @@ class FindingsPanel(Container):
         self._shown = dict(rows)
         self._show_detail()
 
-    def first_time(self, finding: Finding) -> str:
-        """The log line's time, or "~" and the time this panel first showed the finding (with a
-        timeline: both as +MM:SS since the job's start)."""
+    def _first(self, finding: Finding) -> tuple[float | None, bool]:
+        """When the finding first happened, in the column's clock (seconds since the epoch, or with
+        a timeline since the job's start), and whether that is only when this panel saw it."""
         seen = self._seen.get(finding.id)
         if self.timeline is not None:
             if finding.file and (recorded := self.timeline.line_time(finding.file, finding.line)) is not None:
-                return fmt.since_start(recorded)
+                return recorded, False
             if finding.first_seen is not None:
-                return fmt.since_start(self.timeline.stamp(finding.first_seen))
-            return "—" if seen is None else "~" + fmt.since_start(seen)
+                return self.timeline.stamp(finding.first_seen), False
+            return seen, True
         if finding.first_seen is not None:
-            return fmt.clock(finding.first_seen)
-        return "—" if seen is None else "~" + fmt.clock(seen)
+            return finding.first_seen, False
+        return seen, True
+
+    def _first_seconds(self, finding: Finding) -> float:
+        return self._first(finding)[0] or 0.0
+
+    def first_time(self, finding: Finding) -> str:
+        """The log line's time, or "~" and the time this panel first showed the finding (with a
+        timeline: both as +MM:SS since the job's start)."""
+        when, only_seen = self._first(finding)
+        if when is None:
+            return "—"
+        text = fmt.since_start(when) if self.timeline is not None else fmt.clock(when)
+        return "~" + text if only_seen else text
 
     def _cells(self, finding: Finding, is_root: bool) -> tuple:
         # Every cell is a Text: DataTable reads plain strings as markup, and these come from logs and rules.
