@@ -50,7 +50,7 @@ def choose(findings: list[Finding], hang_suspect: Callable[[list[Finding]], Find
     errors = [f for f in weighed if f.severity == "error" and f.role != "confirm"]
     if errors:
         return chronological(errors)[0]
-    stalls = [f for f in findings if f.origin == "stall"]
+    stalls = [f for f in findings if f.origin == "stall" and f.role == "root"]  # not one that passed
     if stalls:
         return stalls[-1]
     exits = [f for f in findings if f.origin == "exit" and f.severity == "error"]

@@ -39,7 +39,7 @@ from monitor.logs.follow import Follower
 from monitor.logs.ranks import FileRanks
 from monitor.model import SEVERITY_ORDER, TIMEOUT_CATEGORIES, Diagnosis, Finding, LogLine
 from monitor.session.hang_probe import NOT_TAKEN_RULE, HangProbe
-from monitor.session.stall import StallDetector
+from monitor.session.stall import StallDetector, resolved_note
 
 # A record spanning lines (a traceback) is complete when its file has been quiet this long.
 IDLE_FLUSH_S = 0.5
@@ -279,6 +279,10 @@ class JobSession:
         cleared = self.stall.observe(step.lines, now)
         if cleared is not None:
             self._withdraw([cleared])
+            # Kept in the history, as passed: someone away from the screen still learns there was one.
+            note = resolved_note(cleared, self._wall_clock())
+            self.engine.add_external(note)
+            step.new_findings.append(note)
             on_trial = [f for found in self._evidence.values() for f in found if f.fields.get("trigger") == "stall"]
             if on_trial:
                 self._probation = (now + PROBATION_S, on_trial)

@@ -24,6 +24,7 @@ GAP_FACTOR = 10.0
 BURST_GAP_S = 1.0
 MAX_EVIDENCE_RANKS = 16
 RULE = "possible-hang"
+RESOLVED_RULE = "possible-hang-passed"
 
 
 @dataclass(slots=True)
@@ -95,6 +96,20 @@ class StallDetector:
             file=subject.line.file, line=subject.line.line, count=1, evidence=evidence,
             fields=fields, remedy=_remedy(silent, threshold, first, subject), first_seen=wall_now - silent,
         )
+
+
+def resolved_note(stall: Finding, wall_now: float) -> Finding:
+    """What stays of a stall once output resumed: an info note of when and how long."""
+    started = stall.first_seen if stall.first_seen is not None else wall_now
+    return Finding(
+        rule=RESOLVED_RULE, category=Category.HANG, severity="info", role="confirm", origin="stall",
+        title=f"No output for {wall_now - started:.0f} s, then output resumed (possible hang passed)",
+        rank=stall.rank, ranks=list(stall.ranks), file=stall.file, line=stall.line, evidence=list(stall.evidence),
+        fields={**stall.fields, "resumed_after_s": f"{wall_now - started:.0f}"}, first_seen=started,
+        remedy="The job went quiet for longer than usual, then printed again: a long evaluation, a checkpoint "
+               "save or a slow data loader; or a hang that passed. If it recurs at the same step, look at "
+               "what the ranks that went silent first were doing (their last lines are above).",
+    )
 
 
 def _who(key: int | str) -> str:
