@@ -468,3 +468,20 @@ def test_a_stop_from_outside_before_the_timeouts_is_the_root_not_a_stalled_rank(
     assert stopped.rule == "torchrun-stopped-by-signal" and stopped.category == "stopped"
     hang = run_lines(Engine(catalogue), f"{world}\n{gloo}\n{stop}").root_cause()
     assert hang.category == "gloo_timeout" and hang.title.startswith("Rank 0 stalled")
+
+
+def test_a_line_where_two_ranks_ran_together_is_read_as_two(tmp_path):
+    """torchrun without --tee: "step 3 loss nan[rank3]: Traceback" (#14). The traceback is rank 3's,
+    the loss line the other rank's, and the user is told how to keep lines whole."""
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.diagnosis.diagnose import diagnose_paths
+
+    log = tmp_path / "job.log"
+    log.write_text('step 2 loss 1.5\nstep 3 loss 1.4[rank3]: Traceback (most recent call last):\n'
+                   '[rank3]:   File "train.py", line 9, in <module>\n[rank3]: ValueError: bad batch\n')
+    for fast in (True, False):
+        diagnosis = diagnose_paths([log], load_catalogue(include_user=False), fast=fast)
+        root = diagnosis.root_cause
+        assert (root.title, root.rank) == ("ValueError on rank 3", 3)
+        (note,) = [f for f in diagnosis.findings if f.rule == "glued-output"]
+        assert note.line == 2 and "--tee 3" in note.remedy and note.severity == "info"

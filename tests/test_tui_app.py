@@ -457,3 +457,21 @@ async def test_the_findings_table_is_in_time_order_within_a_severity():
         await pilot.pause(0.1)
         shown = [f.title for f in app.query_one(FindingsPanel).findings]
         assert shown == [root.title, "earlier error", "later error", findings[2].title]
+
+
+async def test_the_ranks_column_names_the_rank_the_title_names(tmp_path):
+    """The demo's hang: the engine names rank 1 (it stalled) from rank 0's timeout; the table
+    said rank 0."""
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.diagnosis.diagnose import diagnose_paths
+
+    diagnosis = diagnose_paths(["sample_logs/demo/hang-gloo-2ranks.log"], load_catalogue(include_user=False))
+    root = diagnosis.root_cause
+    assert root.title.startswith("Rank 1 stalled") and root.ranks == [0]
+    feed = ScriptedLogFeed([LogBatch(lines=crash_lines(), findings=diagnosis.findings, root_cause=root)])
+    app = make_app(feed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        await pilot.pause(0.1)
+        table = app.query_one(FindingsPanel).table
+        assert table.get_row(root.id)[2].plain == "1"

@@ -16,6 +16,7 @@ from dataclasses import replace
 import regex
 
 from monitor.diagnosis import pyexc, records
+from monitor.diagnosis.advice import advice
 from monitor.diagnosis.catalogue import CONFIRM_PREFIX, CONFIRMED_BY, Catalogue, Rule
 from monitor.diagnosis.root_cause import choose
 from monitor.model import SEVERITY_ORDER, Diagnosis, Finding, LogLine
@@ -38,6 +39,8 @@ _WORLD_SIZE = regex.compile(r"(?i)\bworld[_ ]?size\s*[=:]\s*(\d+)")
 _SUMMARY_RANK = regex.compile(r"^\s*rank\s*:\s*(\d+)")
 _SUMMARY_PID = regex.compile(r"^\s*exitcode\s*:\s*-?\d+ \(pid: (\d+)\)")
 MAX_WORLD = 1 << 16
+# A rank's prefix right after other text: two ranks' output in one terminal line.
+_GLUED = regex.compile(r"(?<=\S)\[rank\d+\]:")
 
 
 class Engine:
@@ -67,6 +70,7 @@ class Engine:
         self._pid_ranks: dict[str, int] = {}
         self.known_ranks: set[int] = set()
         self.world_size: int | None = None  # from a world_size=N line, when one was seen
+        self._glued_seen = False
 
     # ---- feeding -------------------------------------------------------------------------
 
@@ -85,6 +89,16 @@ class Engine:
         if not (rule_hits or starter or file_pending or line.line <= EARLY_LINES):
             return new
         prefix = parse_prefix(line.text)
+        if "[rank" in prefix.body and (glued := _GLUED.search(prefix.body)):
+            # "step 3 loss nan[rank3]: Traceback ...": two ranks wrote into one terminal line
+            # (torchrun without --tee). Each part is read as the line it should have been.
+            cut = len(line.text) - len(prefix.body) + glued.start()
+            if not self._glued_seen:
+                self._glued_seen = True
+                new.append(self._glued_note(line))
+            new += self.feed(LogLine(line.file, line.line, line.text[:cut], line.rank))
+            new += self.feed(LogLine(line.file, line.line, line.text[cut:], None))
+            return new
         # The line's rank as its reader attributed it (a node's local rank made global), else its prefix's.
         rank = line.rank if line.rank is not None else prefix.rank
         if line.line <= EARLY_LINES:
@@ -108,6 +122,18 @@ class Engine:
         elif rule_hits:
             self._classify(Record("line", [line], [body], rank, rule_hits=[rule_hits], arrival=arrival), new)
         return new
+
+    def _glued_note(self, line: LogLine) -> Finding:
+        """Once: the output of several ranks ran together, and how to keep it apart."""
+        finding = Finding(
+            rule="glued-output", category="launcher", severity="info", role="confirm",
+            title="Lines of several ranks ran together (a rank's prefix in the middle of a line)",
+            file=line.file, line=line.line, evidence=[mask(line.text)], origin="log",
+            remedy=advice("glued-output"), seq=next(self._seq), arrival=self.lines_fed,
+        )
+        self.findings.append(finding)
+        self.version += 1
+        return finding
 
     def _learn_ranks(self, rank: int | None, body: str) -> None:
         """Ranks that exist, from the start of each file: a line's rank, a ``world_size=N``."""

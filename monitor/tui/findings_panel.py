@@ -262,8 +262,14 @@ class FindingsPanel(Container):
 
 
 def _where_in_job(finding: Finding) -> str:
-    """The ranks column: ``0-2``, ``3``, ``gpu-07:3`` when one node of several holds them all."""
-    ranks = fmt.ranks(finding.ranks) if finding.ranks else ("—" if finding.rank is None else str(finding.rank))
+    """The ranks column: ``0-2``, ``3``, ``gpu-07:3`` when one node of several holds them all; the
+    rank a finding names first."""
+    if finding.rank is not None and finding.rank not in finding.ranks:
+        # The rank the finding names is not among those that printed it ("Rank 1 stalled; the
+        # others timed out": the timeouts came from rank 0).
+        ranks = str(finding.rank)
+    else:
+        ranks = fmt.ranks(finding.ranks) if finding.ranks else ("—" if finding.rank is None else str(finding.rank))
     if finding.node and len(finding.nodes) < 2:
         return f"{finding.node}:{ranks}" if ranks != "—" else finding.node
     return ranks
