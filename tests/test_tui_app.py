@@ -475,3 +475,14 @@ async def test_the_ranks_column_names_the_rank_the_title_names(tmp_path):
         await pilot.pause(0.1)
         table = app.query_one(FindingsPanel).table
         assert table.get_row(root.id)[2].plain == "1"
+
+
+def test_the_loss_sparkline_fills_the_row_and_says_its_scale():
+    from monitor.tui.progress_panel import ProgressPanel
+
+    losses = tuple(6.2 * 0.9 ** i for i in range(50))
+    wide = ProgressPanel._loss_history(losses, room=60).plain
+    assert len(wide.split()[0]) == 47  # 60 cells less the scale's, not 16
+    assert wide.split()[1] == f"{min(losses[-47:]):.3g}–{max(losses[-47:]):.3g}"
+    narrow = ProgressPanel._loss_history(losses, room=12).plain  # 80 columns with a throughput and ETA
+    assert len(narrow.split()[0]) == 8 and len(narrow.split()) == 1  # no room for the scale: none

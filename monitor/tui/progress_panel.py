@@ -15,6 +15,10 @@ from monitor.tui import text_format as fmt
 # An ETA is a forecast from the last progress line: after this long without one (a crash, a
 # hang, a killed job) it is no longer shown, and the panel says how long progress has stopped.
 STALE_S = 60.0
+# The loss sparkline's width: what the row leaves, within these.
+MIN_SPARK, MAX_SPARK = 8, 60
+# Cells kept for the scale after it (" 0.0741–6.2").
+SCALE_ROOM = 13
 
 
 class ProgressPanel(Widget):
@@ -51,6 +55,18 @@ class ProgressPanel(Widget):
         idle = self._clock() - self._updated
         return idle if idle >= STALE_S else None
 
+    @staticmethod
+    def _loss_history(losses: tuple[float, ...], room: int) -> Text:
+        """The recent losses as a sparkline as wide as the row allows, with its scale (the lowest and
+        highest finite loss drawn): a sparkline alone cannot tell 2.1->2.0 from 9->0.1."""
+        spark_width = max(MIN_SPARK, min(MAX_SPARK, room - SCALE_ROOM, len(losses)))
+        drawn = losses[-spark_width:]
+        finite = [x for x in drawn if math.isfinite(x)]
+        text = Text(" " + fmt.sparkline(drawn, spark_width), style="cyan")
+        if len(finite) > 1 and room >= spark_width + SCALE_ROOM:
+            text.append(f" {min(finite):.3g}–{max(finite):.3g}", style="dim")
+        return text
+
     def get_content_height(self, container, viewport, width: int) -> int:
         return 2 if self.state.nonfinite_seen else 1
 
@@ -67,19 +83,20 @@ class ProgressPanel(Widget):
                     row.append(f"/{state.total} ({100 * state.step / state.total:.0f}%)")
             if state.epoch is not None:
                 row.append(f"  epoch {state.epoch:g}")
+            tail = Text()
+            if state.throughput is not None:
+                tail.append(f"  {state.throughput:.3g} {state.throughput_unit}")
+            if state.eta_seconds is not None and not self.ended:
+                if (stalled := self._stalled_for()) is not None:
+                    tail.append(f"  no progress for {fmt.duration(stalled)}", style="yellow")
+                else:
+                    tail.append(f"  ETA {fmt.duration(state.eta_seconds)}")
             if state.loss is not None:
                 bad = not math.isfinite(state.loss)
                 row.append("  loss ")
                 row.append(f"{state.loss:.4g}", style="bold red" if bad else "bold")
-                spark_width = 16 if width >= 100 else 8
-                row.append(" " + fmt.sparkline(state.losses, spark_width), style="cyan")
-            if state.throughput is not None:
-                row.append(f"  {state.throughput:.3g} {state.throughput_unit}")
-            if state.eta_seconds is not None and not self.ended:
-                if (stalled := self._stalled_for()) is not None:
-                    row.append(f"  no progress for {fmt.duration(stalled)}", style="yellow")
-                else:
-                    row.append(f"  ETA {fmt.duration(state.eta_seconds)}")
+                row.append_text(self._loss_history(state.losses, width - len(row) - len(tail) - 2))
+            row.append_text(tail)
         if state.nonfinite_seen:
             where = f" at step {state.nonfinite_step}" if state.nonfinite_step is not None else ""
             rank = f" on rank {state.nonfinite_rank}" if state.nonfinite_rank is not None else ""
