@@ -204,3 +204,14 @@ def test_demo_removes_its_scratch_folder_when_killed_by_a_stop_signal(tmp_path, 
         proc.kill()
         proc.wait()
     assert list(tmp_path.glob("monitor-demo-*")) == []
+
+
+def test_the_recording_shows_no_path_of_the_machine_that_made_it():
+    """#14: the demo showed /work/... and /root/.pyenv/... paths; a user's job has its own."""
+    from pathlib import Path
+
+    recording = Path(__file__).resolve().parents[1] / "monitor" / "demo" / "recording" / "crash"
+    text = "".join(p.read_text(encoding="utf-8") for p in recording.rglob("*.json*"))
+    for mine in ("/work/", "/root/", "/tmp/monitor-recording"):
+        assert mine not in text
+    assert "/home/user/project/monitor/demo/train.py" in text

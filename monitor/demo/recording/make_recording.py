@@ -102,6 +102,15 @@ def record_metrics(pid: int, log_dir: Path, out: Path, done: threading.Event) ->
         sampler.close()
 
 
+def neutral_paths(text: str, work: str, project: str, prefix: str) -> str:
+    """A recorded line with the recording machine's own paths made neutral, so the demo shows what
+    a user's job would, not where this recording was made (the temporary folder, the checkout,
+    the Python installation)."""
+    for mine, shown in ((work, "/home/user/job"), (project, "/home/user/project"), (prefix, "/opt/venv")):
+        text = text.replace(mine, shown)
+    return text
+
+
 def make(out: Path) -> int:
     import torch
 
@@ -138,11 +147,13 @@ def make(out: Path) -> int:
     timeline.lines["torchrun.log"] = [(t, text) for t, text in combined if parse_prefix(text).rank is None]
     replay = sorted(timeline.lines)
     timeline.lines["combined.log"] = combined
+    project = str(Path(__file__).resolve().parents[3])
     for name, lines in timeline.lines.items():
         path = out / "lines" / (name + ".jsonl")
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", encoding="utf-8") as handle:
             for t, text in lines:
+                text = neutral_paths(text, work, project, sys.prefix)
                 handle.write(json.dumps([t, text], ensure_ascii=False) + "\n")
     meta = {
         "what": "torchrun, 4 ranks, gloo on CPU: rank 2 raises ValueError at step 24; the others lose their peer",
