@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from textual.geometry import Region
@@ -486,3 +487,49 @@ def test_the_loss_sparkline_fills_the_row_and_says_its_scale():
     assert wide.split()[1] == f"{min(losses[-47:]):.3g}–{max(losses[-47:]):.3g}"
     narrow = ProgressPanel._loss_history(losses, room=12).plain  # 80 columns with a throughput and ETA
     assert len(narrow.split()[0]) == 8 and len(narrow.split()) == 1  # no room for the scale: none
+
+
+async def test_find_highlights_and_jumps_keeping_every_line(tmp_path, monkeypatch):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        view = app.query_one(LogView)
+        rows = view.row_count
+        await pilot.press("f")
+        await pilot.press(*"RuntimeError", "enter")
+        gloo = [i for i in range(len(app.store)) if "RuntimeError" in app.store.text(i)]
+        assert view.row_count == rows  # nothing hidden: a find is no filter
+        assert view.cursor_index in gloo and view.find_text == "RuntimeError"
+        status = str(app.query_one("#log-status").render())
+        assert f"find /RuntimeError/ {gloo.index(view.cursor_index) + 1} of 3" in status
+        first = view.cursor_index
+        await pilot.press("right_square_bracket")
+        assert view.cursor_index == gloo[(gloo.index(first) + 1) % 3]
+        await pilot.press("left_square_bracket", "left_square_bracket")
+        assert view.cursor_index == gloo[(gloo.index(first) - 1) % 3]
+        # The match is highlighted in the line.
+        line = view.render_line(view.row_of(view.cursor_index) - int(view.scroll_offset.y))
+        assert any(seg.text == "RuntimeError" and seg.style.bold for seg in line)
+        await pilot.press("escape")
+        assert view.find_text == "" and "find" not in str(app.query_one("#log-status").render())
+
+
+async def test_copy_and_export(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = make_app()
+    copied = []
+    monkeypatch.setattr(app, "copy_to_clipboard", copied.append)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        await pilot.pause(0.1)
+        view = app.query_one(LogView)
+        await pilot.press("y")
+        assert copied[-1] == app.store.text(view.cursor_index)  # the root cause's line
+        await pilot.press("Y")
+        assert copied[-1].startswith("ROOT CAUSE  ValueError on rank 2\nwhat to do\nFix the exception on rank 2")
+        await pilot.press("x")
+        await pilot.pause()
+        (saved,) = tmp_path.glob("monitor-findings-*.json")
+        data = json.loads(saved.read_text())
+        assert data["root_cause"]["title"] == "ValueError on rank 2" and len(data["findings"]) == 3
+        assert saved.stat().st_mode & 0o777 == 0o600

@@ -5,8 +5,9 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 from rich.text import Text
 from textual import on
@@ -17,12 +18,13 @@ from textual.drivers.linux_driver import LinuxDriver
 from textual.widgets import Footer, Header, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from monitor.model import Finding
-from monitor.text import safe_text
+from monitor.files import replace_file
+from monitor.model import Diagnosis, Finding
+from monitor.text import safe_json, safe_text
 from monitor.progress import ProgressTracker
 from monitor.tui.driver import HangUpSafeDriver
 from monitor.session.feeds import LogBatch, LogFeed, MetricsFeed
-from monitor.tui.findings_panel import WIDE, FindingsPanel, JobTimeline
+from monitor.tui.findings_panel import WIDE, FindingsPanel, JobTimeline, describe
 from monitor.tui.log_store import LEVEL_ERROR, LEVEL_INFO, LEVEL_WARNING, FilterError, LineFilter, LogStore
 from monitor.tui.log_view import LogView
 from monitor.tui.messages import LogsArrived, MetricsSampled
@@ -63,6 +65,12 @@ class MonitorApp(App[int]):
         Binding("r", "rank(1)", "Rank"),
         Binding("R", "rank(-1)", "Prev rank", show=False),
         Binding("d", "detail", "Detail", show=False),
+        Binding("f", "find", "Find", show=False),
+        Binding("right_square_bracket", "find_next(1)", "Next match", show=False),
+        Binding("left_square_bracket", "find_next(-1)", "Previous match", show=False),
+        Binding("y", "copy_line", "Copy line", show=False),
+        Binding("Y", "copy_finding", "Copy finding", show=False),
+        Binding("x", "export", "Export", show=False),
         Binding("o", "node(1)", "Node", show=False),
         Binding("O", "node(-1)", "Prev node", show=False),
         Binding("space", "toggle_follow", "Pause"),
@@ -109,6 +117,7 @@ class MonitorApp(App[int]):
         self._log_stopped = threading.Event()
         self._log_worker: Worker | None = None
         self._unplaced = False  # some finding's line has not arrived yet
+        self._found: tuple[int, int] | None = None  # the find's match under the cursor: (k, of n)
         self.finished_note = ""
         self.failed = False
         self.files: list[str] = []  # every file followed so far
@@ -129,6 +138,8 @@ class MonitorApp(App[int]):
         with Container(id="middle"):
             with Vertical(id="logpane"):
                 yield Input(placeholder="regex: show only matching lines (Esc: clear)", id="filter-input")
+                yield Input(placeholder="find: a regex to highlight and jump to, every line kept (Enter; ] and [: next, previous; Esc: clear)",
+                            id="find-input")
                 yield Static(id="log-status")
                 yield LogView(self.store, id="log")
             yield FindingsPanel(id="findings", timeline=self.timeline)
@@ -136,6 +147,7 @@ class MonitorApp(App[int]):
 
     def on_mount(self) -> None:
         self.query_one("#filter-input").display = False
+        self.query_one("#find-input").display = False
         self._fit_layout(self.size.width)
         self.query_one(LogView).focus()
         self._update_status()
@@ -333,7 +345,10 @@ class MonitorApp(App[int]):
         if line_filter.active:
             status.append(f"  showing {view.row_count:,}", style="bold")
         if line_filter.pattern:
-            status.append(f"  /{line_filter.pattern}/", style="bold")
+            status.append(f"  /{safe_text(line_filter.pattern)}/", style="bold")
+        if view.find_text:
+            where = f" {self._found[0]} of {self._found[1]}" if self._found else " (none)"
+            status.append(f"  find /{safe_text(view.find_text)}/{where}", style="bold")
         if line_filter.min_level == LEVEL_ERROR:
             status.append("  errors only", style="bold red")
         elif line_filter.min_level == LEVEL_WARNING:
@@ -368,6 +383,20 @@ class MonitorApp(App[int]):
     def _filter_done(self) -> None:
         self.query_one(LogView).focus()
 
+    @on(Input.Submitted, "#find-input")
+    def _find_done(self, event: Input.Submitted) -> None:
+        view = self.query_one(LogView)
+        try:
+            view.set_find(event.value)
+        except FilterError as exc:
+            event.input.add_class("-invalid")
+            self.query_one("#log-status", Static).update(Text(f" {exc}", style="bold red"), layout=False)
+            return
+        event.input.remove_class("-invalid")
+        event.input.display = False
+        view.focus()
+        self.action_find_next(1)
+
     def on_key(self, event) -> None:
         filter_input = self.query_one("#filter-input", Input)
         # The bar may be open with a bad regex (the view kept the last good one, maybe none).
@@ -375,6 +404,16 @@ class MonitorApp(App[int]):
         open_bar = filter_input.display or filter_input.has_focus
         if event.key == "escape" and self.query_one("#finding-detail").has_focus:
             event.stop()
+            view.focus()
+            return
+        find_input = self.query_one("#find-input", Input)
+        if event.key == "escape" and (find_input.display or view.find_text) and not filter_input.has_focus:
+            event.stop()
+            find_input.value = ""
+            find_input.display = False
+            view.set_find("")
+            self._found = None
+            self._update_status()
             view.focus()
             return
         if event.key == "escape" and (open_bar or view.line_filter.pattern):
@@ -465,6 +504,58 @@ class MonitorApp(App[int]):
             return
         self.probe.trigger("request")
         self.push_screen(StacksScreen(self.probe))
+
+    def action_find(self) -> None:
+        find_input = self.query_one("#find-input", Input)
+        find_input.display = True
+        self.screen.set_focus(find_input)
+
+    def action_find_next(self, direction: int) -> None:
+        view = self.query_one(LogView)
+        if not view.find_text:
+            self.notify("nothing to find yet: f, then a regex", markup=False)
+            return
+        try:
+            self._found = view.find_next(direction)
+        except FilterError as exc:
+            self.notify(str(exc), severity="warning", markup=False)
+            return
+        if self._found is None:
+            self.notify(f"no line holds /{safe_text(view.find_text)}/", markup=False)
+        self._update_status()
+
+    def action_copy_line(self) -> None:
+        """The line under the cursor (else the last one) to the clipboard (OSC 52)."""
+        view = self.query_one(LogView)
+        index = view.cursor_index if view.cursor_index is not None else len(self.store) - 1
+        text = self.store.text(index) if index >= self.store.first else ""
+        if not text:
+            self.notify("no line to copy", markup=False)
+            return
+        self.copy_to_clipboard(text)
+        self.notify(f"copied line {index + 1} ({len(text)} characters); a terminal without OSC 52 "
+                    "does not take it: select with Shift+drag there", markup=False)
+
+    def action_copy_finding(self) -> None:
+        """The selected finding, what to do included, to the clipboard (OSC 52)."""
+        panel = self.query_one(FindingsPanel)
+        finding = panel.selected()
+        if finding is None:
+            self.notify("no finding to copy", markup=False)
+            return
+        is_root = self._root is not None and finding.id == self._root.id
+        self.copy_to_clipboard(describe(finding, is_root, panel.first_time(finding)).plain)
+        self.notify(f"copied the finding: {safe_text(finding.title)}", markup=False)
+
+    def action_export(self) -> None:
+        """The findings as `diagnose --json` writes them, to a file in the current folder."""
+        path = Path(time.strftime("monitor-findings-%Y%m%d-%H%M%S.json"))
+        data = Diagnosis(self._root, list(self._findings), list(self.files)).to_json()
+        error = replace_file(path.absolute(), (safe_json(data, indent=2) + "\n").encode())
+        if error:
+            self.notify(safe_text(error), severity="error", markup=False)
+        else:
+            self.notify(f"{len(self._findings)} findings saved to {safe_text(str(path.absolute()))}", markup=False)
 
     def action_detail(self) -> None:
         """Into the finding's detail (arrows, PageUp/PageDown scroll it; Escape goes back to the log)."""

@@ -7,7 +7,8 @@ screen stays."""
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
+from dataclasses import replace
 
 import regex
 from rich.segment import Segment
@@ -73,6 +74,9 @@ class LogView(ScrollView, can_focus=True):
         self.store = store
         self.line_filter = LineFilter()
         self._pattern: regex.Pattern[str] | None = None
+        # What `find` looks for: highlighted where shown, jumped to, no line hidden.
+        self.find_text = ""
+        self._find: regex.Pattern[str] | None = None
         self._rows: array | None = None  # store indices shown, or None for all lines
         self.cursor_index: int | None = None
         self.marks: dict[int, str] = {}
@@ -134,6 +138,33 @@ class LogView(ScrollView, can_focus=True):
             self._scroll_end()
         self.refresh()
         self.post_message(self.StatusChanged())
+
+    def set_find(self, text: str) -> None:
+        """Highlight ``text`` (a regex, smart case) in every shown line; "" clears. Raises FilterError."""
+        self._find = compile_pattern(text) if text else None
+        self.find_text = text
+        self._cache.clear()
+        self.refresh()
+        self.post_message(self.StatusChanged())
+
+    def find_next(self, direction: int = 1) -> tuple[int, int] | None:
+        """Put the cursor on the next (or previous) shown line holding the find's text, from the
+        cursor, wrapping around; (position among the matches 1.., how many), or None for none.
+        Raises FilterError."""
+        if not self.find_text:
+            return None
+        found = self.store.select(replace(self.line_filter, pattern=self.find_text))
+        if not found:
+            return None
+        here = self.cursor_index if self.cursor_index is not None else (self._index_at(self.row_count - 1) if self.row_count else 0)
+        if direction > 0:
+            pos = bisect_right(found, here)
+            pos = 0 if pos == len(found) else pos
+        else:
+            pos = bisect_left(found, here) - 1
+            pos = len(found) - 1 if pos < 0 else pos
+        self.jump_to(found[pos])
+        return pos + 1, len(found)
 
     def set_marks(self, marks: dict[int, str]) -> None:
         if marks == self.marks:
@@ -289,22 +320,27 @@ class LogView(ScrollView, can_focus=True):
         return Strip(segments)
 
     def _text_segments(self, text: str, style: Style) -> list[Segment]:
-        """The text as literal segments (never markup), with filter matches highlighted."""
-        if self._pattern is None or not text:
+        """The text as literal segments (never markup), with the filter's and the find's matches
+        highlighted."""
+        patterns = [p for p in (self._pattern, self._find) if p is not None]
+        if not patterns or not text:
             return [Segment(text, style)]
-        match_style = style + self._style("logview--match")
-        segments, pos = [], 0
+        spans = []
         try:
-            for match in self._pattern.finditer(text, timeout=FILTER_BUDGET_S):
-                start, end = match.span()
-                if end == start:
-                    continue
-                if start > pos:
-                    segments.append(Segment(text[pos:start], style))
-                segments.append(Segment(text[start:end], match_style))
-                pos = end
+            for pattern in patterns:
+                spans += [m.span() for m in pattern.finditer(text, timeout=FILTER_BUDGET_S) if m.end() > m.start()]
         except TimeoutError:
             pass
+        match_style = style + self._style("logview--match")
+        segments, pos = [], 0
+        for start, end in sorted(spans):
+            start = max(start, pos)
+            if end <= start:
+                continue
+            if start > pos:
+                segments.append(Segment(text[pos:start], style))
+            segments.append(Segment(text[start:end], match_style))
+            pos = end
         if pos < len(text):
             segments.append(Segment(text[pos:], style))
         return segments

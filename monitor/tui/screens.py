@@ -14,6 +14,7 @@ KEYS = (
     # First: at 24 rows the end of the list is below the fold.
     ("?", "this help; Esc (or ? or q) closes it"),
     ("/", "filter the log by regex (only matching lines; the count shows); Esc clears"),
+    ("f", "find: a regex highlighted in the log and jumped to, every line kept; ] / [ next / previous match; Esc clears"),
     ("e / w", "only errors / errors and warnings (press again for all lines)"),
     ("r / R", "show only the next / previous rank (cycles back to all ranks)"),
     ("o / O", "a job of several nodes (monitor run --job-dir): show only the next / previous node"),
@@ -25,6 +26,9 @@ KEYS = (
     ("s", "`monitor run`: every rank's Python stack now (py-spy), side by side, the odd ranks marked"),
     ("Enter", "in the findings table: show that finding in the log"),
     ("Tab", "move between log, findings, the finding's detail and filter"),
+    ("y / Y", "copy the line under the cursor / the selected finding with what to do (OSC 52: the terminal's clipboard;"
+               " where a terminal does not take it, Shift+drag selects text)"),
+    ("x", "export the findings as JSON (as `monitor diagnose --json`) to monitor-findings-<time>.json here"),
     ("t", "dark / light theme"),
     ("ctrl+p", "command palette (all of the above by name)"),
     ("q", "quit (asks first when a job started by `monitor run` is still running)"),
