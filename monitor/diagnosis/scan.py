@@ -46,6 +46,17 @@ def _has_control_hit(hits: list[int], first: int, end: int, controls: set[int]) 
 def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_BYTES) -> int:
     """Feeds ``engine`` the lines of one file that can matter; returns the number of lines.
     The caller flushes the file's records. Raises UnreadableLog (after feeding what it read)."""
+    return _scan(path, engine, chunk_bytes, None)[0]
+
+
+def scan_prefix(path: str | os.PathLike, engine: Engine, size: int, chunk_bytes: int = CHUNK_BYTES) -> tuple[int, int]:
+    """The same for the first ``size`` bytes of a file still being written, up to its last
+    complete line (a partial last line is left to whoever follows the file on): returns (lines
+    fed or skipped, bytes they span). Raises UnreadableLog."""
+    return _scan(path, engine, chunk_bytes, size)
+
+
+def _scan(path, engine: Engine, chunk_bytes: int, limit: int | None) -> tuple[int, int]:
     name = str(path)
     file_rank = FileRanks(name)
     prefilter = engine.prefilter
@@ -57,8 +68,15 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
     def feed(raw: bytes) -> None:
         engine.feed(make_line(name, number, raw, file_rank))
 
+    done = 0  # bytes of the complete lines so far (the end of the last newline)
+    read = 0
     with open_log(path) as handle:
         for data in read_chunks(handle, name, lambda: number, chunk_bytes):
+            if limit is not None:
+                data = data[:max(0, limit - read)]
+                if not data:
+                    break
+            read += len(data)
             if long_line is not None:
                 end = data.find(b"\n")
                 if end < 0:
@@ -67,10 +85,13 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
                 number += 1
                 feed(long_line.feed(data[:end + 1])[0])
                 long_line, data = None, data[end + 1:]
+                done = read - len(data)
             block = carry + data
             cut = block.rfind(b"\n")
             size = cut + 1  # the block's complete lines; the rest is carried over
             carry = block[size:]
+            if cut >= 0:
+                done = read - len(carry)
             if len(carry) > MAX_LINE_BYTES:
                 long_line, carry = LineAssembler(), b""
                 long_line.feed(block[size:])
@@ -105,10 +126,12 @@ def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_
                 if everything or _has_control_hit(hits, hit, end, controls) or prefilter.raw_line_matters(raw, seen, check_control=False):
                     feed(raw)
                 pos = end + 1
+        if limit is not None:
+            return number, done  # the partial last line is the follower's
         if long_line is not None:
             number += 1
             feed(long_line.flush())
         elif carry:
             number += 1
             feed(carry)
-    return number
+    return number, read

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from monitor.model import LogLine
 from monitor.logs.tracked_file import (
-    FROM_START, DescriptorCache, FollowedFile, Identity, ReadOutput, ReadUpTo, is_rotated_name,
+    FROM_START, HEAD_BYTES, DescriptorCache, FollowedFile, Identity, ReadOutput, ReadUpTo, is_rotated_name,
 )
 from monitor.logs.fs_events import OVERFLOW, RESCAN, FileEvents, open_file_events
 from monitor.logs.sources import Source, parse_source
@@ -110,6 +110,21 @@ class Follower:
             self._events.close()
             self._start_events()
         self._discover()
+
+    def start_after(self, path: str, identity: Identity, offset: int, lines: int) -> bool:
+        """The first ``offset`` bytes (``lines`` lines) of ``path`` were read by someone else (a
+        fast scan of a big file at attach): its first visit goes on from there. Only before that
+        visit; False when the file is not followed or no longer the one that was read."""
+        followed = self._files.get(path)
+        if followed is None or followed.identity is not None:
+            return False
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(HEAD_BYTES)
+        except OSError:
+            return False
+        self._consumed[identity] = ReadUpTo(offset, lines, head)
+        return True
 
     def pending(self) -> dict[str, str]:
         """Each file's partial last line (no newline yet), cleaned, for display only."""

@@ -27,7 +27,7 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
     out = out or sys.stdout
     stop = stop or threading.Event()
     restore = _stop_on_signals(stop)
-    session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after)
+    session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True)
     pump = MetricsPump(SamplerFeed(sampler or watch_sampler(paths), session.post), warn=say).start()
     try:
         for problem in session.problems:

@@ -28,19 +28,26 @@ from __future__ import annotations
 
 import os
 import queue
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from monitor.diagnosis.engine import Engine
 from monitor.diagnosis.node_health import NodeWatch
+from monitor.diagnosis.scan import scan_prefix
 from monitor.diagnosis.root_cause import mark_requested_stop
 from monitor.logs.follow import Follower
 from monitor.logs.ranks import FileRanks
+from monitor.logs.reader import UnreadableLog, last_lines
 from monitor.model import SEVERITY_ORDER, TIMEOUT_CATEGORIES, Diagnosis, Finding, LogLine
 from monitor.session.hang_probe import NOT_TAKEN_RULE, HangProbe
 from monitor.session.stall import StallDetector, resolved_note
 
+# A watch opened on files this big reads them with the fast scan (see ``attach``), and shows
+# this many of their last lines.
+ATTACH_BYTES = 4 << 20
+ATTACH_TAIL_LINES = 2000
 # A record spanning lines (a traceback) is complete when its file has been quiet this long.
 IDLE_FLUSH_S = 0.5
 # At the end, how long a capture under way may take to finish (its dumps may never come).
@@ -68,11 +75,14 @@ class JobSession:
     def __init__(self, paths, catalogue, *, poll: bool = False, stall_after: float | None = None,
                  clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time,
                  stop_requested: Callable[[], bool] | None = None, probe: HangProbe | None = None,
-                 on_step: Callable[[JobSession, list[LogLine]], None] | None = None) -> None:
+                 on_step: Callable[[JobSession, list[LogLine]], None] | None = None, attach: bool = False) -> None:
         """``stop_requested``: asked on every step whether the job was asked to stop (``Job.
         stop_requested``; see ``request_stop``). ``probe``: takes the job's stacks when a hang is
         suspected (a session of logs alone has none). ``on_step``: called on the session's thread
-        after each step with the lines it brought (``status.StatusPublisher``). Raises ``monitor.logs.sources.SourceError``
+        after each step with the lines it brought (``status.StatusPublisher``). ``attach``: files
+        already big when the session starts (a watch opened on a long job) are diagnosed with the
+        fast scan of ``diagnose`` and followed from their end; the screen gets their last lines.
+        Raises ``monitor.logs.sources.SourceError``
         for a PATH that can never name a file."""
         self.follower = Follower([str(p) for p in paths], poll=poll)
         self.engine = Engine(catalogue)
@@ -91,6 +101,7 @@ class JobSession:
         self._probation: tuple[float, list[Finding]] | None = None
         self._withdrawn: list[str] = []  # ids withdrawn since the last step
         self._on_step = on_step
+        self._attach = attach
         # A folder may be (or become, as the nodes start) a job folder of several nodes
         # (``monitor run --job-dir``): which node went quiet.
         self._node_watches = [NodeWatch(p, clock, wall_clock) for p in map(str, paths) if os.path.isdir(p)]
@@ -138,11 +149,17 @@ class JobSession:
         """Read what is new (blocking at most ``timeout`` s) and diagnose it."""
         if not self.stop_requested and self._asked_to_stop is not None and self._asked_to_stop():
             self.request_stop()
+        known = len(self.engine.findings)
+        attached = self._attach_big_files() if self._attach else []
         update = self.follower.read(timeout)
         now = self._clock()
-        step = SessionUpdate(problems=list(update.problems))
+        step = SessionUpdate(problems=list(update.problems), new_findings=self._taken(self.engine.findings[known:]))
+        if attached:
+            self.stall.observe(attached, now)
+            for line in attached:
+                self._quiet_since[line.file] = now  # a record the scan left open completes when idle
         self.problems += update.problems
-        step.lines = self._feed(update.lines, update.ended, now, step.new_findings)
+        step.lines = attached + self._feed(update.lines, update.ended, now, step.new_findings)
         for file, since in list(self._quiet_since.items()):
             if now - since >= IDLE_FLUSH_S:
                 if self.engine.has_pending(file):  # else there is nothing to complete
@@ -159,6 +176,27 @@ class JobSession:
         if self._on_step is not None:
             self._on_step(self, step.lines)
         return step
+
+    def _attach_big_files(self) -> list[LogLine]:
+        """Once, before the first read: each followed file of ``ATTACH_BYTES`` or more is
+        diagnosed up to its last complete line with ``diagnose``'s fast scan and followed on from
+        there; returns the last ``ATTACH_TAIL_LINES`` lines of each, for the screen only."""
+        self._attach = False
+        shown: list[LogLine] = []
+        for path in list(self.follower.files):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or st.st_size < ATTACH_BYTES or path.endswith(".gz"):
+                continue
+            try:
+                lines, offset = scan_prefix(path, self.engine, st.st_size)
+            except UnreadableLog:
+                continue  # the follower says why when it reads it
+            if self.follower.start_after(path, (st.st_dev, st.st_ino), offset, lines):
+                shown += last_lines(path, offset, lines, ATTACH_TAIL_LINES)
+        return shown
 
     def flush(self) -> None:
         """Complete every record in progress (the source has ended)."""

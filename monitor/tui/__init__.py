@@ -34,7 +34,7 @@ def watch_app(paths, *, catalogue, poll: bool = False, stall_after: float | None
     from monitor.session.job_session import JobSession
     from monitor.tui.app import MonitorApp
 
-    session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after)
+    session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True)
     metrics = SamplerFeed(watch_sampler(paths), session.post)
     title = "watching " + " ".join(str(p) for p in paths)
     return MonitorApp(SessionFeed(session), metrics, title=title, scope=scope, bell=bell)
