@@ -15,6 +15,20 @@ def add_rules_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules", action="append", default=[], metavar="DIR",
                         help="add a directory of rule files (repeatable)")
     parser.add_argument("--no-user-rules", action="store_true", help="ignore ~/.config/monitor/rules")
+    parser.add_argument("--lang", choices=("en", "zh"), default=None,
+                        help="the language of titles and remedies (default: zh when LC_ALL, LC_MESSAGES or LANG "
+                             "says Chinese, else en); names, variables and commands stay as they are")
+
+
+def language(args: argparse.Namespace, env=None) -> str:
+    """``--lang``, else the locale's (LC_ALL, then LC_MESSAGES, then LANG: the first one set)."""
+    import os
+
+    if getattr(args, "lang", None):
+        return args.lang
+    env = os.environ if env is None else env
+    locale = next((env[name] for name in ("LC_ALL", "LC_MESSAGES", "LANG") if env.get(name)), "")
+    return "zh" if locale.lower().startswith("zh") else "en"
 
 
 def load_rules(args: argparse.Namespace, extra: tuple[str, ...] = ()):
@@ -24,7 +38,7 @@ def load_rules(args: argparse.Namespace, extra: tuple[str, ...] = ()):
     from monitor.diagnosis.catalogue import RuleError, load_catalogue
 
     try:
-        return load_catalogue([*args.rules, *extra], include_user=not args.no_user_rules)
+        return load_catalogue([*args.rules, *extra], include_user=not args.no_user_rules, lang=language(args))
     except RuleError as exc:
         raise UsageError(str(exc)) from None
 

@@ -23,6 +23,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.rules_command:
         args.rules_parser.print_help()
         return 2
+    if args.rules_command == "test":
+        args.lang = "en"  # the translations are checked against the English texts, whatever the locale
     catalogue = load_rules(args, (args.dir,) if getattr(args, "dir", None) else ())
     if args.rules_command == "list":
         return _list(catalogue, args.json)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import regex
@@ -25,12 +25,16 @@ from monitor.diagnosis.textfile import read_toml_file
 
 SEVERITIES = ("error", "warning", "info")
 ROLES = ("root", "cascade", "confirm")
+# Texts a rule may also give in another language (``<key>_<lang>``), shown with ``--lang``.
+LANGUAGES = ("en", "zh")
+TRANSLATED_KEYS = ("title", "confirmed_title", "remedy")
 RULE_KEYS = {
     "id", "category", "severity", "role", "title", "confirmed_title", "patterns", "prefilter", "remedy",
-    "advice", "examples",
+    "advice", "examples", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
 }
 REQUIRED_KEYS = ("id", "category", "severity", "role", "title", "patterns")
-ADVICE_KEYS = {"text", "when", "unless_log", "if_log", "unless_record", "if_record"}
+ADVICE_KEYS = {"text", "when", "unless_log", "if_log", "unless_record", "if_record",
+               *(f"text_{lang}" for lang in LANGUAGES[1:])}
 EXAMPLE_KEYS = {"match", "no_match"}
 # Fields every template may use without a pattern capturing them.
 BUILTIN_FIELDS = {"rank", "file", "line", "count", "ranks"}
@@ -52,6 +56,8 @@ class RuleError(Exception):
 class Advice:
     text: str
     when: Condition | None = None
+    # The text in other languages, by language ("zh").
+    translations: dict[str, str] = field(default_factory=dict)
     # Shown only when this regex was not / was found in the job's logs read so far.
     unless_log: regex.Pattern | None = None
     if_log: regex.Pattern | None = None
@@ -84,10 +90,21 @@ class Rule:
     examples_no_match: tuple[str, ...] = ()
     source: str = ""
     line: int = 0
+    # Title, confirmed title and remedy in other languages: {"zh": {"title": ..., ...}}.
+    translations: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def where(self) -> str:
         return f"{self.source}:{self.line}"
+
+    def in_language(self, lang: str) -> Rule:
+        """This rule with its texts in ``lang`` where it has them (English where not): names,
+        variables and commands are the same in both."""
+        texts = self.translations.get(lang)
+        advice = tuple(replace(a, text=a.translations.get(lang, a.text)) for a in self.advice)
+        if not texts and advice == self.advice:
+            return self
+        return replace(self, **(texts or {}), advice=advice)
 
 
 @dataclass
@@ -97,6 +114,8 @@ class Catalogue:
     sources: list[str] = field(default_factory=list)
     # The knobs remedies may name (knobs.toml of every directory read), by name.
     knobs: dict[str, Knob] = field(default_factory=dict)
+    # The language of the rules' texts (``LANGUAGES``).
+    lang: str = "en"
 
     def __post_init__(self) -> None:
         self.by_id = {rule.id: rule for rule in self.rules}
@@ -129,8 +148,10 @@ def user_rules_dir() -> Path:
     return Path(base) / "monitor" / "rules"
 
 
-def load_catalogue(extra_dirs=(), include_user: bool = True, include_shipped: bool = True) -> Catalogue:
-    """All rules from the shipped catalogue, the user's directory and ``extra_dirs``."""
+def load_catalogue(extra_dirs=(), include_user: bool = True, include_shipped: bool = True,
+                   lang: str = "en") -> Catalogue:
+    """All rules from the shipped catalogue, the user's directory and ``extra_dirs``, their
+    texts in ``lang`` where they have them."""
     dirs: list[Path] = []
     if include_shipped and (shipped := shipped_rules_dir()) is not None:
         dirs.append(shipped)
@@ -155,7 +176,8 @@ def load_catalogue(extra_dirs=(), include_user: bool = True, include_shipped: bo
         knobs = load_registry(dirs)
     except KnobError as exc:
         raise RuleError(str(exc)) from None
-    return Catalogue(list(merged.values()), [str(d) for d in dirs], knobs)
+    rules = [rule.in_language(lang) for rule in merged.values()] if lang != "en" else list(merged.values())
+    return Catalogue(rules, [str(d) for d in dirs], knobs, lang)
 
 
 def load_dir(directory: Path) -> list[Rule]:
@@ -230,7 +252,8 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
     for key in REQUIRED_KEYS:
         if key not in table:
             raise fail(f"missing required key {key!r}")
-    for key in ("id", "category", "severity", "role", "title", "confirmed_title", "remedy"):
+    for key in ("id", "category", "severity", "role", "title", "confirmed_title", "remedy",
+                *(k for k in RULE_KEYS if k.rsplit("_", 1)[-1] in LANGUAGES[1:])):
         if key in table and not isinstance(table[key], str):
             raise fail(f"{key!r} must be a string", loc.key_line(key, start, end))
     if not _ID.match(table["id"]):
@@ -287,6 +310,12 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
         unknown = _unknown_fields(field_names(table.get(key, "")), known)
         if unknown:
             raise fail(f"{key} names {{{sorted(unknown)[0]}}} but no pattern captures it", loc.key_line(key, start, end))
+    translations: dict[str, dict[str, str]] = {}
+    for lang in LANGUAGES[1:]:
+        for key in TRANSLATED_KEYS:
+            if (text := table.get(f"{key}_{lang}")) is not None:
+                _check_translation(table.get(key, ""), text, f"{key}_{lang}", fail, loc.key_line(f"{key}_{lang}", start, end))
+                translations.setdefault(lang, {})[key] = text.strip() if key == "remedy" else text
 
     advice = tuple(_build_advice(item, n, known, fail, loc, start, end) for n, item in enumerate(_table_list(table.get("advice", []), "advice", fail)))
     match, no_match = _build_examples(table.get("examples", {}), fail, loc, start, end)
@@ -297,8 +326,18 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
         prefilter_ignore_case=ignore_case and prefilter is None,
         conditions=tuple(tuple(frozenset(s) for s in required_sets(raw)) for raw in raw_patterns),
         remedy=table.get("remedy", "").strip(), confirmed_title=table.get("confirmed_title", ""), advice=advice, examples_match=match,
-        examples_no_match=no_match, source=str(loc.path), line=start,
+        examples_no_match=no_match, source=str(loc.path), line=start, translations=translations,
     )
+
+
+def _check_translation(english: str, text: str, key: str, fail, line: int) -> None:
+    """A translated text says the same things: the same fields (a remedy's lines are chosen by
+    the fields the log gave, in every language)."""
+    if not english:
+        raise fail(f"{key} translates a text the rule does not have", line)
+    if field_names(text) != field_names(english):
+        differ = sorted(field_names(text) ^ field_names(english))
+        raise fail(f"{key} must name the same fields as the English text; they differ in {{{differ[0]}}}", line)
 
 
 def _table_list(value, key: str, fail) -> list:
@@ -334,8 +373,15 @@ def _build_advice(item: dict, n: int, known: set[str], fail, loc: _Locator, star
     only_if = _log_condition(item, "if_log", fail, loc, line, end)
     unless_record = _record_condition(item, "unless_record", fail, loc, line, end)
     if_record = _record_condition(item, "if_record", fail, loc, line, end)
+    translations = {}
+    for lang in LANGUAGES[1:]:
+        if (translated := item.get(f"text_{lang}")) is not None:
+            if not isinstance(translated, str):
+                raise fail(f"advice text_{lang} must be a string", loc.key_line(f"text_{lang}", line, end))
+            _check_translation(text, translated, f"advice text_{lang}", fail, loc.key_line(f"text_{lang}", line, end))
+            translations[lang] = translated.strip()
     return Advice(text=text.strip(), when=when, unless_log=unless, if_log=only_if,
-                  unless_record=unless_record, if_record=if_record)
+                  unless_record=unless_record, if_record=if_record, translations=translations)
 
 
 def _record_condition(item: dict, key: str, fail, loc: _Locator, line: int, end: int) -> regex.Pattern | None:

@@ -71,6 +71,8 @@ class Engine:
         self.known_ranks: set[int] = set()
         self.world_size: int | None = None  # from a world_size=N line, when one was seen
         self._glued_seen = False
+        # An uncaught exception's title and remedy, in the catalogue's language.
+        self._exception_texts = pyexc.TEXTS.get(catalogue.lang, pyexc.TEXTS["en"])
 
     # ---- feeding -------------------------------------------------------------------------
 
@@ -318,7 +320,7 @@ class Engine:
             cascade = exception.is_cascade
             role = "cascade" if cascade else "root"
             severity = "warning" if exception.short_type in pyexc.WARNING_TYPES else "error"
-            title = pyexc.CASCADE_TITLE if cascade else pyexc.TITLE
+            title = self._exception_texts[1 if cascade else 0]
             frame_line = next((i for i, b in enumerate(record.bodies)
                                if exception.frame_file and f'"{exception.frame_file}", line {exception.frame_line}' in b), None)
             if frame_line is not None and frame_line not in positions:
@@ -372,7 +374,7 @@ class Engine:
             line=str(finding.line), count=str(finding.count), ranks=",".join(map(str, finding.ranks)),
         )
         if finding.rank is not None or len(self.known_ranks) > 1:
-            values["other_ranks"] = "the other ranks"
+            values["other_ranks"] = self._exception_texts[4]
         return values
 
     def _render(self, finding: Finding) -> None:
@@ -380,8 +382,9 @@ class Engine:
         values = self._values(finding)
         if rule is None:
             cascade = finding.role == "cascade"
-            finding.title = render(pyexc.CASCADE_TITLE if cascade else pyexc.TITLE, values, missing="?")
-            finding.remedy = render(pyexc.CASCADE_REMEDY if cascade else pyexc.REMEDY, values)
+            title, cascade_title, remedy, cascade_remedy, _ = self._exception_texts
+            finding.title = render(cascade_title if cascade else title, values, missing="?")
+            finding.remedy = render(cascade_remedy if cascade else remedy, values)
             return
         confirmed = rule.confirmed_title and CONFIRMED_BY in finding.fields
         finding.title = render(rule.confirmed_title if confirmed else rule.title, values, missing="?")

@@ -42,6 +42,20 @@ CASCADE_REMEDY = (
     "{exc_type} on rank {rank} reports another failure (a peer that died or timed out, or the "
     "launcher stopping the job): look for the earliest root cause on any rank."
 )
+# The same in Chinese (``--lang zh``): the same fields.
+TEXTS = {
+    "en": (TITLE, CASCADE_TITLE, REMEDY, CASCADE_REMEDY, "the other ranks"),
+    "zh": (
+        "{exc_type}（rank {rank}）",
+        "{exc_type}（rank {rank}，是别处失败的后果）",
+        "未捕获的 {exc_type}（rank {rank}）：{message}\n"
+        "在 {frame_file}:{frame_line} 的 {frame_func} 中抛出：从那里查起。\n"
+        "此后{other_ranks}上的报错通常是它的后果（它们会超时或收到 SIGTERM）。",
+        "{exc_type}（rank {rank}）报告的是别处的失败（对端进程死了或超时，或启动器在停止作业）："
+        "去所有 rank 上找最早的根因。",
+        "其他 rank ",
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from monitor.diagnosis.catalogue import Catalogue, Rule
 from monitor.diagnosis.engine import Engine
 from monitor.diagnosis.advice import ADVICE_FILE
 from monitor.diagnosis.advice import shipped as shipped_advice
-from monitor.diagnosis.knobs import KNOBS_FILE, unknown
+from monitor.diagnosis.knobs import KNOBS_FILE, mentions, unknown
 from monitor.diagnosis.templates import render
 from monitor.diagnosis.literals import required_literals
 from monitor.model import LogLine
@@ -102,6 +102,22 @@ def unknown_knobs(catalogue: Catalogue, rule: Rule) -> list[str]:
     ]
 
 
+def translated_knobs(rule: Rule) -> list[str]:
+    """One line per translated text that names other knobs than its English text: a translation
+    keeps names, variables and commands as they are."""
+    pairs = [(f"{key}_{lang}", getattr(rule, key), text)
+             for lang, texts in rule.translations.items() for key, text in texts.items()]
+    pairs += [(f"advice #{n + 1} text_{lang}", advice.text, text)
+              for n, advice in enumerate(rule.advice) for lang, text in advice.translations.items()]
+    failures = []
+    for key, english, translated in pairs:
+        if (theirs := set(mentions(translated))) != (ours := set(mentions(english))):
+            differ = sorted(theirs ^ ours)
+            failures.append(f"{rule.where}: rule {rule.id}: {key} names other knobs than the English text: "
+                            f"{', '.join(differ)}")
+    return failures
+
+
 def check_rules(catalogue: Catalogue, rules: list[Rule] | None = None) -> tuple[int, list[str]]:
     """(number of examples run, failure lines) for ``rules`` (default: the whole catalogue): failed
     examples, and knobs the rules' remedies name that the registry does not hold."""
@@ -111,6 +127,7 @@ def check_rules(catalogue: Catalogue, rules: list[Rule] | None = None) -> tuple[
         total += len(rule.examples_match) + len(rule.examples_no_match)
         failures.extend(check_rule(catalogue, rule))
         failures.extend(unknown_knobs(catalogue, rule))
+        failures.extend(translated_knobs(rule))
     if rules is None:
         total += len(shipped_advice())
         failures.extend(check_advice(catalogue))

@@ -1,0 +1,89 @@
+"""Titles and remedies in Chinese (#14): `--lang zh` or a Chinese locale, from the rule files'
+`*_zh` texts, English where a rule has none; names, variables and commands unchanged."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monitor.commands.options import language
+from monitor.diagnosis.catalogue import RuleError, load_catalogue
+from monitor.diagnosis.ruletest import check_rules
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
+RULE = '''
+[[rule]]
+id = "my-error"
+category = "launcher"
+severity = "error"
+role = "root"
+title = "My error on rank {rank}"
+title_zh = "我的错误（rank {rank}）"
+patterns = ['MY ERROR code=(?P<code>[0-9]+)']
+remedy = """
+Code {code}: set MY_KNOB=1.
+"""
+remedy_zh = """
+错误码 {code}：设置 MY_KNOB=1。
+"""
+'''
+
+
+def diagnose(*args: str, env=None) -> dict:
+    result = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", "--no-user-rules", *args],
+                            capture_output=True, text=True, timeout=60, env=env)
+    return json.loads(result.stdout)
+
+
+def test_the_locale_or_the_option_chooses_the_language():
+    args = argparse.Namespace(lang=None)
+    assert language(args, {"LANG": "zh_CN.UTF-8"}) == "zh"
+    assert language(args, {"LANG": "zh_CN.UTF-8", "LC_ALL": "C.UTF-8"}) == "en"  # LC_ALL first, as POSIX says
+    assert language(args, {"LC_MESSAGES": "zh_TW.UTF-8", "LANG": "en_US.UTF-8"}) == "zh"
+    assert language(args, {}) == "en"
+    assert language(argparse.Namespace(lang="en"), {"LANG": "zh_CN.UTF-8"}) == "en"
+
+
+def test_diagnose_in_chinese_keeps_names_and_numbers(monkeypatch):
+    import os
+
+    root = diagnose("--lang", "zh", str(SAMPLES / "documented/cuda-oom-tee-8ranks.log"))["root_cause"]
+    assert root["title"] == "CUDA 显存不足（rank 3）"
+    assert root["remedy"].startswith("在 GPU 3 上再分配 2.00 GiB 失败，该卡总共 79.15 GiB，只剩 1.12 GiB 可用。")
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in root["remedy"]
+    crash = diagnose(str(SAMPLES / "demo/crash-2ranks.log"), env={**os.environ, "LANG": "zh_CN.UTF-8", "LC_ALL": ""})
+    assert crash["root_cause"]["title"] == "ValueError（rank 1）"
+    assert "此后其他 rank 上的报错通常是它的后果" in crash["root_cause"]["remedy"]
+    # A rule without a translation stays in English.
+    english = diagnose("--lang", "zh", str(SAMPLES / "documented/segfault-torchrun.log"))
+    assert any(f["title"].startswith("torchrun") for f in english["findings"])
+
+
+def test_a_rank_the_log_does_not_name_is_left_out_in_chinese_too(tmp_path):
+    log = tmp_path / "single.log"
+    log.write_text('Traceback (most recent call last):\n  File "t.py", line 1, in <module>\nValueError: boom\n')
+    root = diagnose("--lang", "zh", str(log))["root_cause"]
+    assert root["title"] == "ValueError" and root["remedy"].startswith("未捕获的 ValueError：boom")
+    assert "其他 rank" not in root["remedy"]
+
+
+def test_a_translation_must_name_the_same_fields_and_knobs(tmp_path):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "mine.toml").write_text(RULE)
+    catalogue = load_catalogue([rules], include_user=False, include_shipped=False, lang="zh")
+    rule = catalogue.by_id["my-error"]
+    assert rule.title == "我的错误（rank {rank}）" and rule.remedy == "错误码 {code}：设置 MY_KNOB=1。"
+    (rules / "mine.toml").write_text(RULE.replace("错误码 {code}", "错误码 {cod}"))
+    with pytest.raises(RuleError) as caught:
+        load_catalogue([rules], include_user=False, include_shipped=False)
+    assert str(caught.value).startswith(f"{rules / 'mine.toml'}:13: rule my-error: remedy_zh must name the same fields")
+    (rules / "mine.toml").write_text(RULE.replace("设置 MY_KNOB=1", "设置 OTHER_KNOB=1"))
+    catalogue = load_catalogue([rules], include_user=False, include_shipped=False)
+    _, failures = check_rules(catalogue)
+    assert any("remedy_zh names other knobs than the English text: MY_KNOB, OTHER_KNOB" in f for f in failures)
