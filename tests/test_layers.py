@@ -38,7 +38,7 @@ ALLOWED = {
     "demo": {"text", "model", "units", "logs", "metrics", "flight_recorder"},
     # The UI sits on the core; only the commands (and the CLI above them) may reach it.
     "tui": {"text", "model", "units", "logs", "diagnosis", "metrics", "session", "progress", "demo", "runner",
-            "stacks"},
+            "stacks", "files"},  # files: the findings exported from the screen
 }
 CORE = [package for package in ALLOWED if package != "tui"]
 # The demo's torch job and the script that records it: they are torch programs, not the monitor.

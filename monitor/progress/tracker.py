@@ -150,14 +150,20 @@ class ProgressTracker:
         last = self._losses[-1]
         return last == event.loss or (math.isnan(last) and math.isnan(event.loss))
 
+    def steps_per_s(self) -> float | None:
+        """Steps a second over the recent steps seen live; None until two were."""
+        if len(self._steps) >= 2:
+            (t0, s0), (t1, s1) = self._steps[0], self._steps[-1]
+            if t1 > t0 and s1 > s0:
+                return (s1 - s0) / (t1 - t0)
+        return None
+
     def _eta(self, step: int | None, total: int | None, throughput: float | None, unit: str | None) -> float | None:
         if step is None or not total or step >= total:
             return None
         remaining = total - step
-        if len(self._steps) >= 2:
-            (t0, s0), (t1, s1) = self._steps[0], self._steps[-1]
-            if t1 > t0 and s1 > s0:
-                return remaining * (t1 - t0) / (s1 - s0)
+        if (rate := self.steps_per_s()) is not None:
+            return remaining / rate
         if unit == "it/s" and throughput and math.isfinite(throughput):
             return remaining / throughput
         return None

@@ -41,17 +41,13 @@ class StatusPublisher:
         self._clock = clock
         self._wall_clock = wall_clock
         self._progress = ProgressTracker(clock)
-        self._steps: list[tuple[float, int]] = []
         self._next = 0.0
         self.latest = JobStatus(time=wall_clock())
 
     def __call__(self, session, lines) -> None:
         """After one step of ``session`` (on its thread): ``lines``, the lines it brought."""
         for line in lines:
-            if self._progress.feed(line.text, line.rank):
-                step = self._progress.state.step
-                if step is not None and (not self._steps or step != self._steps[-1][1]):
-                    self._steps = [*self._steps[-31:], (self._clock(), step)]
+            self._progress.feed(line.text, line.rank)
         now = self._clock()
         if now >= self._next:
             self._next = now + PUBLISH_EVERY_S
@@ -68,12 +64,6 @@ class StatusPublisher:
         self.latest = JobStatus(
             time=wall, findings=counts, root_cause=root.snapshot() if root is not None else None,
             rank_last_line=session.last_line_times(), possible_hang=session.stall.active is not None,
-            progress=self._progress.state, steps_per_s=self._rate(), running=exit_code is None,
+            progress=self._progress.state, steps_per_s=self._progress.steps_per_s(), running=exit_code is None,
             exit_code=exit_code,
         )
-
-    def _rate(self) -> float | None:
-        if len(self._steps) < 2:
-            return None
-        (t0, s0), (t1, s1) = self._steps[0], self._steps[-1]
-        return (s1 - s0) / (t1 - t0) if t1 > t0 else None

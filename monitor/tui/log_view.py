@@ -164,7 +164,20 @@ class LogView(ScrollView, can_focus=True):
             pos = bisect_left(found, here) - 1
             pos = len(found) - 1 if pos < 0 else pos
         self.jump_to(found[pos])
+        self._reveal_match(found[pos])
         return pos + 1, len(found)
+
+    def _reveal_match(self, index: int) -> None:
+        """Scroll sideways so the find's match in line ``index`` is in view (lines are not wrapped)."""
+        match = self._find.search(self.store.text(index)[:MAX_DRAWN].expandtabs(4)) if self._find else None
+        if match is None:
+            return
+        width = self.scrollable_content_region.width
+        start, end = match.start() + self._badge_width() + 1, match.end() + self._badge_width() + 1
+        if end <= width:
+            self.scroll_to(x=0, animate=False)
+        else:
+            self.scroll_to(x=max(0, start - width // 3), animate=False)
 
     def set_marks(self, marks: dict[int, str]) -> None:
         if marks == self.marks:
