@@ -533,3 +533,29 @@ async def test_copy_and_export(tmp_path, monkeypatch):
         data = json.loads(saved.read_text())
         assert data["root_cause"]["title"] == "ValueError on rank 2" and len(data["findings"]) == 3
         assert saved.stat().st_mode & 0o777 == 0o600
+
+
+async def test_wrap_keeps_the_badge_and_every_character():
+    long = "x" * 150 + "END"
+    lines = crash_lines() + [LogLine("logs/rank1.log", 9, f"[rank1]: {long}", 1)]
+    app = make_app(ScriptedLogFeed([LogBatch(lines=lines)]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app, len(lines))
+        view = app.query_one(LogView)
+        last = len(app.store) - 1
+        await pilot.press("z")
+        await pilot.pause()
+        assert view.wrap and "wrap" in str(app.query_one("#log-status").render())
+        rows = [view.render_line(y).text for y in range(view.scrollable_content_region.height)]
+        start = next(i for i, text in enumerate(rows) if "[rank1]: xxx" in text)
+        first, *rest = [r for r in rows[start:] if r.strip()]
+        assert first.startswith(" r1 [rank1]: x")
+        assert all(r.startswith("    ") for r in rest)  # under the text, not under the badge
+        joined = first[4:].rstrip() + "".join(r[4:].rstrip() for r in rest)
+        assert joined == app.store.text(last)  # nothing lost at the cuts
+        width = view.scrollable_content_region.width - 4  # less the gutter and the badge
+        texts = [app.store.text(i) for i in range(len(app.store))]
+        assert view.virtual_size.height == sum(max(1, -(-len(t) // width)) for t in texts) > view.row_count
+        await pilot.press("z")
+        await pilot.pause()
+        assert not view.wrap and view.virtual_size.height == view.row_count

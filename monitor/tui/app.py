@@ -71,6 +71,7 @@ class MonitorApp(App[int]):
         Binding("y", "copy_line", "Copy line", show=False),
         Binding("Y", "copy_finding", "Copy finding", show=False),
         Binding("x", "export", "Export", show=False),
+        Binding("z", "wrap", "Wrap", show=False),
         Binding("o", "node(1)", "Node", show=False),
         Binding("O", "node(-1)", "Prev node", show=False),
         Binding("space", "toggle_follow", "Pause"),
@@ -346,6 +347,8 @@ class MonitorApp(App[int]):
             status.append(f"  showing {view.row_count:,}", style="bold")
         if line_filter.pattern:
             status.append(f"  /{safe_text(line_filter.pattern)}/", style="bold")
+        if view.wrap:
+            status.append("  wrap", style="bold")
         if view.find_text:
             where = f" {self._found[0]} of {self._found[1]}" if self._found else " (none)"
             status.append(f"  find /{safe_text(view.find_text)}/{where}", style="bold")
@@ -556,6 +559,10 @@ class MonitorApp(App[int]):
             self.notify(safe_text(error), severity="error", markup=False)
         else:
             self.notify(f"{len(self._findings)} findings saved to {safe_text(str(path.absolute()))}", markup=False)
+
+    def action_wrap(self) -> None:
+        self.query_one(LogView).toggle_wrap()
+        self._update_status()
 
     def action_detail(self) -> None:
         """Into the finding's detail (arrows, PageUp/PageDown scroll it; Escape goes back to the log)."""

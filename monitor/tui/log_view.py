@@ -84,6 +84,12 @@ class LogView(ScrollView, can_focus=True):
         self._cache: LRUCache[tuple, Strip] = LRUCache(2048)
         self._styles: dict[str, Style] = {}
         self._first_kept = 0  # store.first when rows were last counted
+        # Long lines wrapped at the view's width (the gutter and badges kept on the first row,
+        # the rest indented under the text): then ``_wrapped[r]`` is the first screen row of row
+        # ``r`` (one more entry: the total), kept for ``_wrap_width``.
+        self.wrap = False
+        self._wrapped: array | None = None
+        self._wrap_width = 0
 
     # ----- data in
     @property
@@ -102,6 +108,7 @@ class LogView(ScrollView, can_focus=True):
             except FilterError:
                 pass  # counted as no match; the filter bar already says the regex is slow
         added = len(self.store) - max(first, self.store.first)
+        self._extend_wrapped()
         self._update_size()
         if self.follow:
             self._scroll_end()
@@ -122,6 +129,10 @@ class LogView(ScrollView, can_focus=True):
         self._first_kept = first
         if self.cursor_index is not None and self.cursor_index < first:
             self.cursor_index = None
+        if self._wrapped is not None and gone:
+            gone_rows = self._wrapped[gone]
+            self._wrapped = array("L", (r - gone_rows for r in self._wrapped[gone:]))
+            gone = gone_rows
         if not self.follow and gone:
             self.scroll_to(y=max(0, self.scroll_offset.y - gone), animate=False)
 
@@ -131,6 +142,7 @@ class LogView(ScrollView, can_focus=True):
         rows = self.store.select(line_filter) if line_filter.active else None
         self.line_filter, self._pattern, self._rows = line_filter, pattern, rows
         self._cache.clear()
+        self._wrapped = None
         self._update_size()
         if self.cursor_index is not None and self.row_of(self.cursor_index) is not None:
             self._scroll_to_row(self.row_of(self.cursor_index))
@@ -170,7 +182,7 @@ class LogView(ScrollView, can_focus=True):
     def _reveal_match(self, index: int) -> None:
         """Scroll sideways so the find's match in line ``index`` is in view (lines are not wrapped)."""
         match = self._find.search(self.store.text(index)[:MAX_DRAWN].expandtabs(4)) if self._find else None
-        if match is None:
+        if match is None or self.wrap:
             return
         width = self.scrollable_content_region.width
         start, end = match.start() + self._badge_width() + 1, match.end() + self._badge_width() + 1
@@ -230,7 +242,7 @@ class LogView(ScrollView, can_focus=True):
 
     def on_click(self, event) -> None:
         """Clicking a line puts the cursor on it (and stops following, so it stays in view)."""
-        row = int(self.scroll_offset.y) + event.y
+        row = self._row_at_screen(int(self.scroll_offset.y) + event.y)[0]
         if 0 <= row < self.row_count:
             self.follow = False
             self.cursor_index = self._index_at(row)
@@ -240,7 +252,7 @@ class LogView(ScrollView, can_focus=True):
     def _scroll_to_row(self, row: int) -> None:
         def scroll() -> None:
             height = self.scrollable_content_region.height or 1
-            self.scroll_to(y=max(0, row - height // 2), animate=False)
+            self.scroll_to(y=max(0, self._screen_row(row) - height // 2), animate=False)
 
         scroll()
         # Again once a pending layout (new size, scrollbar shown) is done: it may have clamped the first.
@@ -250,8 +262,67 @@ class LogView(ScrollView, can_focus=True):
         self.scroll_to(y=self.max_scroll_y, animate=False)
         self.call_after_refresh(lambda: self.follow and self.scroll_to(y=self.max_scroll_y, animate=False))
 
+    # ----- wrapping
+    def toggle_wrap(self) -> None:
+        """Wrap long lines at the view's width, or show them whole on one row (scroll sideways)."""
+        self.wrap = not self.wrap
+        self._wrapped = None
+        self._cache.clear()
+        if self.wrap:
+            self.scroll_to(x=0, animate=False)
+        self._update_size()
+        if self.cursor_index is not None and self.row_of(self.cursor_index) is not None:
+            self._scroll_to_row(self.row_of(self.cursor_index))
+        elif self.follow:
+            self._scroll_end()
+        self.refresh()
+        self.post_message(self.StatusChanged())
+
+    def on_resize(self, event) -> None:
+        if self.wrap and self._text_width() != self._wrap_width:
+            self._wrapped = None
+            self._update_size()
+
+    def _text_width(self) -> int:
+        return max(8, self.scrollable_content_region.width - self._badge_width() - 1)
+
+    def _rows_of(self, index: int, width: int) -> int:
+        return max(1, -(-len(self.store.text(index)[:MAX_DRAWN].expandtabs(4)) // width))
+
+    def _ensure_wrapped(self) -> array:
+        """The wrap map for the current rows and width (built when missing)."""
+        width = self._text_width()
+        if self._wrapped is None or width != self._wrap_width:
+            self._wrap_width, self._wrapped = width, array("L", [0])
+            self._extend_wrapped()
+        return self._wrapped
+
+    def _extend_wrapped(self) -> None:
+        """Rows that arrived since the map was made get their screen rows."""
+        if self._wrapped is None:
+            return
+        total, width = self._wrapped[-1], self._wrap_width
+        for row in range(len(self._wrapped) - 1, self.row_count):
+            total += self._rows_of(self._index_at(row), width)
+            self._wrapped.append(total)
+
+    def _screen_row(self, row: int) -> int:
+        """The first screen row of (filtered) row ``row``."""
+        return self._ensure_wrapped()[row] if self.wrap else row
+
+    def _row_at_screen(self, screen_row: int) -> tuple[int, int]:
+        """(filtered row, which of its wrapped pieces) shown at ``screen_row``."""
+        if not self.wrap:
+            return screen_row, 0
+        wrapped = self._ensure_wrapped()
+        row = bisect_right(wrapped, screen_row) - 1
+        return row, screen_row - wrapped[row]
+
     def _update_size(self) -> None:
-        size = Size(min(self.store.longest, MAX_DRAWN) + self._badge_width() + 1, self.row_count)
+        if self.wrap:
+            size = Size(self.scrollable_content_region.width, self._ensure_wrapped()[-1])
+        else:
+            size = Size(min(self.store.longest, MAX_DRAWN) + self._badge_width() + 1, self.row_count)
         old = self.virtual_size
         if size == old:
             return
@@ -288,7 +359,7 @@ class LogView(ScrollView, can_focus=True):
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
-        row = scroll_y + y
+        row, piece = self._row_at_screen(scroll_y + y)
         width = self.scrollable_content_region.width
         if row >= self.row_count:
             return Strip.blank(width, self._style(""))
@@ -298,6 +369,13 @@ class LogView(ScrollView, can_focus=True):
         if strip is None:
             strip = self._render_index(index)
             self._cache[key] = strip
+        if self.wrap:
+            prefix, text_width = self._badge_width() + 1, self._wrap_width
+            if piece == 0:
+                return strip.crop_extend(0, prefix + text_width, self._style(""))
+            start = prefix + piece * text_width
+            indent = Strip.blank(prefix, self._style(""))
+            return Strip.join([indent, strip.crop(start, start + text_width)]).crop_extend(0, width, self._style(""))
         return strip.crop_extend(scroll_x, scroll_x + width, self._style(""))
 
     def _render_index(self, index: int) -> Strip:
