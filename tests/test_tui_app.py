@@ -436,15 +436,18 @@ async def test_the_remedy_comes_first_and_the_detail_is_reached_and_scrolled_fro
         assert toast.region.y < app.size.height // 2 and not toast.region.overlaps(detail.region)
 
 
-async def test_a_new_root_cause_rings_the_bell_once_unless_asked_not_to(monkeypatch):
+async def test_a_new_root_cause_rings_the_bell_once_unless_asked_not_to_and_names_itself_in_the_title(monkeypatch):
     for bell, rings in ((True, 1), (False, 0)):
         app = make_app(bell=bell)
-        rung = []
+        rung, written = [], []
         monkeypatch.setattr(app, "bell", lambda: rung.append(1))
+        monkeypatch.setattr(app, "_terminal_write", written.append)
         async with app.run_test(size=(120, 40)) as pilot:
             await settle(pilot, app, len(crash_lines()))
             await pilot.pause(0.1)
         assert len(rung) == rings
+        # The user's title is pushed first and popped last; between, the root cause's.
+        assert written == ["\x1b[22;0t", "\x1b]2;monitor: ★ ValueError on rank 2\x07", "\x1b[23;0t"]
 
 
 async def test_the_findings_table_is_in_time_order_within_a_severity():

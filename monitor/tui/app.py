@@ -147,6 +147,7 @@ class MonitorApp(App[int]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._terminal_write("\x1b[22;0t")  # keep the user's title on the terminal's stack
         self.query_one("#filter-input").display = False
         self.query_one("#find-input").display = False
         self._fit_layout(self.size.width)
@@ -281,12 +282,25 @@ class MonitorApp(App[int]):
             new_root = batch.root_cause is not None and (self._root is None or batch.root_cause.id != self._root.id)
             self._root = batch.root_cause
             self._show_findings()
-            if new_root and self.ring_bell:
-                self.bell()
+            if new_root:
+                self._announce(batch.root_cause)
         elif self._unplaced and batch.lines:
             self._mark_lines()
         if batch.finished:
             self._finish(batch.note)
+
+    def _announce(self, root: Finding) -> None:
+        """For the user in another window: the terminal's title names the root cause (xterm's
+        title stack keeps theirs, given back at the end), and the bell rings (``bell``)."""
+        where = f"node {root.node}: " if root.node else ""
+        self._terminal_write(f"\x1b]2;monitor: ★ {safe_text(where + root.title)[:120]}\x07")
+        if self.ring_bell:
+            self.bell()
+
+    def _terminal_write(self, data: str) -> None:
+        driver = getattr(self, "_driver", None)  # None in a test without a terminal
+        if driver is not None:
+            driver.write(data)
 
     def on_metrics_sampled(self, message: MetricsSampled) -> None:
         if self._torn_down():
@@ -632,6 +646,7 @@ class MonitorApp(App[int]):
         yield SystemCommand("Keys", "Show the key help", self.action_help)
 
     def on_unmount(self) -> None:
+        self._terminal_write("\x1b[23;0t")  # give the user's title back
         # The feed is not thread-safe: let the worker's poll in progress end before closing it.
         if self._log_worker is not None:
             self._log_worker.cancel()
