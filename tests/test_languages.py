@@ -87,3 +87,28 @@ def test_a_translation_must_name_the_same_fields_and_knobs(tmp_path):
     catalogue = load_catalogue([rules], include_user=False, include_shipped=False)
     _, failures = check_rules(catalogue)
     assert any("remedy_zh names other knobs than the English text: MY_KNOB, OTHER_KNOB" in f for f in failures)
+
+
+def test_every_shipped_rule_and_advice_has_its_chinese_text():
+    """#14: a translated text beside each English one (names, fields and knobs checked at load
+    and by rules test)."""
+    from monitor.diagnosis.advice import shipped
+
+    catalogue = load_catalogue(include_user=False)
+    assert [r.id for r in catalogue.rules if "zh" not in r.translations] == []
+    assert [(r.id, n) for r in catalogue.rules for n, a in enumerate(r.advice) if "zh" not in a.translations] == []
+    assert [r.id for r in catalogue.rules if r.confirmed_title and "confirmed_title" not in r.translations["zh"]] == []
+    assert [k for k, a in shipped().items() if "zh" not in a.translations] == []
+    _, failures = check_rules(catalogue)
+    assert failures == []
+
+
+def test_advice_of_findings_no_rule_makes_follows_the_language(tmp_path):
+    from monitor.diagnosis import advice
+
+    try:
+        advice.use_language("zh")
+        assert advice.advice("exit-code") == "看退出之前日志里的第一个错误。"
+    finally:
+        advice.use_language("en")
+    assert advice.advice("exit-code") == "See the first error in the log above the exit."

@@ -35,10 +35,13 @@ def load_rules(args: argparse.Namespace, extra: tuple[str, ...] = ()):
     """The catalogue: the shipped rules, the user's (unless ``--no-user-rules``), ``--rules``
     directories and ``extra``. Raises ``UsageError`` naming the file and line of a bad rule."""
     from monitor.cli import UsageError
+    from monitor.diagnosis.advice import use_language
     from monitor.diagnosis.catalogue import RuleError, load_catalogue
 
+    lang = language(args)
+    use_language(lang)  # the advice of findings no rule makes (the exit, metrics, nodes)
     try:
-        return load_catalogue([*args.rules, *extra], include_user=not args.no_user_rules, lang=language(args))
+        return load_catalogue([*args.rules, *extra], include_user=not args.no_user_rules, lang=lang)
     except RuleError as exc:
         raise UsageError(str(exc)) from None
 

@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from monitor.diagnosis.templates import render
+from monitor.diagnosis.templates import field_names, render
 from monitor.diagnosis.textfile import read_toml_file
 
 ADVICE_FILE = "advice.toml"
@@ -28,10 +28,26 @@ class Advice:
     text: str
     example_fields: dict[str, str] = field(default_factory=dict)
     example_contains: str = ""
+    # The text in other languages (``text_zh``), the same fields.
+    translations: dict[str, str] = field(default_factory=dict)
+
+
+# The language advice is given in: the process's (a command's --lang or locale: ``use_language``).
+_language = "en"
+
+
+def use_language(lang: str) -> None:
+    global _language
+    _language = lang
+
+
+def language() -> str:
+    return _language
 
 
 def advice(advice_id: str, **fields: str) -> str:
-    return render(shipped()[advice_id].text, {name: str(value) for name, value in fields.items()})
+    entry = shipped()[advice_id]
+    return render(entry.translations.get(_language, entry.text), {name: str(value) for name, value in fields.items()})
 
 
 @functools.cache
@@ -49,6 +65,11 @@ def load_file(path: Path) -> dict[str, Advice]:
         if not isinstance(table.get("id"), str) or not isinstance(table.get("text"), str):
             raise AdviceError(f"{path}: advice #{index + 1}: needs an id and a text")
         example = table.get("example", {})
+        translations = {}
+        for key in [k for k in table if k.startswith("text_")]:
+            if not isinstance(table[key], str) or field_names(table[key]) != field_names(table["text"]):
+                raise AdviceError(f"{path}: advice {table['id']}: {key} must be a text naming the same fields as text")
+            translations[key.removeprefix("text_")] = table[key]
         entries[table["id"]] = Advice(table["id"], table["text"], dict(example.get("fields", {})),
-                                      example.get("contains", ""))
+                                      example.get("contains", ""), translations)
     return entries

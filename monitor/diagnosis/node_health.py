@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.diagnosis.advice import advice
+from monitor.diagnosis.advice import advice, language
 from monitor.logs.nodes import Node, nodes_in
 from monitor.model import Category, Finding
 from monitor.units import clock, duration
@@ -117,10 +117,11 @@ def _silent(state: NodeState, last: float, quiet: float) -> Finding:
 def _monitor_lost(state: NodeState, now: float) -> Finding:
     name = state.node.name
     log_at = state.log_at or 0.0
+    words = LOG_WORDS.get(language(), LOG_WORDS["en"])
     if log_at > state.metrics_at:
-        log = "its log still grows" if now - log_at < MONITOR_QUIET_S else f"its log went on until {clock(log_at)}"
+        log = words["grows"] if now - log_at < MONITOR_QUIET_S else words["went on"].format(clock(log_at))
     else:
-        log = f"its log was last written at {clock(log_at)} (its ranks may just be quiet)"
+        log = words["quiet"].format(clock(log_at))
     return Finding(
         rule="node-monitor-lost", category=Category.NODE_FAILURE, severity="warning", role="confirm",
         title=f"The monitor on node {name} stopped", node=name, file=state.node.folder, origin="node",
@@ -128,6 +129,15 @@ def _monitor_lost(state: NodeState, now: float) -> Finding:
         fields={"node": name}, first_seen=state.metrics_at,
         remedy=advice("node-monitor-lost", node=name, since=clock(state.metrics_at), log=log),
     )
+
+
+# How the node's log went on, in the advice's language (``{log}`` of ``node-monitor-lost``).
+LOG_WORDS = {
+    "en": {"grows": "its log still grows", "went on": "its log went on until {}",
+           "quiet": "its log was last written at {} (its ranks may just be quiet)"},
+    "zh": {"grows": "它的日志仍在增长", "went on": "它的日志一直写到 {}",
+           "quiet": "它的日志最后写于 {}（它的 rank 可能只是没有输出）"},
+}
 
 
 def _mtime(path: Path) -> float | None:

@@ -145,4 +145,8 @@ def check_advice(catalogue: Catalogue) -> list[str]:
             failures.append(f"{where}: example does not contain {entry.example_contains!r}: {text!r}")
         failures.extend(f"{where}: names {name!r}, which no {KNOBS_FILE} holds"
                         for name in dict.fromkeys(unknown(entry.text, catalogue.knobs)))
+        for lang, text in entry.translations.items():
+            if (theirs := set(mentions(text))) != (ours := set(mentions(entry.text))):
+                failures.append(f"{where}: text_{lang} names other knobs than the English text: "
+                                f"{', '.join(sorted(theirs ^ ours))}")
     return failures
