@@ -90,8 +90,12 @@ def test_diagnose_the_job_folder_names_node_and_rank(job):
 
 
 def test_watch_of_the_job_folder_saw_both_nodes_and_the_quiet_monitor(job):
-    _, _, printed = job
-    nodes = {f.get("node") for f in printed}
-    assert {"node-a", "node-b"} <= nodes, printed
-    assert any(f["rule"] == "node-monitor-lost" and f["node"] == "node-b" for f in printed), printed
-    assert any(f["rule"] == "python-exception" and f["rank"] == 3 for f in printed), printed
+    job_dir, _, printed = job
+    live, summary = printed[:-1], printed[-1]["diagnosis"]  # the findings as they came, then the summary
+    # Both nodes' logs were followed, and the findings say on which nodes they were seen (a
+    # finding seen on both is printed once, when it first appears, with the node it appeared on).
+    assert {Path(f).parent.name for f in summary["files"]} >= {"node-a", "node-b"}
+    assert {n for f in summary["findings"] for n in [f["node"], *f["nodes"]]} >= {"node-a", "node-b"}
+    assert any(f["rule"] == "node-monitor-lost" and f["node"] == "node-b" for f in live), live
+    (exception,) = [f for f in live if f["rule"] == "python-exception" and f["rank"] == 3]
+    assert exception["node"] == _node_of_rank(job_dir, 3)
