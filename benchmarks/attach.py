@@ -66,7 +66,7 @@ def main() -> None:
         if not path.exists():
             generate(path, size)
     last_line = big.read_bytes()[-200:].decode().splitlines()[-1][:40]
-    print(f"| case | log | seconds |\n|---|---|---|")
+    print("| case | log | seconds |\n|---|---|---|")
     print(f"| `less +G` (baseline): last line on screen | {args.size_mb} MB | {tmux_until(f'less +G {big}', last_line):.2f} |")
     monitor = f"{sys.executable} -m monitor watch --no-user-rules --no-bell {big}"
     print(f"| `monitor watch` screen: first screen | {args.size_mb} MB | {tmux_until(monitor, 'monitor — watching'):.2f} |")
