@@ -562,3 +562,21 @@ async def test_wrap_keeps_the_badge_and_every_character():
         await pilot.press("z")
         await pilot.pause()
         assert not view.wrap and view.virtual_size.height == view.row_count
+
+
+async def test_several_files_read_at_once_are_shown_in_the_order_of_their_times(tmp_path):
+    """#14: per-rank files opened together showed file by file (rank 0's timeouts above rank 1's
+    earlier error); lines that carry a time are merged by it, each file's own order kept."""
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.tui import watch_app
+
+    (tmp_path / "rank0.log").write_text(
+        "[E1121 10:00:01.000000 11 train.py:1] step 1\n[E1121 10:00:09.000000 11 train.py:1] rank 0 timed out\n")
+    (tmp_path / "rank1.log").write_text(
+        "[E1121 10:00:02.000000 12 train.py:1] step 1\n[E1121 10:00:05.000000 12 train.py:1] ValueError: boom\n"
+        "  the rest of its message, with no time\n")
+    app = watch_app([tmp_path], catalogue=load_catalogue(include_user=False), bell=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, 5)
+        shown = [app.store.text(i).split("] ", 1)[-1] for i in range(len(app.store))]
+    assert shown == ["step 1", "step 1", "ValueError: boom", "  the rest of its message, with no time", "rank 0 timed out"]

@@ -15,8 +15,7 @@ from dataclasses import replace
 
 import regex
 
-from monitor.diagnosis import pyexc, records
-from monitor.diagnosis.advice import advice as advice_text
+from monitor.diagnosis import advice as advice_file, pyexc, records
 from monitor.diagnosis.catalogue import CONFIRM_PREFIX, CONFIRMED_BY, Catalogue, Rule
 from monitor.diagnosis.root_cause import choose
 from monitor.model import SEVERITY_ORDER, Diagnosis, Finding, LogLine
@@ -131,7 +130,7 @@ class Engine:
             rule="glued-output", category="launcher", severity="info", role="confirm",
             title="Lines of several ranks ran together (a rank's prefix in the middle of a line)",
             file=line.file, line=line.line, evidence=[mask(line.text)], origin="log",
-            remedy=advice_text("glued-output"), seq=next(self._seq), arrival=self.lines_fed,
+            remedy=advice_file.advice("glued-output"), seq=next(self._seq), arrival=self.lines_fed,
         )
         self.findings.append(finding)
         self.version += 1

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from monitor.metrics.model import Sample
 from monitor.model import Diagnosis, Finding, LogLine
+from monitor.session.time_order import in_time_order
 
 # How often a running job is asked for per-rank log files it has created since the start.
 MORE_PATHS_EVERY_S = 2.0
@@ -93,7 +94,8 @@ class SessionFeed:
             self.session.follow(self._more_paths())
             self._next_more_paths = time.monotonic() + MORE_PATHS_EVERY_S
         update = self.session.step(timeout=timeout)
-        batch = LogBatch(lines=list(update.lines), files=[str(f) for f in update.files], problems=list(update.problems))
+        batch = LogBatch(lines=in_time_order(update.lines), files=[str(f) for f in update.files],
+                         problems=list(update.problems))
         if note is not None and not update.lines:
             # Everything the source wrote has been read: complete the records still open.
             self.session.flush()
