@@ -97,6 +97,9 @@ def test_every_registry_entry_is_named_by_some_remedy(catalogue):
     """No entry outlives the advice that named it: the registry is what the remedies say, checked."""
     texts = [t for r in catalogue.rules for t in (r.title, r.confirmed_title, r.remedy, *(a.text for a in r.advice))]
     texts += [text for module in ADVICE_MODULES for _, text in _advice_strings(ROOT / module)]
+    from monitor.diagnosis.advice import shipped
+
+    texts += [entry.text for entry in shipped().values()]  # advice.toml: the built-in findings' words
     used = {lookup(name, catalogue.knobs).name for text in texts for name in mentions(text)}
     assert sorted(set(catalogue.knobs) - used) == []
     assert len(catalogue.knobs) >= 100

@@ -112,3 +112,17 @@ def test_advice_of_findings_no_rule_makes_follows_the_language(tmp_path):
     finally:
         advice.use_language("en")
     assert advice.advice("exit-code") == "See the first error in the log above the exit."
+
+
+def test_the_monitors_own_findings_speak_the_language_too(tmp_path):
+    from monitor.diagnosis import advice
+    from monitor.runner.explain import exit_finding
+
+    try:
+        advice.use_language("zh")
+        assert exit_finding(tmp_path / "run.log", 1, None).title == "作业以代码 1 退出"
+        assert exit_finding(tmp_path / "run.log", 137, "SIGTERM", killed=True).title.startswith(
+            "按请求停止（向作业的每个进程发送了 SIGTERM，宽限期过后")
+    finally:
+        advice.use_language("en")
+    assert exit_finding(tmp_path / "run.log", 1, None).title == "The job exited with code 1"

@@ -128,7 +128,7 @@ class Engine:
         """Once: the output of several ranks ran together, and how to keep it apart."""
         finding = Finding(
             rule="glued-output", category="launcher", severity="info", role="confirm",
-            title="Lines of several ranks ran together (a rank's prefix in the middle of a line)",
+            title=advice_file.advice("title-glued-output"),
             file=line.file, line=line.line, evidence=[mask(line.text)], origin="log",
             remedy=advice_file.advice("glued-output"), seq=next(self._seq), arrival=self.lines_fed,
         )

@@ -106,7 +106,7 @@ def _silent(state: NodeState, last: float, quiet: float) -> Finding:
     name = state.node.name
     return Finding(
         rule="node-silent", category=Category.NODE_FAILURE, severity="error", role="root",
-        title=f"Node {name} went silent", node=name, file=state.node.folder, origin="node",
+        title=advice("title-node-silent", node=name), node=name, file=state.node.folder, origin="node",
         evidence=[f"{name}: last log line or metrics sample at {clock(last)}, "
                   f"{duration(quiet)} before the other nodes' last"],
         fields={"node": name, "quiet_s": f"{quiet:.0f}"}, first_seen=last,
@@ -124,7 +124,7 @@ def _monitor_lost(state: NodeState, now: float) -> Finding:
         log = words["quiet"].format(clock(log_at))
     return Finding(
         rule="node-monitor-lost", category=Category.NODE_FAILURE, severity="warning", role="confirm",
-        title=f"The monitor on node {name} stopped", node=name, file=state.node.folder, origin="node",
+        title=advice("title-node-monitor-lost", node=name), node=name, file=state.node.folder, origin="node",
         evidence=[f"{name}: last metrics sample at {clock(state.metrics_at)}; log written until {clock(log_at)}"],
         fields={"node": name}, first_seen=state.metrics_at,
         remedy=advice("node-monitor-lost", node=name, since=clock(state.metrics_at), log=log),

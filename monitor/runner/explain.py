@@ -20,17 +20,17 @@ def exit_finding(log_path: Path, exit_code: int, stop_signal: str | None, killed
         return None
     name = signal_name(exit_code)
     if stop_signal:
-        sent = f"{stop_signal} sent to every process of the job"
         if killed:
-            sent += ", then SIGKILL to those left after the grace period or a second request"
-        title = f"Stopped on request ({sent}); exit code {exit_code}"
+            title = advice("title-exit-stopped-killed", signal=stop_signal, exit_code=str(exit_code))
+        else:
+            title = advice("title-exit-stopped", signal=stop_signal, exit_code=str(exit_code))
         return _finding(STOPPED_RULE, "launcher", "warning", title, log_path, exit_code, name,
                         advice("exit-stopped"))
     if name:
-        title = f"The job was ended by {name} (exit code {exit_code})"
+        title = advice("title-exit-signal", signal=name, exit_code=str(exit_code))
         remedy = advice(_SIGNAL_ADVICE.get(name, "exit-other-signal"), shm=advice("shm"))
     else:
-        title = f"The job exited with code {exit_code}"
+        title = advice("title-exit-code", exit_code=str(exit_code))
         remedy = advice("exit-code")
     return _finding("job-exit", "launcher", "error", title, log_path, exit_code, name, remedy)
 

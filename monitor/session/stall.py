@@ -17,6 +17,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from monitor.diagnosis.advice import advice
 from monitor.model import Category, Finding, LogLine, rank_words
 
 MIN_STALL_S = 60.0
@@ -84,9 +85,10 @@ class StallDetector:
             for key, words in by_age[:MAX_EVIDENCE_RANKS]
         ]
         subject = self.last[first[0]] if first else by_age[-1][1]
-        title = f"No output for {silent:.0f} s: possible hang"
         if first:
-            title += f"; {_who_list(first)} went silent first"
+            title = advice("title-stall-first", silent=f"{silent:.0f}", first=_who_list(first))
+        else:
+            title = advice("title-stall", silent=f"{silent:.0f}")
         fields = {"silent_s": f"{silent:.0f}", "threshold_s": f"{threshold:.0f}"}
         if first:
             fields["first_silent"] = ",".join(str(key) for key in first)
@@ -103,12 +105,10 @@ def resolved_note(stall: Finding, wall_now: float) -> Finding:
     started = stall.first_seen if stall.first_seen is not None else wall_now
     return Finding(
         rule=RESOLVED_RULE, category=Category.HANG, severity="info", role="confirm", origin="stall",
-        title=f"No output for {wall_now - started:.0f} s, then output resumed (possible hang passed)",
+        title=advice("title-stall-passed", silent=f"{wall_now - started:.0f}"),
         rank=stall.rank, ranks=list(stall.ranks), file=stall.file, line=stall.line, evidence=list(stall.evidence),
         fields={**stall.fields, "resumed_after_s": f"{wall_now - started:.0f}"}, first_seen=started,
-        remedy="The job went quiet for longer than usual, then printed again: a long evaluation, a checkpoint "
-               "save or a slow data loader; or a hang that passed. If it recurs at the same step, look at "
-               "what the ranks that went silent first were doing (their last lines are above).",
+        remedy=advice("stall-passed"),
     )
 
 
@@ -124,19 +124,7 @@ def _who_list(keys: list[int | str]) -> str:
 
 
 def _remedy(silent: float, threshold: float, first: list[int | str], subject: LastWords) -> str:
-    lines = [
-        f"Nothing was printed for {silent:.0f} s (more than {threshold:.0f} s). If a collective is stuck, "
-        "NCCL's watchdog reports it only when the process-group timeout runs out "
-        "(init_process_group(timeout=...); 10 min by default for NCCL, 30 min for gloo).",
-    ]
+    fields = {"silent": f"{silent:.0f}", "threshold": f"{threshold:.0f}"}
     if first:
-        lines.append(
-            f"{_who_list(first)} stopped first; the last line was: {subject.line.text}. The others are "
-            "probably waiting for it in the next collective."
-        )
-    lines.append(
-        "See where each rank is now: py-spy dump --pid <PID> (the ranks that stopped first first), "
-        "and nvidia-smi for GPUs still busy. A long evaluation or checkpoint save also looks like "
-        "this: the warning clears when output resumes; raise --stall-after if it is expected."
-    )
-    return "\n".join(lines)
+        fields.update(first=_who_list(first), last_line=subject.line.text)
+    return advice("stall", **fields)
