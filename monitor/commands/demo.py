@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 
+from monitor.commands.options import add_language_option, language
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -20,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--headless", action="store_true", help="print the findings as they appear and the diagnosis, no screen")
     parser.add_argument("--recording", metavar="DIR", help="replay this recording instead of the bundled one")
     parser.add_argument("--keep", metavar="DIR", help="write the replayed logs into DIR (kept) instead of a temporary folder")
+    add_language_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -29,13 +32,16 @@ def run(args: argparse.Namespace) -> int:
 
     from monitor.cli import UsageError
     from monitor.demo.replay import BUNDLED, RecordingFormatError, Replayer, load_recording
+    from monitor.diagnosis.advice import use_language
     from monitor.diagnosis.catalogue import RuleError, load_catalogue
 
     if not args.speed > 0:
         raise UsageError(f"--speed must be positive, not {args.speed}")
     try:
         recording = load_recording(args.recording or BUNDLED)
-        catalogue = load_catalogue()
+        lang = language(args)
+        use_language(lang)
+        catalogue = load_catalogue(lang=lang)
     except (RecordingFormatError, RuleError) as exc:
         raise UsageError(str(exc)) from None
     with tempfile.TemporaryDirectory(prefix="monitor-demo-") as scratch, _removed_on_stop_signals(scratch):

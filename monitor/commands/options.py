@@ -15,6 +15,10 @@ def add_rules_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules", action="append", default=[], metavar="DIR",
                         help="add a directory of rule files (repeatable)")
     parser.add_argument("--no-user-rules", action="store_true", help="ignore ~/.config/monitor/rules")
+    add_language_option(parser)
+
+
+def add_language_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lang", choices=("en", "zh"), default=None,
                         help="the language of titles and remedies (default: zh when LC_ALL, LC_MESSAGES or LANG "
                              "says Chinese, else en); names, variables and commands stay as they are")
