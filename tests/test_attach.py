@@ -52,3 +52,40 @@ def test_a_big_log_is_scanned_shown_by_its_tail_and_followed_on(tmp_path):
         session.close()
     assert live == {(f.rule, f.rank, f.line) for f in diagnose_paths([log], catalogue).findings}
     assert ("cuda-oom", 5, 80_001) in live  # (the time it takes is measured in benchmarks/attach.py)
+
+
+async def test_the_screen_reads_back_earlier_lines_on_demand(tmp_path):
+    from monitor.tui import watch_app
+    from monitor.tui.log_view import LogView
+    from tests.test_tui_app import settle
+
+    log = tmp_path / "train.log"
+    big_log(log, 80_000)
+    app = watch_app([log], catalogue=load_catalogue(include_user=False), bell=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, job_session.ATTACH_TAIL_LINES)
+        assert len(app.store) == job_session.ATTACH_TAIL_LINES
+        first_shown = app.store.line(0).line
+        assert first_shown == 80_001 - job_session.ATTACH_TAIL_LINES + 1
+        await pilot.press("L")
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if len(app.store) > job_session.ATTACH_TAIL_LINES:
+                break
+        view = app.query_one(LogView)
+        numbers = [app.store.line(i).line for i in range(len(app.store))]
+        assert numbers == list(range(first_shown - 10_000, 80_002))  # in order, none twice, none missing
+        assert app.store.line(view.cursor_index).line == first_shown  # the cursor on where it was
+        assert app.store.text(0) == f"[rank{(first_shown - 10_001) % 8}]: step {(first_shown - 10_001) // 8} loss " \
+            f"{1.0 / (first_shown - 10_000):.6f} lr 3e-4 grad_norm 0.91 tokens/s 12345"
+        # The root cause's line (the OOM) is still marked after the store was rebuilt.
+        assert any(mark == "root" for mark in view.marks.values())
+        # Back to the file's first line, and no further.
+        for _ in range(8):
+            before = len(app.store)
+            await pilot.press("L")
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if len(app.store) > before or app.store.line(0).line == 1:
+                    break
+        assert app.store.line(0).line == 1 and len(app.store) == 80_001

@@ -143,20 +143,21 @@ def read_log(path: str | os.PathLike) -> Iterator[LogLine]:
             yield make_line(name, number, last, file_rank)
 
 
-def last_lines(path: str, end: int, lines: int, count: int, window: int = 1 << 20) -> list[LogLine]:
+def last_lines(path: str, end: int, lines: int, count: int, window: int = 1 << 20) -> tuple[list[LogLine], int]:
     """The last ``count`` complete lines before byte ``end`` of ``path`` (which holds ``lines``
-    lines up to there), numbered as a whole read would number them; at most ``window`` bytes
-    are read. [] when the file cannot be read."""
+    lines up to there), numbered as a whole read would number them, and the byte where the first
+    of them starts; at most ``window`` bytes are read. ([], end) when the file cannot be read."""
     try:
         with open(path, "rb") as handle:
             start = max(0, end - window)
             data = os.pread(handle.fileno(), end - start, start)
     except OSError:
-        return []
+        return [], end
     raws = data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n")
     if start > 0:
         raws = raws[1:]  # the first is cut by the window
-    raws = raws[-count:]
+    raws = raws[-count:] if count else []
     ranks = FileRanks(path)
     first = lines - len(raws) + 1
-    return [make_line(path, first + i, LineAssembler().feed(raw + b"\n")[0], ranks) for i, raw in enumerate(raws)]
+    begins = end - sum(len(raw) + 1 for raw in raws)
+    return [make_line(path, first + i, LineAssembler().feed(raw + b"\n")[0], ranks) for i, raw in enumerate(raws)], begins

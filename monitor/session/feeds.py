@@ -111,6 +111,11 @@ class SessionFeed:
     def diagnosis(self) -> Diagnosis:
         return self.session.diagnosis()
 
+    def earlier(self, count: int) -> list[LogLine]:
+        """Lines from before those shown of files opened big (see ``JobSession.earlier_lines``),
+        in the order of their times."""
+        return in_time_order(self.session.earlier_lines(count))
+
     def close(self) -> None:
         if self._close_session:
             self.session.close()

@@ -48,6 +48,8 @@ from monitor.session.stall import StallDetector, resolved_note
 # this many of their last lines.
 ATTACH_BYTES = 4 << 20
 ATTACH_TAIL_LINES = 2000
+# Bytes read back at most per call for earlier lines of an attached file.
+EARLIER_WINDOW = 8 << 20
 # A record spanning lines (a traceback) is complete when its file has been quiet this long.
 IDLE_FLUSH_S = 0.5
 # At the end, how long a capture under way may take to finish (its dumps may never come).
@@ -102,6 +104,8 @@ class JobSession:
         self._withdrawn: list[str] = []  # ids withdrawn since the last step
         self._on_step = on_step
         self._attach = attach
+        # Attached files: where the lines shown of each begin (byte, line number), for earlier_lines.
+        self.attached: dict[str, tuple[int, int]] = {}
         # A folder may be (or become, as the nodes start) a job folder of several nodes
         # (``monitor run --job-dir``): which node went quiet.
         self._node_watches = [NodeWatch(p, clock, wall_clock) for p in map(str, paths) if os.path.isdir(p)]
@@ -195,8 +199,24 @@ class JobSession:
             except UnreadableLog:
                 continue  # the follower says why when it reads it
             if self.follower.start_after(path, (st.st_dev, st.st_ino), offset, lines):
-                shown += last_lines(path, offset, lines, ATTACH_TAIL_LINES)
+                tail, begins = last_lines(path, offset, lines, ATTACH_TAIL_LINES)
+                shown += tail
+                self.attached[path] = (begins, lines - len(tail) + 1)
         return shown
+
+    def earlier_lines(self, count: int) -> list[LogLine]:
+        """Up to ``count`` more lines of each attached file, from before those shown so far (its
+        tail at attach, then each earlier call's), for the screen only: [] when none are left.
+        Reads the files only, so any thread may ask."""
+        found: list[LogLine] = []
+        for path, (begins, first) in list(self.attached.items()):
+            if first <= 1:
+                continue
+            lines, begins = last_lines(path, begins, first - 1, count, window=EARLIER_WINDOW)
+            if lines:
+                self.attached[path] = (begins, lines[0].line)
+                found += lines
+        return found
 
     def flush(self) -> None:
         """Complete every record in progress (the source has ended)."""

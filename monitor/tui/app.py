@@ -27,13 +27,15 @@ from monitor.session.feeds import LogBatch, LogFeed, MetricsFeed
 from monitor.tui.findings_panel import WIDE, FindingsPanel, JobTimeline, describe
 from monitor.tui.log_store import LEVEL_ERROR, LEVEL_INFO, LEVEL_WARNING, FilterError, LineFilter, LogStore
 from monitor.tui.log_view import LogView
-from monitor.tui.messages import LogsArrived, MetricsSampled
+from monitor.tui.messages import EarlierLines, LogsArrived, MetricsSampled
 from monitor.tui.metrics_panel import MetricsPanel
 from monitor.tui.progress_panel import ProgressPanel
 from monitor.tui.screens import HelpScreen, QuitScreen
 from monitor.tui.stacks_screen import StacksScreen
 
 POLL_S = 0.2
+# Lines read back per L from before those shown of a log opened big.
+EARLIER_LINES = 10_000
 # At most this many screen updates a second from the log: a burst of lines is one update.
 REFRESH_S = 0.25
 # How often the app checks whether its job was asked to stop (a signal) or has ended.
@@ -72,6 +74,7 @@ class MonitorApp(App[int]):
         Binding("Y", "copy_finding", "Copy finding", show=False),
         Binding("x", "export", "Export", show=False),
         Binding("z", "wrap", "Wrap", show=False),
+        Binding("L", "load_earlier", "Earlier lines", show=False),
         Binding("o", "node(1)", "Node", show=False),
         Binding("O", "node(-1)", "Prev node", show=False),
         Binding("space", "toggle_follow", "Pause"),
@@ -573,6 +576,27 @@ class MonitorApp(App[int]):
             self.notify(safe_text(error), severity="error", markup=False)
         else:
             self.notify(f"{len(self._findings)} findings saved to {safe_text(str(path.absolute()))}", markup=False)
+
+    def action_load_earlier(self) -> None:
+        """Lines from before those shown of a log opened big (only its tail was read for the screen)."""
+        earlier = getattr(self.log_feed, "earlier", None)
+        if earlier is None:
+            self.notify("every line of this source is shown already", markup=False)
+            return
+        self.run_worker(lambda: self.post_message(EarlierLines(earlier(EARLIER_LINES))), thread=True,
+                        group="earlier", exclusive=True, exit_on_error=False)
+
+    def on_earlier_lines(self, message: EarlierLines) -> None:
+        if not message.lines:
+            self.notify("no earlier lines: each file is shown from its first line", markup=False)
+            return
+        old = self.store
+        self.store = old.with_earlier(message.lines)
+        added = len(self.store) - (len(old) - old.first)
+        self.query_one(LogView).replace_store(self.store, cursor=added)
+        self._mark_lines()
+        self._update_status()
+        self.notify(f"{added:,} earlier lines read back", markup=False)
 
     def action_wrap(self) -> None:
         self.query_one(LogView).toggle_wrap()

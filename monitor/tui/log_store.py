@@ -168,6 +168,22 @@ class LogStore:
         for file_id, indices in enumerate(self._by_file):
             self._by_file[file_id] = indices[bisect_right(indices, self.first - 1):]
 
+    def line(self, index: int) -> LogLine:
+        """A kept line as it arrived."""
+        local = index - self.first
+        return LogLine(self.file_names[self._files[local]], self._numbers[local], self.text(index), self.rank(index))
+
+    def with_earlier(self, earlier: list[LogLine]) -> LogStore:
+        """A store of ``earlier`` lines followed by the lines this one keeps (as many earlier ones as
+        fit beside them): lines read back from a file opened at its end."""
+        store = LogStore(self.max_lines, self.max_bytes)
+        room = max(0, self.max_lines - (len(self) - self.first))
+        for line in earlier[len(earlier) - room:] if room else []:
+            store.append(line)
+        for index in range(self.first, len(self)):
+            store.append(self.line(index))
+        return store
+
     def text(self, index: int) -> str:
         """The line's text ("" for a line no longer kept)."""
         local = index - self.first

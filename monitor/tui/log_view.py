@@ -151,6 +151,14 @@ class LogView(ScrollView, can_focus=True):
         self.refresh()
         self.post_message(self.StatusChanged())
 
+    def replace_store(self, store: LogStore, cursor: int) -> None:
+        """Show ``store`` instead (the same lines with earlier ones in front), the cursor on ``cursor``."""
+        self.store = store
+        self._first_kept = store.first
+        self.cursor_index = None
+        self.set_filter(self.line_filter)
+        self.jump_to(cursor)
+
     def set_find(self, text: str) -> None:
         """Highlight ``text`` (a regex, smart case) in every shown line; "" clears. Raises FilterError."""
         self._find = compile_pattern(text) if text else None

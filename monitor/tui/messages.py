@@ -18,3 +18,11 @@ class MetricsSampled(Message):
     def __init__(self, sample: Sample) -> None:
         super().__init__()
         self.sample = sample
+
+
+class EarlierLines(Message):
+    """Lines from before the first shown, read back from files opened at their end."""
+
+    def __init__(self, lines: list) -> None:
+        super().__init__()
+        self.lines = lines

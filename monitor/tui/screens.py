@@ -19,6 +19,7 @@ KEYS = (
     ("r / R", "show only the next / previous rank (cycles back to all ranks)"),
     ("o / O", "a job of several nodes (monitor run --job-dir): show only the next / previous node"),
     ("space", "pause or resume following the end of the log"),
+    ("L", "a log opened big shows its last lines: read back 10,000 earlier ones"),
     ("z", "wrap long lines at the screen's width (the rank badge stays), or show each on one row (Left/Right scroll)"),
     ("End / Home", "follow the end / go to the first line (pauses)"),
     ("n / N", "next / previous finding in the log"),
