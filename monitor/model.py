@@ -121,6 +121,10 @@ class Finding:
     node: str | None = None
     # Every node it was seen on, when more than one: a cascade across the job.
     nodes: list[str] = field(default_factory=list)
+    # For a finding whose line has no time (a traceback): the first time written after it in its
+    # file, so it happened no later. Orders the files of several nodes (``chronological``); never
+    # shown as its time.
+    before: float | None = None
 
     def __post_init__(self) -> None:
         self.category = Category(self.category)  # ValueError names a category that does not exist
@@ -195,16 +199,43 @@ def one_line(finding: Finding) -> str:
 def chronological(findings: list[Finding]) -> list[Finding]:
     """The findings in the order they happened, by one sort key for the whole list.
 
-    When every finding carries a time (``first_seen``), the key is ``(first_seen, arrival,
-    seq)``: the logs' own clocks order lines of different files. Otherwise it is ``(arrival,
-    seq)``: the order in which their first lines were read, which within a file is line order
-    (a traceback counts from its first line, not from when it completed). One key for the
+    When every file's findings carry a time (``first_seen``; a finding without one takes that of
+    the next one of its file, see ``_times``), the key is ``(time, arrival, seq)``: the logs' own
+    clocks order lines of different files. Otherwise it is ``(arrival, seq)``: the order in which
+    their first lines were read, which within a file is line order (a traceback counts from its
+    first line, not from when it completed). One key for the
     whole list is a strict total order, so the earliest finding does not depend on the order
     of the list (a pairwise rule mixing the two can go round in a circle).
     """
-    if all(f.first_seen is not None for f in findings):
-        return sorted(findings, key=lambda f: (f.first_seen, f.arrival, f.seq))
+    times = _times(findings)
+    if times is not None:
+        return sorted(findings, key=lambda f: (times[id(f)], f.arrival, f.seq))
     return sorted(findings, key=lambda f: (f.arrival, f.seq))
+
+
+def _times(findings: list[Finding]) -> dict[int, float] | None:
+    """Each finding's time for ordering: its own; else (a traceback prints no time) the first time
+    written after it in its file (``before``), else that of the next finding of its file that has
+    one, else of the one before. So the files of several nodes are ordered by their clocks, not by
+    which was read first. None when some file holds no time at all (the order of reading decides)."""
+    by_file: dict[str, list[Finding]] = {}
+    for finding in findings:
+        by_file.setdefault(finding.file, []).append(finding)
+    times: dict[int, float] = {}
+    for same in by_file.values():
+        same.sort(key=lambda f: (f.arrival, f.seq))
+        if all(f.first_seen is None and f.before is None for f in same):
+            return None
+        later = None
+        for finding in reversed(same):
+            later = finding.first_seen if finding.first_seen is not None else later
+            if (time := finding.first_seen if finding.first_seen is not None else finding.before or later) is not None:
+                times[id(finding)] = time
+        earlier = None
+        for finding in same:
+            earlier = finding.first_seen if finding.first_seen is not None else earlier
+            times.setdefault(id(finding), earlier)
+    return times
 
 
 @dataclass(slots=True)

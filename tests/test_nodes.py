@@ -154,3 +154,25 @@ def test_a_nodes_kernel_log_with_an_xid_names_the_node_to_exclude(tmp_path: Path
     root = json.loads(result.stdout)["root_cause"]
     assert (root["rule"], root["node"], root["fields"]["xid"]) == ("gpu-xid", "gpu-05", "79")
     assert "--exclude=gpu-05" in root["remedy"] and "nodename=gpu-05" in root["remedy"]
+
+
+def test_the_nodes_files_are_ordered_by_their_clocks_not_by_which_was_read_first(tmp_path):
+    """Seen in CI: node-a's agent failed to shut the rendezvous down (a time-stamped root line)
+    after rank 3 raised on node-b (a traceback: no time), and node-a's file is read first. The
+    traceback happened before the first time written after it in node-b's file."""
+    job = tmp_path / "job"
+    a, b = make_node(job, "node-a", ranks={0: 0, 1: 1}), make_node(job, "node-b", ranks={0: 2, 1: 3})
+    now = time.time()
+    write_run(a, "[rank0] step 7\n"
+                 "W1125 16:48:00.054000 8296 site-packages/torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1298] "
+                 "The node 'localhost_8296_0' has failed to shutdown the rendezvous 'job-4242' due to an error of type "
+                 "RendezvousConnectionError.\n", log_at=now, metrics_at=now, reported=True)
+    write_run(b, "[rank3]: Traceback (most recent call last):\n[rank3]:   File \"train.py\", line 9, in <module>\n"
+                 "[rank3]: ValueError: bad batch\n"
+                 "W1125 16:47:59.487000 8302 site-packages/torch/distributed/elastic/multiprocessing/api.py:1028] "
+                 "Sending process 8313 closing signal SIGTERM\n", log_at=now, metrics_at=now, reported=True)
+    result = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", "--no-user-rules", str(job)],
+                            capture_output=True, text=True, timeout=60)
+    root = json.loads(result.stdout)["root_cause"]
+    assert (root["rule"], root["node"], root["rank"]) == ("python-exception", "node-b", 3)
+    assert root["first_seen"] is None  # its time is only bounded, never shown as its own

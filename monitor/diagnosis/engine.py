@@ -70,6 +70,8 @@ class Engine:
         self.known_ranks: set[int] = set()
         self.world_size: int | None = None  # from a world_size=N line, when one was seen
         self._glued_seen = False
+        # Per file, the findings without a time still waiting for a time written after them.
+        self._untimed: dict[str, list[Finding]] = {}
         # An uncaught exception's title and remedy, in the catalogue's language.
         self._exception_texts = pyexc.TEXTS.get(catalogue.lang, pyexc.TEXTS["en"])
 
@@ -106,13 +108,34 @@ class Engine:
             self._learn_ranks(rank, prefix.body)
         key = (line.file, rank if rank is not None else prefix.stream)
         body = prefix.body
+        self._take(line, key, body, rank, rule_hits, starter, arrival, new)
+        if (self._untimed.get(line.file) or self._pending_per_file.get(line.file)) and \
+                (stamp := parse_timestamp(body)) is not None:
+            self._note_time(key, stamp)
+        return new
+
+    def _note_time(self, key: tuple, stamp: float) -> None:
+        """A time written in a file, by the stream ``key``: the file's findings without a time, and
+        the records of its other streams still open (completed later: at the file's end), came
+        before it. (A record's own lines say when it was written, not when it happened.)"""
+        file = key[0]
+        for finding in self._untimed.pop(file, []):
+            finding.before = stamp
+        for record_key, record in self._pending.items():
+            if record_key[0] == file and record_key != key and record.time_after is None:
+                record.time_after = stamp
+
+    def _take(self, line: LogLine, key: tuple, body: str, rank: int | None, rule_hits, starter: bool,
+              arrival: int, new: list[Finding]) -> None:
+        """A candidate line into its stream's record (continuing, completing or starting one), or
+        classified alone."""
         record = self._pending.get(key)
         if record is not None:
             if records.continues(record, body):
                 records.append(record, line, body, rule_hits)
                 if record.state == "done" or (record.kind == "last_error" and len(record.lines) == 2):
                     self._complete(key, new)
-                return new
+                return
             self._complete(key, new)
         kind = records.starter_kind(body) if starter else None
         if kind is not None:
@@ -122,7 +145,6 @@ class Engine:
             self._pending_per_file[line.file] = self._pending_per_file.get(line.file, 0) + 1
         elif rule_hits:
             self._classify(Record("line", [line], [body], rank, rule_hits=[rule_hits], arrival=arrival), new)
-        return new
 
     def _glued_note(self, line: LogLine) -> Finding:
         """Once: the output of several ranks ran together, and how to keep it apart."""
@@ -332,6 +354,10 @@ class Engine:
             node=node.name if node is not None else None,
         )
         self._by_key[key] = finding
+        if finding.first_seen is None:
+            finding.before = record.time_after
+            if finding.before is None:
+                self._untimed.setdefault(first.file, []).append(finding)
         self._occurrences[id(finding)] = [(rank, fields)]
         if rank is None:
             self._first_text[id(finding)] = record.bodies[positions[0]]  # to know it again with a prefix

@@ -82,6 +82,8 @@ class Record:
     rule_hits: list[set[int]] = field(default_factory=list)
     # How many lines the engine had been fed before the record's first line (Finding.arrival).
     arrival: int = 0
+    # The first time written in its file after the record started (``Finding.before``).
+    time_after: float | None = None
 
     @property
     def last_line(self) -> int:
