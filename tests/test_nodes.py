@@ -176,3 +176,15 @@ def test_the_nodes_files_are_ordered_by_their_clocks_not_by_which_was_read_first
     root = json.loads(result.stdout)["root_cause"]
     assert (root["rule"], root["node"], root["rank"]) == ("python-exception", "node-b", 3)
     assert root["first_seen"] is None  # its time is only bounded, never shown as its own
+
+
+def test_the_commands_node_rank_is_trusted_only_with_a_static_rendezvous():
+    from monitor.runner.launchers import parse
+    from monitor.runner.node import rank_offset
+
+    static = parse(["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "--node-rank", "1", "train.py"], {})
+    assert rank_offset(static) == 4
+    # c10d gives node ranks in the order the agents join: --node-rank says nothing then.
+    c10d = parse(["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "--node-rank", "1", "--rdzv-backend", "c10d",
+                  "--rdzv-endpoint", "host:29500", "train.py"], {})
+    assert rank_offset(c10d) is None

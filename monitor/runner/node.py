@@ -22,11 +22,12 @@ def node_folder(job_dir: Path, node: str) -> Path:
     return job_dir / node
 
 
-def rank_offset(plan: LaunchPlan, env: dict[str, str]) -> int | None:
+def rank_offset(plan: LaunchPlan) -> int | None:
     """The global rank of this node's local rank 0, from the command (torchrun's ``--node-rank``
-    and ``--nproc-per-node``); None when it does not say."""
-    node_rank = plan.options.get("node_rank") or plan.options.get("node-rank")
-    if node_rank is None or plan.processes is None:
+    and ``--nproc-per-node``); None when it does not say, or when a dynamic rendezvous (c10d,
+    etcd) hands out node ranks itself and ignores ``--node-rank``."""
+    node_rank = plan.options.get("node_rank")
+    if node_rank is None or plan.processes is None or plan.options.get("rdzv_backend", "static") != "static":
         return None
     try:
         return int(node_rank) * plan.processes
@@ -41,7 +42,7 @@ class NodeRecord:
     def __init__(self, folder: Path, name: str, plan: LaunchPlan, env: dict[str, str], monitor_pid: int) -> None:
         self.folder = folder
         self.node = nodes.Node(name, str(folder), socket.gethostname(), nodes.job_id(env), {},
-                               rank_offset(plan, env))
+                               rank_offset(plan))
         self._extra = {"monitor_pid": monitor_pid, "started": time.time(),
                        "nnodes": plan.options.get("nnodes"), "nproc_per_node": plan.nproc_per_node}
         self.error = nodes.write_node(folder, self.node, self._extra)
