@@ -18,12 +18,17 @@ ROOT = Path(__file__).parent.parent
 
 def test_every_advice_the_code_asks_for_exists_and_every_entry_is_used():
     from monitor.metrics import signals
-    from monitor.runner import explain
+    from monitor.runner import explain, preflight
 
-    asked = {"exit-other-signal", signals._HW_ADVICE, signals._APP_ADVICE}
+    asked = {"exit-other-signal", "no-gpu-unavailable", signals._HW_ADVICE, signals._APP_ADVICE}
     asked |= set(explain._SIGNAL_ADVICE.values()) | {entry[3] for entry in signals.XID.values()}
+    asked |= {entry[2] for entry in preflight.KNOBS.values()} | set(preflight._NO_GPU_REASONS.values())
+    asked |= {advice_id for pair in preflight._DISK_ADVICE.values() for advice_id in pair}
     for path in (ROOT / "monitor").rglob("*.py"):
-        asked.update(re.findall(r"""advice\(["']([a-z0-9-]+)["']""", path.read_text()))
+        # advice("id", ...) and advice("id" if ... else "other", ...)
+        for first in re.findall(r"""advice\((["'][a-z0-9-]+["'](?:\s+if\s[^,]+?\selse\s+["'][a-z0-9-]+["'])?)""",
+                                path.read_text()):
+            asked.update(re.findall(r"""["']([a-z0-9-]+)["']""", first))
     assert asked <= set(shipped())
     assert set(shipped()) <= asked
 

@@ -126,3 +126,54 @@ def test_the_monitors_own_findings_speak_the_language_too(tmp_path):
     finally:
         advice.use_language("en")
     assert exit_finding(tmp_path / "run.log", 1, None).title == "The job exited with code 1"
+
+
+def test_metric_preflight_checkpoint_and_stacks_findings_speak_the_language_too(tmp_path):
+    """The findings Python builds from measurements (metric signals, checks before the launch, a
+    bad checkpoint, every rank's stack) take their words from advice.toml too: Chinese words, the
+    same numbers, names and knobs."""
+    from test_metrics_signals import Run, job, near_full
+    from test_stacks import _capture, _rank, _waiting
+
+    import zipfile
+
+    from monitor.checkpoints.verify import check_checkpoint
+    from monitor.checkpoints.watch import bad_checkpoint_finding
+    from monitor.diagnosis import advice
+    from monitor.runner.preflight import check_knobs
+    from monitor.stacks import compare
+
+    checkpoint = tmp_path / "step_9.pt"  # a torch zip checkpoint cut in the middle
+    with zipfile.ZipFile(checkpoint, "w") as archive:
+        archive.writestr("step_9/data.pkl", b"x" * 4096)
+    checkpoint.write_bytes(checkpoint.read_bytes()[:2000])
+
+    def findings() -> dict[str, object]:
+        run = Run()
+        (memory,) = [f for f in run.steps(6, gpus=near_full(), job_sample=job())]
+        (knob,) = check_knobs({"NCCL_DEBUG": "INFO"})
+        bad = bad_checkpoint_finding(check_checkpoint(checkpoint))
+        stuck = _rank(2, ("load_batch", "/job/train.py", 30))
+        stacks = compare.analyse(_capture(_waiting(0), _waiting(1), stuck, _waiting(3)))
+        return {"memory": memory, "knob": knob, "bad": bad, "stacks": stacks}
+
+    english = findings()
+    try:
+        advice.use_language("zh")
+        chinese = findings()
+    finally:
+        advice.use_language("en")
+    assert english["memory"].title == "GPU memory near full on rank 0 (GPU 0: 78.0 of 80.0 GiB, 98%)"
+    assert chinese["memory"].title == "rank 0 的 GPU 显存接近用满（GPU 0：78.0/80.0 GiB，98%）"
+    assert chinese["memory"].remedy.startswith("GPU 0 上还剩 2.0 GiB，共 80.0 GiB。")
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in chinese["memory"].remedy
+    assert chinese["knob"].title == "设置了 NCCL_DEBUG=INFO" and "NCCL_DEBUG=WARN" in chinese["knob"].remedy
+    assert chinese["bad"].title == english["bad"].title.replace("Checkpoint step_9.pt is bad: ", "checkpoint step_9.pt 已损坏：")
+    assert "os.replace" in chinese["bad"].remedy and "原子地保存" in chinese["bad"].remedy
+    assert english["stacks"].title.startswith("rank 2 is in load_batch (train.py:30) while ranks 0,1,3 wait in all_reduce")
+    assert chinese["stacks"].title.startswith("rank 2 停在 load_batch (train.py:30)，而 ranks 0,1,3 在 ")
+    assert chinese["stacks"].remedy.startswith("Rank 2 还没有到达其他 rank 正在等待的集合通信（all_reduce）")
+    assert "init_process_group(timeout=...)" in chinese["stacks"].remedy
+    for name, finding in chinese.items():  # the same finding otherwise
+        assert (finding.rule, finding.rank, finding.fields) == (english[name].rule, english[name].rank,
+                                                               english[name].fields), name

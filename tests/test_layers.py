@@ -26,10 +26,10 @@ ALLOWED = {
     "logs": {"text", "model", "files"},
     "diagnosis": {"text", "model", "units", "logs"},
     "metrics": {"text", "model", "units", "diagnosis", "logs"},  # diagnosis.advice: remedies as data; logs.nodes: this node's name
-    "checkpoints": {"text", "model", "units"},
+    "checkpoints": {"text", "model", "units", "diagnosis"},  # diagnosis.advice: remedies as data
     "files": set(),
     "stacks": {"text", "model", "units", "files", "diagnosis", "metrics"},  # secrets masked; ranks as metrics.job reads them
-    "flight_recorder": {"text", "model", "stacks"},  # stacks.compare.is_user_code: one idea of user code
+    "flight_recorder": {"text", "model", "stacks", "diagnosis"},  # is_user_code: one idea of user code; advice
     "evidence": {"text", "model", "stacks", "flight_recorder", "diagnosis", "logs"},  # a job folder's nodes
     "session": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "stacks", "flight_recorder",
                 "progress"},  # progress: the status the Prometheus endpoint serves

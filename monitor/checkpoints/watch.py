@@ -18,16 +18,12 @@ from pathlib import Path
 import psutil
 
 from monitor.checkpoints.verify import SUFFIXES, CheckResult, check_checkpoint
+from monitor.diagnosis.advice import advice
 from monitor.model import Finding
 
 # Checkpoints up to this size get every CRC checked; bigger ones only their structure (which
 # already catches truncation), so the check never competes with training for minutes of I/O.
 DEEP_CHECK_MAX_BYTES = 1 << 30
-
-ATOMIC_SAVE = ("Save atomically: write to <name>.tmp in the same directory, flush and os.fsync, "
-               "then os.replace to the final name; keep the previous checkpoint until the new one "
-               "loads. Load only after a barrier that follows the save.")
-
 
 def _finding(rule: str, title: str, path: Path, remedy: str, evidence: list[str], **fields: str) -> Finding:
     return Finding(rule=rule, category="corrupt_checkpoint", severity="warning", role="root",
@@ -36,9 +32,9 @@ def _finding(rule: str, title: str, path: Path, remedy: str, evidence: list[str]
 
 
 def bad_checkpoint_finding(result: CheckResult) -> Finding:
-    return _finding("ckpt-watch-bad", f"Checkpoint {result.path.name} is bad: {result.detail}",
-                    result.path, f"Do not resume from {result.path}; resume from the previous "
-                    f"checkpoint. Check free disk space and quota. {ATOMIC_SAVE}", [result.line()])
+    return _finding("ckpt-watch-bad", advice("title-checkpoint-bad", name=result.path.name, detail=result.detail),
+                    result.path, advice("checkpoint-bad", path=str(result.path), atomic=advice("atomic-save")),
+                    [result.line()])
 
 
 class CheckpointWatcher:
@@ -124,10 +120,9 @@ class CheckpointWatcher:
                 self._raced.add((path, signature[1]))
                 self._report(_finding(
                     "ckpt-read-while-writing",
-                    f"Checkpoint {path.name} was opened for reading while still being written",
-                    path, f"pid {', '.join(map(str, readers))} read {path} while pid "
-                    f"{', '.join(map(str, writers))} was writing it: the reader gets a truncated "
-                    f"file ('failed finding central directory'). {ATOMIC_SAVE}",
+                    advice("title-checkpoint-race", name=path.name),
+                    path, advice("checkpoint-race", readers=", ".join(map(str, readers)), path=str(path),
+                                 writers=", ".join(map(str, writers)), atomic=advice("atomic-save")),
                     [f"writer pids {writers}", f"reader pids {readers}", f"size {signature[0]}"]))
             previous, stable = self._seen.get(path, (None, 0))
             stable = stable + 1 if previous == signature else 0

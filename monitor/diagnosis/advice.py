@@ -1,4 +1,5 @@
-"""Advice for findings no rule makes (the exit, preflight checks, metric signals), kept as data in
+"""Words of findings no rule makes (the exit, preflight checks, metric signals, a stall, a node,
+checkpoints, stacks, flight-recorder dumps): their titles and remedies, kept as data in
 ``advice.toml`` beside the shipped rules: one text per piece of advice, wherever it is shown,
 checked like the rules' remedies (examples, knobs).
 
@@ -46,8 +47,11 @@ def language() -> str:
 
 
 def advice(advice_id: str, **fields: str) -> str:
-    entry = shipped()[advice_id]
-    return render(entry.translations.get(_language, entry.text), {name: str(value) for name, value in fields.items()})
+    """The advice in the process's language. A text that starts with spaces keeps them: it is a
+    clause put after a word (" (fan at 100%)"), where Chinese needs none."""
+    text = shipped()[advice_id].translations.get(_language, shipped()[advice_id].text)
+    lead = text[: len(text) - len(text.lstrip(" "))]
+    return lead + render(text, {name: str(value) for name, value in fields.items()})
 
 
 @functools.cache

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from monitor.diagnosis.advice import advice
 from monitor.flight_recorder.dumps import Entry, RankDump
 from monitor.model import Category, Finding, rank_words
 
@@ -82,19 +83,17 @@ def _mismatch_finding(group: str, seq: int, entries: dict[int, Entry], signature
     ordered = sorted(groups.values(), key=lambda ranks: (len(ranks), ranks[0]))
     odd = ordered[0] if len(ordered[0]) < len(ordered[-1]) else []
     first = entries[ordered[0][0]]
-    parts = [f"{rank_words(ranks)} called {_call(entries[ranks[0]], what)}" for ranks in ordered]
+    parts = [advice("fr-called", ranks=rank_words(ranks), call=_call(entries[ranks[0]], what)) for ranks in ordered]
     site = first.call_site()
-    title = f"collective {seq} of {_group_name(first)} differs between ranks ({what}): " + "; ".join(parts)
+    differs = advice("fr-differs-op") if what == "op" else advice("fr-differs-input-sizes")
+    title = advice("title-fr-mismatch", seq=str(seq), group=_group_name(first), differs=differs, calls="; ".join(parts))
     evidence = [f"rank {rank}: {_call(entry, 'input sizes')} at {_where(entry)}" for rank, entry in sorted(entries.items())]
     return Finding(
         rule=MISMATCH_RULE, category=Category.HANG, severity="error", role="root", title=title,
         origin="flight-recorder", rank=odd[0] if len(odd) == 1 else None, ranks=odd or sorted(entries),
         file=site.file if site else "", line=site.line if site else 0, evidence=evidence,
         fields={"group": group, "seq": str(seq), "differs": what},
-        remedy=("Every rank of a process group must call the same collectives, in the same order, with "
-                "the same shapes and dtypes; these never match, so the ranks wait until the timeout. Look for "
-                "a branch on the rank (if rank == 0: ...) or data-dependent shapes around "
-                + ", ".join(sorted({_where(e) for e in entries.values()})) + "."),
+        remedy=advice("fr-mismatch", sites=", ".join(sorted({_where(e) for e in entries.values()}))),
     )
 
 
@@ -116,19 +115,16 @@ def _missing(group: str, per_rank: dict[int, list[Entry]], members: list[int], d
     at_top = {rank: next(e for e in per_rank[rank] if e.seq == top) for rank in joined}
     sites = ", ".join(sorted({_where(e) for e in at_top.values()}))
     ops = "/".join(sorted({e.op for e in at_top.values()}))
-    title = (f"{rank_words(behind)} never joined collective {top} ({ops}) of {_group_name(entry)}; "
-             f"{rank_words(joined)} {'waits' if len(joined) == 1 else 'wait'} in it at {sites}")
+    title = advice("title-fr-missing-one" if len(joined) == 1 else "title-fr-missing-many", behind=rank_words(behind),
+                   seq=str(top), op=ops, group=_group_name(entry), joined=rank_words(joined), sites=sites)
     evidence = [f"{rank_words([rank])} last enqueued collective {e.seq} ({e.op}) at {_where(e)}" for rank, e in behind_at.items()]
     evidence += [f"rank {rank} enqueued collective {top} ({e.op}) at {_where(e)}" for rank, e in at_top.items()]
     if undumped:
         evidence.append(f"no dump from {rank_words(undumped)} (another node, or it could not dump)")
-    timeout = f" ({entry.timeout_ms / 1000:g} s here)" if entry.timeout_ms else ""
-    last_seen = (f" after collective {min(e.seq for e in behind_at.values())}, last called at "
-                 f"{_where(next(iter(behind_at.values())))}") if behind_at else ""
-    remedy = (f"{rank_words(behind)} stopped{last_seen}: the others wait for it. What it does after that call "
-              "(data loading, a rank-dependent branch, a long computation) is where it is stuck; its stack "
-              f"shows where. Its peers give up when the process-group timeout runs out{timeout}: "
-              "init_process_group(timeout=...).")
+    timeout = advice("fr-timeout-here", seconds=f"{entry.timeout_ms / 1000:g}") if entry.timeout_ms else ""
+    last_seen = advice("fr-last-seen", seq=str(min(e.seq for e in behind_at.values())),
+                       where=_where(next(iter(behind_at.values())))) if behind_at else ""
+    remedy = advice("fr-missing", behind=rank_words(behind), last_seen=last_seen, timeout=timeout)
     return Finding(
         rule=MISSING_RULE, category=Category.HANG, severity="error", role="root", title=title,
         origin="flight-recorder", rank=behind[0] if len(behind) == 1 else None, ranks=behind,
@@ -141,14 +137,16 @@ def _missing(group: str, per_rank: dict[int, list[Entry]], members: list[int], d
 
 def _call(entry: Entry, what: str) -> str:
     if what == "op":
-        return f"{entry.op} at {_where(entry)}"
+        return advice("fr-op-at", op=entry.op, where=_where(entry))
     return f"{entry.op} {entry.input_sizes} {'/'.join(map(str, entry.input_dtypes))}"
 
 
 def _where(entry: Entry) -> str:
     site = entry.call_site()
-    return f"{site.function} ({Path(site.file).name}:{site.line})" if site else "an unknown place"
+    return f"{site.function} ({Path(site.file).name}:{site.line})" if site else advice("fr-unknown-place")
 
 
 def _group_name(entry: Entry) -> str:
-    return "the default group" if entry.group_desc == "default_pg" else f"group {entry.group} ({entry.group_desc})"
+    if entry.group_desc == "default_pg":
+        return advice("fr-default-group")
+    return advice("fr-group", group=str(entry.group), description=entry.group_desc)

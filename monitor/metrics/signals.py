@@ -181,17 +181,12 @@ class SignalDetector:
         biggest = _largest_process(sample.job)
         if biggest:
             evidence.append(biggest)
-        remedy = (
-            f"{_gib(host.memory_available_bytes)} of {_gib(host.memory_total_bytes)} is left. When it runs out the "
-            "kernel's OOM killer ends a rank with SIGKILL (exit code -9 / 137) and the others then time out. "
-            "Use fewer DataLoader workers (num_workers) or a smaller prefetch_factor, load checkpoints with "
-            "torch.load(path, mmap=True), and avoid keeping a full copy of the dataset in every rank."
-        )
+        remedy = advice("host-memory", free=_gib(host.memory_available_bytes), total=_gib(host.memory_total_bytes))
 
         def build() -> Finding:
             return _finding(
                 "metrics-host-memory-near-full", "host_oom", "warning", "root",
-                f"Host memory near full: {_of(used, host.memory_total_bytes)} ({fraction:.0%})",
+                advice("title-host-memory", **_of(used, host.memory_total_bytes), percent=f"{fraction:.0%}"),
                 sample.job, [], evidence, remedy,
                 {"used_bytes": str(used), "total_bytes": str(host.memory_total_bytes)},
             )
@@ -207,12 +202,12 @@ class SignalDetector:
         if not latch.update(sample.time, fraction >= t.shm_fraction, fraction < t.shm_clear_fraction):
             return []
         used, total = host.shm_used_bytes, host.shm_total_bytes
-        remedy = f"/dev/shm has {_gib(total - used)} free of {_gib(total)}. {advice('shm')}"
+        remedy = advice("shm-near-full", free=_gib(total - used), total=_gib(total), shm=advice("shm"))
 
         def build() -> Finding:
             return _finding(
                 "metrics-shm-near-full", "shm_exhausted", "warning", "root",
-                f"/dev/shm near full: {_of(used, total)} ({fraction:.0%})",
+                advice("title-shm-near-full", **_of(used, total), percent=f"{fraction:.0%}"),
                 sample.job, [], [f"/dev/shm: {_gib(used)} of {_gib(total)} used ({fraction:.0%})"], remedy,
                 {"used_bytes": str(used), "total_bytes": str(total)},
             )
@@ -243,18 +238,12 @@ class SignalDetector:
             f"{g.label}: utilization <= {t.idle_percent:.0f}% for {seconds}, {_gib(g.memory_used_bytes)} held"
             for g in gpus
         ]
-        remedy = (
-            f"The job's processes are alive but none of its GPUs has worked for {seconds}: the ranks are "
-            "probably blocked in a collective, waiting for a rank that died, diverged or is stuck in I/O. "
-            f"See where each rank waits: py-spy dump --pid <pid> (pids {', '.join(map(str, pids[:8]))}). "
-            "Blocked ranks are ended only by the process-group timeout, init_process_group(timeout=...), "
-            "10 minutes by default for NCCL in recent PyTorch."
-        )
+        remedy = advice("gpus-idle", seconds=seconds, pids=", ".join(map(str, pids[:8])) or "?")
 
         def build() -> Finding:
             return _finding(
                 "metrics-gpus-idle", "hang", "warning", "cascade",
-                f"All {len(gpus)} job GPUs idle for {seconds} while the job is alive",
+                advice("title-gpus-idle", count=str(len(gpus)), seconds=seconds),
                 job, ranks, evidence, remedy, {"idle_s": f"{t.idle_s:.0f}"},
             )
 
@@ -313,19 +302,13 @@ def _gpu_memory_finding(gpu: GpuSample, sample: Sample, history: History) -> Fin
     grew = trend[-1] - trend[0] if len(trend) >= 2 else 0.0
     if grew > 0:
         evidence.append(f"{gpu.label}: grew by {_gib(grew)} in the last {min(60.0, history.span_s()):.0f} s")
-    remedy = (
-        f"{_gib(total - used)} of {_gib(total)} is left on {gpu.label}. PyTorch's caching allocator keeps "
-        "freed blocks reserved, so a steady high level can be normal; a level that keeps rising ends in "
-        "'CUDA out of memory'. To leave headroom: a smaller per-GPU micro-batch with gradient accumulation, "
-        "activation checkpointing, or sharding (FSDP / DeepSpeed ZeRO)"
-    )
-    if any(_job_sets(sample.job, name, "expandable_segments:true") for name in ALLOC_CONF_VARIABLES):
-        remedy += "."
-    else:
-        remedy += "; against fragmentation, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
+    # Fragmentation advice only to a job that does not already set expandable_segments.
+    expandable = any(_job_sets(sample.job, name, "expandable_segments:true") for name in ALLOC_CONF_VARIABLES)
+    remedy = advice("gpu-memory-expandable" if expandable else "gpu-memory",
+                    free=_gib(total - used), total=_gib(total), gpu=gpu.label)
     return _finding(
         "metrics-gpu-memory-near-full", "cuda_oom", "warning", "root",
-        f"GPU memory near full on {who} ({gpu.label}: {_of(used, total)}, {fraction:.0%})",
+        advice("title-gpu-memory", who=who, gpu=gpu.label, **_of(used, total), percent=f"{fraction:.0%}"),
         sample.job, ranks, evidence, remedy,
         {"gpu": str(gpu.index), "used_bytes": str(used), "total_bytes": str(total)},
     )
@@ -344,21 +327,19 @@ def _throttle_finding(gpu: GpuSample, reasons: list[str], sample: Sample, histor
         evidence.append(f"{gpu.label}: SM clock {gpu.sm_clock_mhz} MHz now, {usual.max:.0f} MHz at best in the last 5 min")
     if gpu.power_w is not None and gpu.power_limit_w is not None:
         evidence.append(f"{gpu.label}: power {gpu.power_w:.0f} W of a {gpu.power_limit_w:.0f} W limit")
-    advice = []
+    causes = []
     if any("thermal" in r for r in reasons):
-        fan = f" (fan at {gpu.fan_percent:.0f}%)" if gpu.fan_percent is not None else ""
-        advice.append(f"It is too hot{fan}: check the node's cooling and airflow.")
+        fan = advice("throttle-fan", percent=f"{gpu.fan_percent:.0f}%") if gpu.fan_percent is not None else ""
+        causes.append(advice("throttle-hot", fan=fan))
     if "hw_power_brake_slowdown" in reasons:
-        advice.append("The board's power-brake signal fired: a power supply or power-delivery problem on the node.")
-    if "hw_slowdown" in reasons and not advice:
-        advice.append("Hardware slowdown (heat or power brake): check cooling and the power supply.")
-    remedy = " ".join(advice) + (
-        " In a synchronous job every rank waits for the slowest GPU, so one throttled GPU slows them all. "
-        f"nvidia-smi -q -d PERFORMANCE -i {gpu.index} shows the active reasons."
-    )
+        causes.append(advice("throttle-power-brake"))
+    if "hw_slowdown" in reasons and not causes:
+        causes.append(advice("throttle-hw-slowdown"))
+    remedy = advice("throttle-one-slows-all", cause=" ".join(causes), index=str(gpu.index))
+    title = (advice("title-gpu-throttled-at", gpu=gpu.label, reasons=", ".join(reasons), facts=", ".join(facts))
+             if facts else advice("title-gpu-throttled", gpu=gpu.label, reasons=", ".join(reasons)))
     return _finding(
-        "metrics-gpu-throttled", "gpu_throttle", "warning", "root",
-        f"{gpu.label} throttled ({', '.join(reasons)})" + (f" at {', '.join(facts)}" if facts else ""),
+        "metrics-gpu-throttled", "gpu_throttle", "warning", "root", title,
         sample.job, ranks, evidence, remedy, {"gpu": str(gpu.index), "reasons": ",".join(reasons)},
     )
 
@@ -376,22 +357,22 @@ def _event_finding(event: GpuEvent, sample: Sample) -> Finding:
         severity, role, meaning, remedy = XID.get(
             event.code, ("error", "root", "see NVIDIA's Xid catalogue", _HW_ADVICE)
         )
-        title = f"Xid {event.code} on {label}: {meaning}"
+        title = advice("title-xid", code=str(event.code), gpu=label, meaning=meaning)
         remedy = advice(remedy, **place)
         fields["xid"] = str(event.code)
     elif event.kind == "lost":
-        title, remedy = f"{label} has fallen off the bus", hw_remedy
+        title, remedy = advice("title-gpu-lost", gpu=label), hw_remedy
     elif event.kind == "ecc_uncorrected":
-        title, remedy = f"{event.count} new uncorrected ECC error(s) on {label}", hw_remedy
+        title, remedy = advice("title-ecc-uncorrected", count=str(event.count), gpu=label), hw_remedy
     elif event.kind == "ecc_corrected":
         severity = "info"
-        title = f"{event.count} new corrected ECC error(s) on {label}"
-        remedy = "Corrected errors do not harm the job; many of them can precede uncorrected ones. " + hw_remedy
+        title = advice("title-ecc-corrected", count=str(event.count), gpu=label)
+        remedy = advice("ecc-corrected", hardware=hw_remedy)
     else:  # remapped_rows, retired_pages
         severity = "warning"
-        title = f"{label}: {event.count} {event.detail}"
+        title = advice("title-gpu-memory-rows", gpu=label, count=str(event.count), detail=event.detail)
         pending = gpu is not None and gpu.remapped_rows_pending
-        remedy = ("A remapping is pending: it takes effect after a GPU reset. " if pending else "") + hw_remedy
+        remedy = advice("remap-pending", hardware=hw_remedy) if pending else hw_remedy
     evidence = [f"{label}: {event.kind}" + (f" {event.code}" if event.code is not None else "")
                 + (f", {event.detail}" if event.detail else "") + (f" (x{event.count})" if event.count > 1 else "")]
     return _finding(
@@ -449,8 +430,9 @@ def _largest_process(job: JobSample | None) -> str:
     return f"largest job process: {who}pid {top.pid} ({top.name}) with {_gib(top.rss_bytes)} resident"
 
 
-def _of(part: float, whole: float) -> str:
-    return f"{part / GIB:.1f} of {whole / GIB:.1f} GiB"
+def _of(part: float, whole: float) -> dict[str, str]:
+    """The fields ``used`` and ``total`` of a title's "{used} of {total} GiB"."""
+    return {"used": f"{part / GIB:.1f}", "total": f"{whole / GIB:.1f}"}
 
 
 def _gib(size: float | None) -> str:

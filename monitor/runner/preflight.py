@@ -33,26 +33,13 @@ GPU_BUSY_SHARE = 0.10
 RESOLVE_TIMEOUT_S = 3.0
 
 # Knobs that cost speed or flood the log; fine while debugging, harmful left on.
-KNOBS = {
-    "NCCL_DEBUG": ({"INFO", "TRACE"}, "warning",
-                   "NCCL_DEBUG={value} writes every ring and channel setup to the log and slows "
-                   "start-up on large jobs; use NCCL_DEBUG=WARN in production (it still prints the "
-                   "reason for any NCCL error)."),
-    "NCCL_DEBUG_SUBSYS": (None, "info",
-                          "NCCL_DEBUG_SUBSYS={value} is a debugging setting; unset it for production runs."),
-    "CUDA_LAUNCH_BLOCKING": ({"1"}, "warning",
-                             "CUDA_LAUNCH_BLOCKING=1 makes every kernel launch synchronous and "
-                             "slows training many times over; set it only to locate a CUDA error."),
-    "TORCH_DISTRIBUTED_DEBUG": ({"DETAIL"}, "warning",
-                                "TORCH_DISTRIBUTED_DEBUG=DETAIL checks every collective across ranks "
-                                "and slows training; use OFF (or INFO) outside debugging."),
-    "NCCL_P2P_DISABLE": ({"1"}, "info",
-                         "NCCL_P2P_DISABLE=1 routes GPU-to-GPU traffic through host memory; keep it "
-                         "only if peer-to-peer hangs on this machine."),
-    "NCCL_TIMEOUT": (None, "warning",
-                     "NCCL_TIMEOUT={value} has no effect: NCCL has no such variable. The collective "
-                     "timeout is init_process_group(timeout=timedelta(...)) (accelerate: "
-                     "InitProcessGroupKwargs(timeout=...))."),
+KNOBS = {  # variable: (the values that cost, None for any; severity; the advice in advice.toml)
+    "NCCL_DEBUG": ({"INFO", "TRACE"}, "warning", "knob-nccl-debug"),
+    "NCCL_DEBUG_SUBSYS": (None, "info", "knob-nccl-debug-subsys"),
+    "CUDA_LAUNCH_BLOCKING": ({"1"}, "warning", "knob-cuda-launch-blocking"),
+    "TORCH_DISTRIBUTED_DEBUG": ({"DETAIL"}, "warning", "knob-torch-distributed-debug"),
+    "NCCL_P2P_DISABLE": ({"1"}, "info", "knob-nccl-p2p-disable"),
+    "NCCL_TIMEOUT": (None, "warning", "knob-nccl-timeout"),
 }
 
 
@@ -64,12 +51,12 @@ def _finding(name: str, severity: Severity, title: str, remedy: str, evidence: l
 
 def check_knobs(env: dict[str, str]) -> list[Finding]:
     found = []
-    for name, (bad_values, severity, remedy) in KNOBS.items():
+    for name, (bad_values, severity, advice_id) in KNOBS.items():
         value = env.get(name)
         if value is None or (bad_values is not None and value.upper() not in bad_values):
             continue
-        found.append(_finding(f"knob-{name.lower()}", severity, f"{name}={value} is set",
-                              remedy.format(value=value), [f"{name}={value}"], variable=name, value=value))
+        found.append(_finding(f"knob-{name.lower()}", severity, advice("title-knob-set", variable=name, value=value),
+                              advice(advice_id, value=value), [f"{name}={value}"], variable=name, value=value))
     return found
 
 
@@ -89,7 +76,7 @@ def check_gpus(plan: LaunchPlan, env: dict[str, str], nvml_lib: Any = None) -> l
             return [_no_gpu("ok", "NVML works but reports no GPUs")]
         return _check_devices(plan, env, devices)
     except Exception as exc:  # a broken binding or driver must not stop the launch
-        return [_finding("nvml-error", "info", "GPU checks failed", f"NVML error: {exc}",
+        return [_finding("nvml-error", "info", advice("title-gpu-checks-failed"), advice("nvml-error", error=str(exc)),
                          [f"{type(exc).__name__}: {exc}"])]
     finally:
         if reader is not None:
@@ -97,9 +84,9 @@ def check_gpus(plan: LaunchPlan, env: dict[str, str], nvml_lib: Any = None) -> l
         nvml.shutdown()
 
 
-# Why NVML shows no GPU, in a title's few words (the finding's remedy says it in full).
-_NO_GPU_REASONS = {"no_library": "no NVIDIA driver", "no_driver": "NVIDIA driver not loaded",
-                   "version_mismatch": "driver/library version mismatch", "ok": "NVML reports none"}
+# Why NVML shows no GPU, in a title's few words (the finding's remedy says it in full): the advice.
+_NO_GPU_REASONS = {"no_library": "no-gpu-no-library", "no_driver": "no-gpu-no-driver",
+                   "version_mismatch": "no-gpu-version-mismatch", "ok": "no-gpu-none"}
 
 
 def _no_gpu(status: str, message: str) -> Finding:
@@ -107,8 +94,8 @@ def _no_gpu(status: str, message: str) -> Finding:
     # what a CPU machine looks like.
     severity = "warning" if status in ("no_driver", "version_mismatch") else "info"
     return _finding("no-gpu", severity,
-                    f"No NVIDIA GPU visible ({_NO_GPU_REASONS.get(status, 'NVML unavailable')})",
-                    f"{message}. GPU checks skipped; fine for a CPU (gloo) job.",
+                    advice("title-no-gpu", reason=advice(_NO_GPU_REASONS.get(status, "no-gpu-unavailable"))),
+                    advice("no-gpu", message=message),
                     [message], status=status)
 
 
@@ -118,13 +105,12 @@ def _check_devices(plan: LaunchPlan, env: dict[str, str], devices: list[GpuSampl
     for device in visible:
         if device.status == "lost":
             found.append(_finding(
-                "gpu-lost", "warning", f"{_device_name(device)} has fallen off the bus",
-                f"{device.message}. Until then leave it out of CUDA_VISIBLE_DEVICES: a rank on it "
-                "fails at its first CUDA call.",
+                "gpu-lost", "warning", advice("title-gpu-lost", gpu=_device_name(device)),
+                advice("gpu-lost-before-launch", message=device.message),
                 [device.message], category="gpu_hardware", **_device_fields(device)))
         elif device.status != "ok":
-            found.append(_finding("nvml-error", "info", f"{_device_name(device)} could not be read",
-                                  f"NVML error: {device.message}; this GPU was not checked.",
+            found.append(_finding("nvml-error", "info", advice("title-gpu-unreadable", device=_device_name(device)),
+                                  advice("gpu-unreadable", error=device.message),
                                   [device.message], **_device_fields(device)))
         elif (busy := _check_busy(device)) is not None:
             found.append(busy)
@@ -135,27 +121,23 @@ def _check_count(plan: LaunchPlan, cvd: str | None, visible: list[GpuSample]) ->
     wanted = plan.processes
     if wanted is None or wanted <= len(visible):
         return []
-    where = f'CUDA_VISIBLE_DEVICES="{cvd}"' if cvd is not None else "this machine"
+    where = f'CUDA_VISIBLE_DEVICES="{cvd}"' if cvd is not None else advice("gpu-count-this-machine")
     evidence = [f"{plan.launcher} processes per node: {plan.nproc_per_node}"]
     if cvd is not None:
         evidence.append(f'CUDA_VISIBLE_DEVICES="{cvd}"')
     evidence += [f"{_device_name(d)} {d.uuid or ''}".rstrip() for d in visible]
     # CUDA reads the list up to its first entry that names no device here (-1, a typo, an
     # index past the last GPU, an unknown or ambiguous UUID prefix) and ignores the rest.
-    cut = (" (CUDA uses its entries up to the first that names no device here, each device once)"
+    cut = (advice("gpu-count-cut")
            if cvd is not None and cvd.strip() and len(cvd.split(",")) > len(visible) else "")
     if not visible:
-        remedy = (f"{where} hides every GPU{cut}: the {wanted} processes would fail at their first "
-                  "CUDA call (fine only for a CPU job with gloo). List the GPUs to use in "
-                  "CUDA_VISIBLE_DEVICES (`nvidia-smi -L` shows them), or unset it.")
+        remedy = advice("gpu-count-none", where=where, cut=cut, asked=str(wanted))
     else:
-        more = ("or make more GPUs visible" if cvd is not None
-                else "this machine has no more GPUs")
-        remedy = (f"{where} shows {len(visible)} GPU(s){cut} but the command starts {wanted} "
-                  "processes per node: ranks would share a GPU or fail with 'invalid device "
-                  f"ordinal'. Use {_processes_option(plan, len(visible))}, {more}.")
+        more = advice("gpu-count-more-visible" if cvd is not None else "gpu-count-no-more")
+        remedy = advice("gpu-count-fewer", where=where, visible=str(len(visible)), cut=cut, asked=str(wanted),
+                        option=_processes_option(plan, len(visible)), more=more)
     return [_finding("gpu-count", "warning",
-                     f"{wanted} processes per node asked for, {len(visible)} GPUs visible",
+                     advice("title-gpu-count", asked=str(wanted), visible=str(len(visible))),
                      remedy, evidence, asked=str(wanted), visible=str(len(visible)))]
 
 
@@ -178,12 +160,12 @@ def _check_busy(device: GpuSample) -> Finding | None:
     if used is None or not total or used <= GPU_BUSY_SHARE * total:
         return None
     owners = [_describe_process(p.pid) for p in device.processes]
-    by = f"used by {', '.join(owners)}" if owners else "no process that NVML can name (another container or VM?)"
+    by = advice("gpu-busy-by", owners=", ".join(owners)) if owners else advice("gpu-busy-by-nobody")
     name = _device_name(device)
     return _finding(
-        "gpu-busy", "warning", f"{name} already has {used / GIB:.1f} GiB of {total / GIB:.1f} GiB in use",
-        f"Only {(total - used) / GIB:.1f} GiB free on {name} before the job starts, {by}. "
-        "A leftover run? Stop it, or expect CUDA out of memory.",
+        "gpu-busy", "warning",
+        advice("title-gpu-busy", device=name, used=f"{used / GIB:.1f}", total=f"{total / GIB:.1f}"),
+        advice("gpu-busy", free=f"{(total - used) / GIB:.1f}", device=name, by=by),
         [f"{device.label}: used {used} of {total} bytes"],
         pids=",".join(str(p.pid) for p in device.processes), **_device_fields(device))
 
@@ -242,10 +224,8 @@ def check_port(plan: LaunchPlan) -> list[Finding]:
             return []  # not an address of this machine: rank 0 runs elsewhere
         port = free_port()
         return [_finding(
-            "port", "warning", f"Port {plan.master_port} ({plan.port_source}) is already in use",
-            f"Rank 0 cannot listen on port {plan.master_port}: another job or a stale rank holds it "
-            f"(`ss -ltnp 'sport = :{plan.master_port}'`). Port {port} is free now; or use "
-            "`torchrun --standalone` on one node.",
+            "port", "warning", advice("title-port-in-use", port=str(plan.master_port), source=plan.port_source),
+            advice("port-in-use", port=str(plan.master_port), free_port=str(port)),
             [f"{plan.port_source}={plan.master_port}"], category="port_in_use",
             port=str(plan.master_port), free_port=str(port))]
     return []
@@ -275,10 +255,8 @@ def check_master_addr(plan: LaunchPlan, env: dict[str, str]) -> list[Finding]:
     error = _resolves(host)
     if error is None:
         return []
-    return [_finding("master-addr", "warning", f"MASTER_ADDR {host} does not resolve",
-                     f"Looking up {host} failed ({error}): every rank would time out at the "
-                     "rendezvous. Use an address that every node can resolve, e.g. the first "
-                     "host of `scontrol show hostnames $SLURM_JOB_NODELIST`.",
+    return [_finding("master-addr", "warning", advice("title-master-addr", host=host),
+                     advice("master-addr", host=host, error=error),
                      [f"MASTER_ADDR={host}"], host=host)]
 
 
@@ -289,6 +267,10 @@ def _existing(path: Path) -> Path:
     return path
 
 
+# What a disk is for -> the advice of its title and remedy.
+_DISK_ADVICE = {"logs": ("title-disk-logs", "disk-logs"), "checkpoints": ("title-disk-checkpoints", "disk-checkpoints")}
+
+
 def check_disk(path: Path, minimum: int, what: str) -> list[Finding]:
     try:
         usage = shutil.disk_usage(_existing(path))
@@ -296,10 +278,9 @@ def check_disk(path: Path, minimum: int, what: str) -> list[Finding]:
         return []
     if usage.free >= minimum:
         return []
-    return [_finding(f"disk-{what}", "warning",
-                     f"Only {usage.free / GIB:.1f} GiB free for {what} in {path}",
-                     f"{path} has {usage.free / GIB:.1f} GiB free: a {what} write may fail half-way "
-                     "('No space left on device', truncated file). Free space or write elsewhere.",
+    place = {"free": f"{usage.free / GIB:.1f}", "path": str(path)}
+    title, remedy = (advice(advice_id, **place) for advice_id in _DISK_ADVICE[what])
+    return [_finding(f"disk-{what}", "warning", title, remedy,
                      [f"{path}: {usage.free} bytes free"], category="disk_full", path=str(path))]
 
 
@@ -310,8 +291,9 @@ def check_shm(shm: Path = Path("/dev/shm")) -> list[Finding]:
         return []
     if total >= MIN_SHM:
         return []
-    return [_finding("shm", "warning", f"/dev/shm is only {total / (1 << 20):.0f} MiB",
-                     f"/dev/shm holds {total / (1 << 20):.0f} MiB. {advice('shm')}",
+    size = f"{total / (1 << 20):.0f}"
+    return [_finding("shm", "warning", advice("title-shm-small", size=size),
+                     advice("shm-small", size=size, shm=advice("shm")),
                      [f"/dev/shm: {total} bytes"], category="shm_exhausted", size=str(total))]
 
 
@@ -332,9 +314,9 @@ def check_latest_checkpoint(directory: Path) -> list[Finding]:
     result = check_checkpoint(max(files)[1], deep=False)
     if result.ok:
         return []
-    return [_finding("checkpoint", "warning", f"The newest checkpoint {result.path.name} is bad: {result.detail}",
-                     f"A job that resumes from {result.path} will fail to load it. Resume from the "
-                     "previous checkpoint (move the bad one aside), and check free disk space.",
+    return [_finding("checkpoint", "warning",
+                     advice("title-newest-checkpoint-bad", name=result.path.name, detail=result.detail),
+                     advice("newest-checkpoint-bad", path=str(result.path)),
                      [result.line()], category="corrupt_checkpoint", path=str(result.path))]
 
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from monitor.diagnosis.advice import advice
 from monitor.flight_recorder import dumps as fr_dumps
 from monitor.flight_recorder import match as fr_match
 from monitor.flight_recorder.pipes import dump_files, request_dumps
@@ -88,10 +89,10 @@ class HangProbe:
             if look.capture.problem:
                 kind = next((p.error_kind for p in look.capture.processes if p.error_kind), "none")
                 if kind not in _NOT_PROBLEMS:
-                    self._say_once(kind, f"the ranks' stacks could not be taken: {look.capture.problem}",
+                    self._say_once(kind, advice("title-stacks-not-taken", problem=look.capture.problem),
                                    look.capture.problem)
             if error := files.save(self.log_path, look.capture, look.finding):
-                self._say_once("not-saved", f"the stacks could not be kept beside the log: {error}", error)
+                self._say_once("not-saved", advice("title-stacks-not-saved", error=error), error)
             self.latest = (look.capture, look.finding)
             self.captures += 1
             if look.finding is not None:
@@ -99,8 +100,8 @@ class HangProbe:
             if look.dumps_asked:
                 self._post(look.read_dumps(self._dump_wait_s))
         except Exception as exc:  # a fault of the monitor: one line, never a traceback, the job untouched
-            self._say_once("failed", f"taking the stacks failed: {type(exc).__name__}: {exc}",
-                           "A fault of the monitor, not of the job; the job runs on. Please report it.")
+            self._say_once("failed", advice("title-stacks-failed", error=f"{type(exc).__name__}: {exc}"),
+                           advice("monitor-fault"))
 
     def _say_once(self, kind: str, title: str, remedy: str) -> None:
         """A warning finding about the probe itself, once per kind of trouble."""

@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from monitor.diagnosis.advice import advice
 from monitor.model import Category, Finding, rank_words
 from monitor.stacks.model import Capture, Frame, ProcessStack
 
@@ -46,8 +47,8 @@ class Place:
     def describe(self, plural: bool = False) -> str:
         where = f"{self.frame.function} ({Path(self.frame.file).name}:{self.frame.line})"
         if self.collective:
-            return f"{'wait' if plural else 'waits'} in {self.collective} at {where}"
-        return f"{'are' if plural else 'is'} in {where}"
+            return advice("stacks-place-wait" if plural else "stacks-place-waits", collective=self.collective, where=where)
+        return advice("stacks-place-are" if plural else "stacks-place-is", where=where)
 
 
 def place_of(stack: ProcessStack) -> Place | None:
@@ -108,13 +109,13 @@ def _finding(capture: Capture, groups, odd, usual, kind: str, stacks_file: str) 
     all_ranks = sorted(r for _, stacks in groups for r in _ranks(stacks))
     parts = [f"{who(stacks)} {place.describe(len(stacks) > 1)}" for place, stacks in odd + usual]
     if kind == "all-wait":
-        title = f"every rank {groups[0][0].describe()}"
+        title = advice("title-stacks-all-wait", place=groups[0][0].describe())
     elif kind == "all-busy":
-        title = f"every rank {groups[0][0].describe()}: none waits in a collective"
+        title = advice("title-stacks-all-busy", place=groups[0][0].describe())
     elif kind == "rest-gone":
-        title = f"only {parts[0]}; the other ranks have no Python stack (ending, or gone)"
+        title = advice("title-stacks-rest-gone", part=parts[0])
     else:
-        title = parts[0] + (f" while {'; '.join(parts[1:])}" if len(parts) > 1 else "")
+        title = advice("title-stacks-while", odd=parts[0], others="; ".join(parts[1:])) if len(parts) > 1 else parts[0]
     severity = {"stuck": "error", "mismatch": "error", "elsewhere": "warning", "all-wait": "warning"}.get(kind, "info")
     subject = odd[0] if odd else groups[0]
     place = subject[0]
@@ -147,48 +148,37 @@ def _not_taken(capture: Capture) -> list[str]:
 
 
 def _remedy(kind: str, capture: Capture, odd, usual, fields: dict[str, str]) -> str:
-    code = f" (`{fields['code']}`)" if fields.get("code") else ""
-    where = f"{Path(fields['file']).name}:{fields['line']}"
-    saved = f" Every rank's whole stack: {fields['stacks_file']}." if fields.get("stacks_file") else ""
-    timeout = ("Its peers give up only when the process-group timeout runs out "
-               "(init_process_group(timeout=...); 10 min by default for NCCL, 30 min for gloo).")
+    place = {"function": fields["function"], "where": f"{Path(fields['file']).name}:{fields['line']}",
+             "code": f" (`{fields['code']}`)" if fields.get("code") else ""}
+    timeout = advice("stacks-timeout")
     missing = _missing_ranks(capture)
     if kind == "stuck":
         stuck = who(odd[0][1])
-        lines = [f"{stuck[0].upper()}{stuck[1:]} has not reached the collective the others wait in "
-                 f"({_collective_words(usual[0][0].collective)}): it is in {fields['function']} at {where}{code}.",
-                 f"Find what blocks there on {stuck} only: a data-loading or filesystem read, a lock, a "
-                 "rank-dependent branch that skips a collective, or a long computation on one rank. " + timeout]
+        lines = [advice("stacks-stuck", Stuck=stuck[0].upper() + stuck[1:], stuck=stuck, timeout=timeout,
+                        collective=_collective_words(usual[0][0].collective), **place)]
     elif kind == "mismatch":
-        lines = ["The ranks wait in different collectives, or at different lines: every rank must call "
-                 "the same collectives in the same order, so these never match. Look for a branch on the "
-                 f"rank (if rank == 0: ...) around {where}{code} and the other places named above."]
+        lines = [advice("stacks-mismatch", **place)]
     elif kind == "rest-gone":
-        lines = [f"The other ranks are ending or gone; {who(odd[0][1])} is still in {fields['function']} "
-                 f"at {where}{code}. If they failed waiting for it, this is where it was stuck."]
+        lines = [advice("stacks-rest-gone", who=who(odd[0][1]), **place)]
     elif kind == "elsewhere":
-        lines = [f"No rank waits in a collective, and {who(odd[0][1])} is somewhere else than the others: "
-                 f"{fields['function']} at {where}{code}. If the job is stuck, that is where."]
+        lines = [advice("stacks-elsewhere", who=who(odd[0][1]), **place)]
     elif kind == "all-wait":
-        lines = [f"Every rank here waits in {fields.get('collective', 'a collective')} at {where}{code}: the "
-                 "collective itself does not complete."]
-        if missing:
-            lines.append(f"{missing}: the rank the others wait for may be there; take its stacks on its "
-                         "node (monitor stacks --run LOG).")
-        lines.append("Otherwise the transport is stuck: NCCL_DEBUG=INFO shows the rings and the network "
-                     "it uses; check the network and nvidia-smi (a GPU that stopped). " + timeout)
-        return "\n".join(lines) + saved
+        lines = [advice("stacks-all-wait", collective=fields.get("collective") or advice("stacks-a-collective"),
+                        **place)]
     else:
-        lines = [f"No rank waits in a collective: every rank is in {fields['function']} at {where}{code}. "
-                 "A long evaluation, checkpoint save or data preparation looks like a hang from the log; "
-                 "take the stacks again to see whether they move."]
-    if missing:
-        lines.append(f"{missing}; their stacks are not in this comparison.")
+        lines = [advice("stacks-all-busy", **place)]
+    if missing and kind == "all-wait":  # the rank the others wait for may be on another node
+        lines.append(advice("stacks-all-wait-missing", missing=missing))
+    elif missing:
+        lines.append(advice("stacks-missing-not-compared", missing=missing))
+    if kind == "all-wait":
+        lines.append(advice("stacks-transport", timeout=timeout))
+    saved = advice("stacks-saved", stacks_file=fields["stacks_file"]) if fields.get("stacks_file") else ""
     return "\n".join(lines) + saved
 
 
 def _collective_words(collective: str) -> str:
-    return "DDP's gradient all-reduce, in backward" if collective == "backward" else collective
+    return advice("stacks-ddp-backward") if collective == "backward" else collective
 
 
 def _missing_ranks(capture: Capture) -> str:
@@ -196,7 +186,7 @@ def _missing_ranks(capture: Capture) -> str:
     if not capture.world_size or len(seen) >= capture.world_size:
         return ""
     absent = sorted(set(range(capture.world_size)) - seen)
-    return f"{len(absent)} of the job's {capture.world_size} ranks do not run on this machine ({capture.host})"
+    return advice("stacks-missing", absent=str(len(absent)), world=str(capture.world_size), host=capture.host)
 
 
 def _ranks(stacks: list[ProcessStack]) -> list[int]:
