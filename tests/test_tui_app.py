@@ -564,6 +564,29 @@ async def test_wrap_keeps_the_badge_and_every_character():
         assert not view.wrap and view.virtual_size.height == view.row_count
 
 
+async def test_wrap_counts_wide_characters_as_two_cells_and_cuts_none_in_two():
+    """A Chinese line is twice as wide as its length: wrapped by cells, each wide character
+    whole on one row, nothing lost or hidden past the right edge."""
+    from rich.cells import cell_len
+
+    chinese = "第3步损失为nan，梯度范数为inf" * 6 + "完"
+    lines = [LogLine("logs/rank1.log", 1, f"[rank1]: {chinese}", 1)]
+    app = make_app(ScriptedLogFeed([LogBatch(lines=lines)]))
+    async with app.run_test(size=(81, 24)) as pilot:  # an odd width: a cut by cells would split a character
+        await settle(pilot, app, len(lines))
+        view = app.query_one(LogView)
+        assert view.virtual_size.width >= cell_len(app.store.text(0)) > len(app.store.text(0))
+        await pilot.press("z")
+        await pilot.pause()
+        rows = [view.render_line(y).text for y in range(view.scrollable_content_region.height)]
+        pieces = [r for r in rows if r.strip()]
+        width = view.scrollable_content_region.width - 4
+        assert len(pieces) > -(-len(app.store.text(0)) // width)  # more rows than its length alone needs
+        assert all(cell_len(r) == view.scrollable_content_region.width for r in pieces)
+        joined = pieces[0][4:].rstrip() + "".join(r[4:].rstrip() for r in pieces[1:])
+        assert joined == app.store.text(0)
+
+
 async def test_several_files_read_at_once_are_shown_in_the_order_of_their_times(tmp_path):
     """#14: per-rank files opened together showed file by file (rank 0's timeouts above rank 1's
     earlier error); lines that carry a time are merged by it, each file's own order kept."""

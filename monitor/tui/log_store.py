@@ -20,6 +20,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 import regex
+from rich.cells import cell_len
 
 from monitor.logs.nodes import node_of
 from monitor.model import LogLine
@@ -98,7 +99,7 @@ class LogStore:
         # The node of each file (``logs/nodes.py``; None on one machine), and the nodes seen.
         self.file_nodes: list[str | None] = []
         self.nodes_seen: list[str] = []
-        self.longest = 0  # characters in the longest line (the view's scroll width)
+        self.longest = 0  # cells of the longest line (the view's scroll width)
 
     def __len__(self) -> int:
         """Every line that arrived, kept or not."""
@@ -148,7 +149,7 @@ class LogStore:
         in_file.append(index)
         self._numbers.append(line.line)
         self._levels.append(line_level(text))
-        self.longest = max(self.longest, len(text))
+        self.longest = max(self.longest, len(text) if text.isascii() else cell_len(text))
         return index
 
     def _evict(self) -> None:

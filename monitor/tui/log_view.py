@@ -11,6 +11,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import replace
 
 import regex
+from rich.cells import cell_len, get_character_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
@@ -295,7 +296,10 @@ class LogView(ScrollView, can_focus=True):
         return max(8, self.scrollable_content_region.width - self._badge_width() - 1)
 
     def _rows_of(self, index: int, width: int) -> int:
-        return max(1, -(-len(self.store.text(index)[:MAX_DRAWN].expandtabs(4)) // width))
+        text = self.store.text(index)[:MAX_DRAWN].expandtabs(4)
+        if text.isascii():
+            return max(1, -(-len(text) // width))
+        return len(wrap_starts(text, width))
 
     def _ensure_wrapped(self) -> array:
         """The wrap map for the current rows and width (built when missing)."""
@@ -379,11 +383,14 @@ class LogView(ScrollView, can_focus=True):
             self._cache[key] = strip
         if self.wrap:
             prefix, text_width = self._badge_width() + 1, self._wrap_width
+            text = self.store.text(index)[:MAX_DRAWN].expandtabs(4)
+            starts = range(0, max(1, len(text)), text_width) if text.isascii() else wrap_starts(text, text_width)
+            start = prefix + starts[piece] if piece < len(starts) else prefix + cell_len(text)
+            end = prefix + starts[piece + 1] if piece + 1 < len(starts) else start + text_width
             if piece == 0:
-                return strip.crop_extend(0, prefix + text_width, self._style(""))
-            start = prefix + piece * text_width
+                return strip.crop(0, end).crop_extend(0, width, self._style(""))
             indent = Strip.blank(prefix, self._style(""))
-            return Strip.join([indent, strip.crop(start, start + text_width)]).crop_extend(0, width, self._style(""))
+            return Strip.join([indent, strip.crop(start, end)]).crop_extend(0, width, self._style(""))
         return strip.crop_extend(scroll_x, scroll_x + width, self._style(""))
 
     def _render_index(self, index: int) -> Strip:
@@ -443,3 +450,17 @@ class LogView(ScrollView, can_focus=True):
         if pos < len(text):
             segments.append(Segment(text[pos:], style))
         return segments
+
+
+def wrap_starts(text: str, width: int) -> list[int]:
+    """The cells where each wrapped piece of ``text`` starts, no wide character (CJK) cut in two:
+    a piece ends before a character that would not fit."""
+    starts, cells, used = [0], 0, 0
+    for character in text:
+        size = get_character_cell_size(character)
+        if used + size > width and used:
+            starts.append(cells)
+            used = 0
+        cells += size
+        used += size
+    return starts
