@@ -153,6 +153,41 @@ def test_writers_rotating_as_fast_as_they_can(tmp_path, target, poll):
     assert sorted(by_rank(line.text for line in lines)[0]) == list(range(3000))  # renamed: all on disk
 
 
+@pytest.mark.parametrize("target", ["dir", "file"])
+@pytest.mark.parametrize("poll", [False, True], ids=["events", "poll"])
+def test_five_writers_copytruncating_every_20_lines(tmp_path, target, poll):
+    """150 copytruncates per writer, every copy kept (.1 -> .2 -> ... -> .150): the copies move on
+    between our stat of a name and our look inside it, and a copy is looked for while the writer
+    shifts them all. Each line once: a generation was read again from a copy judged by what sat at
+    its name a moment later, a line lost when its start was read before the truncation and the
+    copy holding its end was missed mid-shift, and a last generation as long as the one before was
+    never read (the same size, so no growth to notice)."""
+    writers = [RotatingWriter(str(tmp_path / f"rank{r}.log"), r, "copytruncate", 3000, 20) for r in range(5)]
+    lines = follow(tmp_path, writers, target=target, poll=poll)
+    assert_once_each(tmp_path, lines, ["copytruncate"] * 5)
+    for rank in range(5):
+        assert sorted(by_rank(line.text for line in lines)[rank]) == list(range(3000))
+
+
+def test_a_file_truncated_and_written_again_to_the_same_size_is_read_again(tmp_path):
+    """Between two reads the file is truncated and refilled with other lines of exactly the
+    length already read: nothing grew, but the bytes are new."""
+    path = tmp_path / "rank0.log"
+    first = "".join(f"seq {n:06d} rank 0 loss=1.000\n" for n in range(10))
+    second = "".join(f"seq {n:06d} rank 0 loss=2.000\n" for n in range(10, 20))
+    assert len(first) == len(second)
+    path.write_text(first)
+    follower = Follower([str(path)])
+    got = _read_until(follower, lambda got: len(got) >= 10)
+    time.sleep(0.01)  # a later modification time, as a real writer's would be
+    with open(path, "r+") as handle:
+        handle.truncate(0)
+        handle.write(second)
+    got += _read_until(follower, lambda more: len(more) >= 10, limit=5.0)
+    got += follower.close().lines
+    assert sorted(by_rank(line.text for line in got)[0]) == list(range(20))
+
+
 def _read_until(follower, want, limit=10.0):
     got = []
     deadline = time.monotonic() + limit

@@ -236,15 +236,17 @@ class Follower:
         holder = self._by_identity.get(identity)
         if holder is not None and holder.path != path and holder.identity == identity:
             return None  # renamed while followed: the old path's next visit drains it first
-        copy_of = self._copy_start(path)
+        copy_of = self._copy_start(path, identity)
         if copy_of is False:
             return None  # logrotate's copy of a file not yet truncated: its lines are read there
         return copy_of or FROM_START
 
-    def _copy_start(self, path: str) -> ReadUpTo | bool | None:
+    def _copy_start(self, path: str, identity: Identity) -> ReadUpTo | bool | None:
         """For a rotated copy (copytruncate) of a followed file: False while the original still
         holds the same bytes (or the copy is too short to tell), or where the copy's unread part
-        starts; None if not a copy."""
+        starts; None if not a copy. False too when ``path`` no longer names ``identity``: copies
+        shift on (.1 -> .2) between our stat and this look, and what is judged must be the inode
+        that will be read."""
         folder, name = os.path.split(path)
         # app.log.1 can be a copy of app.log or of app.log.1's own earlier names: every prefix
         # that ends before a separator names a possible original.
@@ -257,14 +259,22 @@ class Follower:
             return None
         try:
             with open(path, "rb") as handle:
-                head = handle.read(256)
-                size = os.fstat(handle.fileno()).st_size
+                st = os.fstat(handle.fileno())
+                if (st.st_dev, st.st_ino) != identity:
+                    return False
+                return self._copy_of(handle.fileno(), st.st_size, originals)
+        except FileNotFoundError:
+            return False  # moved on since our stat: looked at again under its new name
         except OSError:
             return None
+
+    @staticmethod
+    def _copy_of(copy: int, size: int, originals: list[FollowedFile]) -> ReadUpTo | bool | None:
+        head = os.pread(copy, 256, 0)
         for original in originals:
             if len(head) < len(original.head) and original.head.startswith(head):
                 return False  # a copy still being written (shorter than the head): not yet
-            if original.head and head.startswith(original.head) and _is_copy_of_current(path, size, original):
+            if original.head and head.startswith(original.head) and _is_copy_of_current(copy, size, original):
                 return False
             for ended in original.ended:
                 if ended.head and head.startswith(ended.head):
@@ -273,7 +283,7 @@ class Follower:
                     return ended if size >= ended.offset else False
                 if len(head) < len(ended.head) and ended.head.startswith(head):
                     return False
-            if _holds_what_the_original_holds(path, size, original.path):
+            if _holds_what_the_original_holds(copy, size, original.path):
                 # Copied, not yet truncated, and not read yet: its lines are read in the
                 # original, or taken from this copy once the truncation is seen.
                 return False
@@ -403,30 +413,29 @@ class Follower:
         self._new_files.clear()
 
 
-def _is_copy_of_current(path: str, size: int, original: FollowedFile) -> bool:
-    """Whether ``path`` (same first bytes as ``original``) is a copy of what ``original`` holds
+def _is_copy_of_current(copy: int, size: int, original: FollowedFile) -> bool:
+    """Whether the file open at ``copy`` (same first bytes as ``original``) is a copy of what ``original`` holds
     now, rather than a file that merely starts with the same banner: its bytes where we stopped
     reading the original are those we read, or its last bytes are in the original at the same
     place. While the original looks truncated and we have not seen that yet, it may be a copy."""
     try:
-        with open(path, "rb") as copy:
-            if size >= original.offset and original.tail:
-                start = original.offset - len(original.tail)
-                return os.pread(copy.fileno(), len(original.tail), start) == original.tail
-            with open(original.path, "rb") as source:
-                if os.fstat(source.fileno()).st_size < original.offset or original.rewritten(source.fileno()):
-                    return True  # truncated since our last visit: decided after the next one
-                return _same_start(copy.fileno(), source.fileno(), size)
+        if size >= original.offset and original.tail:
+            start = original.offset - len(original.tail)
+            return os.pread(copy, len(original.tail), start) == original.tail
+        with open(original.path, "rb") as source:
+            if os.fstat(source.fileno()).st_size < original.offset or original.rewritten(source.fileno()):
+                return True  # truncated since our last visit: decided after the next one
+            return _same_start(copy, source.fileno(), size)
     except OSError:
         return False
 
 
-def _holds_what_the_original_holds(path: str, size: int, original: str) -> bool:
-    """Whether the file at ``path`` is a copy of the start of what ``original`` holds on disk
-    now (found before we read that part of the original)."""
+def _holds_what_the_original_holds(copy: int, size: int, original: str) -> bool:
+    """Whether the file open at ``copy`` is a copy of the start of what ``original`` holds on
+    disk now (found before we read that part of the original)."""
     try:
-        with open(path, "rb") as copy, open(original, "rb") as source:
-            return _same_start(copy.fileno(), source.fileno(), size)
+        with open(original, "rb") as source:
+            return _same_start(copy, source.fileno(), size)
     except OSError:
         return False
 

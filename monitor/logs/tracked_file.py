@@ -50,6 +50,8 @@ CHECKPOINTS = 16
 ENDED_KEPT = 32
 CHECKPOINT_SPACING = 16 * 1024
 CHECKPOINT_SAMPLE = 32
+# Looks for a rotated file beside ours while the folder keeps changing under the look.
+FIND_ATTEMPTS = 4
 
 
 @dataclass(slots=True)
@@ -188,7 +190,10 @@ class FollowedFile:
             if start is None:
                 return False
             self._start_generation(identity, start)
-        if st.st_size == self.offset and fds.held(self) is None and fds.full:
+        # Written since the last visit yet no bigger: truncated and written again to the size
+        # we had read (or further, but the same size by chance): the bytes tell.
+        same_size_written = st.st_size == self.offset and st.st_mtime != since and self.offset > 0
+        if st.st_size == self.offset and not same_size_written and fds.held(self) is None and fds.full:
             return False  # unchanged, and no descriptor to spare: thousands of idle files
         try:
             fd = fds.open(self)
@@ -198,7 +203,7 @@ class FollowedFile:
         if fd is None:
             return True  # replaced between stat and open: the next visit sees the new inode
         self.problem = None
-        if st.st_size < self.offset or st.st_size > self.offset and self.rewritten(fd, at_offset=True):
+        if st.st_size < self.offset or (st.st_size > self.offset or same_size_written) and self.rewritten(fd, at_offset=True):
             out.rotations.append((self.family, since))
             kept = self._kept_prefix(fd, st.st_size)
             self._recover_from_copy(out)
@@ -328,12 +333,23 @@ class FollowedFile:
 
     def _find_beside(self, wanted, confirm=None, close: bool = False) -> int | None:
         """An open descriptor on a rotated sibling (``app.log.1``, ``app.log-20250101``...);
-        with ``close``, only whether there is one (the descriptor is closed: -1)."""
+        with ``close``, only whether there is one (the descriptor is closed: -1). Looked for
+        again (a few times) when the folder changed during the look: logrotate shifting its
+        copies (.1 -> .2 -> ...) moves a file past a name after we listed it."""
+        folder = os.path.split(self.family)[0] or os.curdir
+        for _ in range(FIND_ATTEMPTS):
+            try:
+                before = os.stat(folder).st_mtime_ns
+                found = self._look_beside(wanted, confirm, close)
+                if found is not None or os.stat(folder).st_mtime_ns == before:
+                    return found
+            except OSError:
+                return None
+        return None
+
+    def _look_beside(self, wanted, confirm, close: bool) -> int | None:
         folder, base = os.path.split(self.family)
-        try:
-            names = os.listdir(folder or os.curdir)
-        except OSError:
-            return None
+        names = os.listdir(folder or os.curdir)
         for name in sorted(names):
             if not is_rotated_name(base, name) or os.path.join(folder, name) == self.path:
                 continue
