@@ -309,7 +309,7 @@ class Follower:
                 self._adopt(path, family=origin)
                 return
 
-    def _adopt_rotations_since(self, origin: str, since: float) -> None:
+    def _adopt_rotations_since(self, origin: str, since: float, strict: bool) -> None:
         """Generations of ``origin`` written and rotated away between two visits: rotated files
         beside it, written since the last write we saw of it, that no followed file holds. Each is read
         from where it was left (an inode we read under another name), or whole (never seen; a
@@ -331,7 +331,7 @@ class Follower:
             identity = (st.st_dev, st.st_ino)
             if identity in held or not stat.S_ISREG(st.st_mode):
                 continue
-            if identity in self._consumed or st.st_mtime >= since - MTIME_SLACK_S:
+            if identity in self._consumed or (st.st_mtime > since if strict else st.st_mtime >= since - MTIME_SLACK_S):
                 self._adopt(path, family=origin)
 
     # -- reading ---------------------------------------------------------------------------
@@ -402,8 +402,8 @@ class Follower:
     def _collect(self, out: ReadOutput, update: FollowUpdate) -> None:
         for identity, origin in out.rotated_from.items():
             self._adopt_rotated(identity, origin)
-        for origin, since in out.rotations:
-            self._adopt_rotations_since(origin, since)
+        for origin, since, strict in out.rotations:
+            self._adopt_rotations_since(origin, since, strict)
         update.ended.extend((before + len(update.lines), path) for before, path in out.ended)
         update.lines.extend(out.lines)
         update.problems.extend(self._problems)

@@ -31,6 +31,7 @@ from typing import Callable
 
 from monitor.model import LogLine
 from monitor.logs.decode import SNIFF_BYTES, LineAssembler, looks_binary
+from monitor.logs.line_sums import LineSums
 from monitor.text import clean
 from monitor.logs.sources import COMPRESSED_SUFFIXES
 
@@ -71,8 +72,10 @@ class ReadOutput:
     rotated_from: dict[Identity, str] = field(default_factory=dict)
     # Live paths that were rotated or truncated, each with the time of the last write seen
     # before (the mtime at the visit before): files rotated beside them since then (whole
-    # generations written and rotated away between two visits) are read too.
-    rotations: list[tuple[str, float]] = field(default_factory=list)
+    # generations written and rotated away between two visits) are read too. With ``strict``,
+    # only those written after that time (no slack for coarse clocks): the path was empty
+    # then, and a copy made since may hold a generation it had in between.
+    rotations: list[tuple[str, float, bool]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,7 @@ class FollowedFile:
         # (offset of a line end, lines up to there, the bytes just before it), oldest first.
         self.checkpoints: list[tuple[int, int, bytes]] = []
         self.checkpoint_spacing = CHECKPOINT_SPACING
+        self.sums = LineSums(0)  # of the last lines read, for a cut further back than ``recent``
         self.line_start = 0  # offset where the partial last line starts
         # Generations read to their end, newest last: a copy of one found later (logrotate's
         # .1 shifted to .2 ...) is read from where it ended, not again.
@@ -176,7 +180,7 @@ class FollowedFile:
             return False
         identity = (st.st_dev, st.st_ino) if st is not None else None
         if self.identity is not None and identity != self.identity:
-            out.rotations.append((self.family, since))
+            out.rotations.append((self.family, since, False))
             self._drain_replaced(fds, out)
             # Renamed beside us (app.log.1): it is followed on under that name from the start
             # of its partial last line, which its writer may complete there.
@@ -190,6 +194,10 @@ class FollowedFile:
             if start is None:
                 return False
             self._start_generation(identity, start)
+        elif self.offset == 0 and st.st_size > 0 and since:
+            # Empty at the last visit, written now: nothing read tells whether a whole
+            # generation was written, copied away (copytruncate) and truncated in between.
+            out.rotations.append((self.family, since, True))
         # Written since the last visit yet no bigger: truncated and written again to the size
         # we had read (or further, but the same size by chance): the bytes tell.
         same_size_written = st.st_size == self.offset and st.st_mtime != since and self.offset > 0
@@ -204,7 +212,7 @@ class FollowedFile:
             return True  # replaced between stat and open: the next visit sees the new inode
         self.problem = None
         if st.st_size < self.offset or (st.st_size > self.offset or same_size_written) and self.rewritten(fd, at_offset=True):
-            out.rotations.append((self.family, since))
+            out.rotations.append((self.family, since, False))
             kept = self._kept_prefix(fd, st.st_size)
             self._recover_from_copy(out)
             self._end_generation(fds, out, keep_identity=True)
@@ -234,9 +242,11 @@ class FollowedFile:
         self.assembler.reset()
         if isinstance(start, KeptPrefix):
             self.mark, self.recent, self.checkpoints = start.mark, start.recent, start.checkpoints
+            self.sums = start.sums
         else:
             self.mark, self.recent, self.checkpoints = None, b"", []
             self.checkpoint_spacing = CHECKPOINT_SPACING
+            self.sums = LineSums(start.offset)
         self.binary = False
 
     def _kept_prefix(self, fd: int, size: int) -> KeptPrefix | None:
@@ -250,17 +260,23 @@ class FollowedFile:
             end = self.head.rfind(b"\n", 0, same_head) + 1
             if not end:
                 return None
-            return KeptPrefix(end, self.head.count(b"\n", 0, end), self.head[:end], None, b"", [])
+            return KeptPrefix(end, self.head.count(b"\n", 0, end), self.head[:end], None, b"", [], self.sums.kept_until(end))
         start = self.offset - len(self.recent)
-        same = 0
-        if size > start:
-            same = _common_prefix(os.pread(fd, min(size, self.offset) - start, start), self.recent)
-        end = self.recent.rfind(b"\n", 0, same) + 1
-        if end:
-            offset = start + end
-            lines = self.lines - self.recent.count(b"\n", end)
+        end = 0
+        if held := self.sums.still_held(fd, size):
+            # The last lines read, each by its sum: exact, and sure of a cut before the last bytes.
+            offset, after = held
+            lines = self.lines - after
+            recent = os.pread(fd, min(offset, RECENT_BYTES), offset - min(offset, RECENT_BYTES))
+        elif not self.sums.ends or self.sums.start > start:
+            # No line summed where the last bytes read begin (one long line): those bytes tell.
+            same = _common_prefix(os.pread(fd, min(size, self.offset) - start, start), self.recent) if size > start else 0
+            end = self.recent.rfind(b"\n", 0, same) + 1
+            offset, lines, recent = start + end, self.lines - self.recent.count(b"\n", end), self.recent[:end]
+        if held or end:
             checkpoints = [c for c in self.checkpoints if c[0] <= offset]
-        else:
+        else:  # cut before the last lines summed: from the last line-end mark still there
+            recent = b""
             checkpoints = [c for c in self.checkpoints if c[0] <= min(start, size)]
             while checkpoints:
                 offset, lines, sample = checkpoints[-1]
@@ -270,8 +286,7 @@ class FollowedFile:
             else:
                 return None
         mark = self.mark if self.mark is not None and self.mark[0] + len(self.mark[1]) <= offset else None
-        recent = self.recent[:end] if end else b""
-        return KeptPrefix(offset, lines, self.head, mark, recent, checkpoints)
+        return KeptPrefix(offset, lines, self.head, mark, recent, checkpoints, self.sums.kept_until(offset))
 
     def _end_generation(self, fds: DescriptorCache, out: ReadOutput, *, keep_identity: bool, carry: bool = False) -> None:
         """``carry``: the partial last line is not emitted here; the inode is read on (under its
@@ -394,6 +409,7 @@ class FollowedFile:
         data = os.pread(fd, min(size - self.offset, budget), self.offset)
         if not data:
             return False
+        self.sums.add(data, self.offset)
         if self.offset < HEAD_BYTES:
             self.head = (self.head + data)[:HEAD_BYTES]
         if self.mark is None and (text_at := len(data) - len(data.lstrip(b"\0"))) < len(data):
@@ -453,6 +469,7 @@ class KeptPrefix:
     mark: tuple[int, bytes] | None
     recent: bytes
     checkpoints: list[tuple[int, int, bytes]]
+    sums: LineSums
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:
