@@ -228,6 +228,37 @@ def test_cut_far_back_and_grown_before_the_next_read_reads_each_line_once(tmp_pa
     assert [line.line for line in got[400:]] == list(range(kept + 1, kept + 51))  # numbered as in the file
 
 
+def test_a_copytruncate_between_the_look_and_the_read_mixes_no_generations(tmp_path, monkeypatch):
+    """The follower looked (same file, grown) and then read; in between, the file was copied to
+    .1, truncated and written past our offset: the bytes read there are the new text's. They were
+    taken for the old text's end (its lines read twice, the old end lost); now they are left and
+    the cut is handled at once."""
+    from monitor.logs import tracked_file
+
+    path = tmp_path / "rank0.log"
+    old = [f"seq {n:06d} rank 0 loss=1.0 {'x' * 20}\n" for n in range(100)]
+    path.write_text("".join(old[:60]))
+    follower = Follower([str(tmp_path)], poll=True, poll_interval=0.02)
+    got = _read_until(follower, lambda got: len(got) >= 60)
+    with open(path, "a") as handle:
+        handle.write("".join(old[60:]))
+    read_at = len("".join(old[:60]).encode())
+    real_pread = os.pread
+
+    def rotate_then_read(fd, length, offset):
+        if offset == read_at and length > 1000 and not (tmp_path / "rank0.log.1").exists():
+            shutil.copyfile(path, tmp_path / "rank0.log.1")
+            os.truncate(path, 0)
+            with open(path, "a") as handle:
+                handle.write("".join(f"seq {n:06d} rank 0 loss=2.0 {'y' * 20}\n" for n in range(100, 180)))
+        return real_pread(fd, length, offset)
+
+    monkeypatch.setattr(tracked_file.os, "pread", rotate_then_read)
+    got += _read_until(follower, lambda more: len(more) >= 120, limit=3.0)
+    got += follower.close().lines
+    assert sorted(by_rank(line.text for line in got)[0]) == list(range(180))
+
+
 def _read_until(follower, want, limit=10.0):
     got = []
     deadline = time.monotonic() + limit

@@ -161,6 +161,7 @@ class FollowedFile:
         self.binary = False
         self.problem: str | None = None
         self.mtime = 0.0  # of the last stat: when the file was last written
+        self.cut_while_reading = False
 
     # -- one visit -------------------------------------------------------------------------
     def visit(self, fds: DescriptorCache, out: ReadOutput, start_for: StartFor, budget: int = READ_CHUNK) -> bool:
@@ -220,7 +221,8 @@ class FollowedFile:
             fd = fds.open(self)
             if fd is None:
                 return True
-        return self._read(fd, st.st_size, out, budget)
+        self.cut_while_reading = False
+        return self._read(fd, st.st_size, out, budget) or self.cut_while_reading
 
     @property
     def tail(self) -> bytes:
@@ -408,6 +410,11 @@ class FollowedFile:
         at_start = self.offset == 0
         data = os.pread(fd, min(size - self.offset, budget), self.offset)
         if not data:
+            return False
+        if not at_start and self.rewritten(fd, at_offset=True):
+            # Cut and written again between the visit's look and this read: these bytes may be
+            # the new text's. Left unread; the next visit (at once) sees the cut.
+            self.cut_while_reading = True
             return False
         self.sums.add(data, self.offset)
         if self.offset < HEAD_BYTES:
