@@ -49,7 +49,8 @@ def language() -> str:
 def advice(advice_id: str, **fields: str) -> str:
     """The advice in the process's language. A text that starts with spaces keeps them: it is a
     clause put after a word (" (fan at 100%)"), where Chinese needs none."""
-    text = shipped()[advice_id].translations.get(_language, shipped()[advice_id].text)
+    entry = shipped()[advice_id]
+    text = entry.translations.get(_language, entry.text)
     lead = text[: len(text) - len(text.lstrip(" "))]
     return lead + render(text, {name: str(value) for name, value in fields.items()})
 

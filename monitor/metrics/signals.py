@@ -304,8 +304,8 @@ def _gpu_memory_finding(gpu: GpuSample, sample: Sample, history: History) -> Fin
         evidence.append(f"{gpu.label}: grew by {_gib(grew)} in the last {min(60.0, history.span_s()):.0f} s")
     # Fragmentation advice only to a job that does not already set expandable_segments.
     expandable = any(_job_sets(sample.job, name, "expandable_segments:true") for name in ALLOC_CONF_VARIABLES)
-    remedy = advice("gpu-memory-expandable" if expandable else "gpu-memory",
-                    free=_gib(total - used), total=_gib(total), gpu=gpu.label)
+    remedy = advice("gpu-memory", free=_gib(total - used), total=_gib(total), gpu=gpu.label,
+                    fragmentation="" if expandable else advice("gpu-memory-fragmentation"))
     return _finding(
         "metrics-gpu-memory-near-full", "cuda_oom", "warning", "root",
         advice("title-gpu-memory", who=who, gpu=gpu.label, **_of(used, total), percent=f"{fraction:.0%}"),
