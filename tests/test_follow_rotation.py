@@ -186,3 +186,15 @@ def test_truncated_and_regrown_past_our_offset_under_the_same_banner_is_read_aga
     got += _read_all(follower, lambda more: len(seqs(more)) >= 100)
     got += follower.close().lines
     assert seqs(got) == list(range(165))
+
+
+def test_the_rotations_of_a_folder_are_indexed_by_the_names_they_rotate():
+    """One listing answers every live file of a folder at once (thousands of files first written
+    in one round): the same names as asking is_rotated_name of each."""
+    from monitor.logs.tracked_file import is_rotated_name, rotations_by_base
+
+    names = ["app.log", "app.log.1", "app.log-20250101", "app.log_old", "app.log.2.gz", "rank0.log",
+             "rank0.log.10", "rank10.log", "x.", "a_b", "stdout.log.1.bz2"]
+    index = rotations_by_base(names)
+    for base in ["app.log", "app", "app.log.1", "rank0.log", "rank1", "x", "a", "stdout.log"]:
+        assert sorted(index.get(base, [])) == sorted(n for n in names if is_rotated_name(base, n)), base

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from monitor.model import LogLine
 from monitor.logs.tracked_file import (
     FROM_START, HEAD_BYTES, DescriptorCache, FollowedFile, Identity, ReadOutput, ReadUpTo, is_rotated_name,
+    rotations_by_base,
 )
 from monitor.logs.fs_events import OVERFLOW, RESCAN, FileEvents, open_file_events
 from monitor.logs.sources import Source, parse_source
@@ -309,30 +310,35 @@ class Follower:
                 self._adopt(path, family=origin)
                 return
 
-    def _adopt_rotations_since(self, origin: str, since: float, strict: bool) -> None:
-        """Generations of ``origin`` written and rotated away between two visits: rotated files
-        beside it, written since the last write we saw of it, that no followed file holds. Each is read
-        from where it was left (an inode we read under another name), or whole (never seen; a
-        copy of what we read is told apart by ``_start_for``)."""
-        folder, base = os.path.split(origin)
-        try:
-            names = os.listdir(folder or os.curdir)
-        except OSError:
-            return
+    def _adopt_rotations_since(self, rotations: list[tuple[str, float, bool]]) -> None:
+        """Generations of each live path (origin) written and rotated away between two visits:
+        rotated files beside it, written since the last write we saw of it (``since``), that no
+        followed file holds. Each is read from where it was left (an inode we read under another
+        name), or whole (never seen; a copy of what we read is told apart by ``_start_for``). One
+        listing per folder: thousands of files first written in one round ask at once."""
         held = {f.identity for f in self._files.values() if f.identity is not None}
-        for name in sorted(names):
-            path = os.path.join(folder, name)
-            if path in self._files or not is_rotated_name(base, name):
-                continue
+        by_folder: dict[str, list[tuple[str, float, bool]]] = {}
+        for rotation in rotations:
+            by_folder.setdefault(os.path.dirname(rotation[0]), []).append(rotation)
+        for folder, asked in by_folder.items():
             try:
-                st = os.stat(path)
+                rotated = rotations_by_base(os.listdir(folder or os.curdir))
             except OSError:
                 continue
-            identity = (st.st_dev, st.st_ino)
-            if identity in held or not stat.S_ISREG(st.st_mode):
-                continue
-            if identity in self._consumed or (st.st_mtime > since if strict else st.st_mtime >= since - MTIME_SLACK_S):
-                self._adopt(path, family=origin)
+            for origin, since, strict in asked:
+                for name in sorted(rotated.get(os.path.basename(origin), ())):
+                    path = os.path.join(folder, name)
+                    if path in self._files:
+                        continue
+                    try:
+                        st = os.stat(path)
+                    except OSError:
+                        continue
+                    identity = (st.st_dev, st.st_ino)
+                    if identity in held or not stat.S_ISREG(st.st_mode):
+                        continue
+                    if identity in self._consumed or (st.st_mtime > since if strict else st.st_mtime >= since - MTIME_SLACK_S):
+                        self._adopt(path, family=origin)
 
     # -- reading ---------------------------------------------------------------------------
     def _take_events(self) -> None:
@@ -402,8 +408,8 @@ class Follower:
     def _collect(self, out: ReadOutput, update: FollowUpdate) -> None:
         for identity, origin in out.rotated_from.items():
             self._adopt_rotated(identity, origin)
-        for origin, since, strict in out.rotations:
-            self._adopt_rotations_since(origin, since, strict)
+        if out.rotations:
+            self._adopt_rotations_since(out.rotations)
         update.ended.extend((before + len(update.lines), path) for before, path in out.ended)
         update.lines.extend(out.lines)
         update.problems.extend(self._problems)

@@ -499,3 +499,14 @@ def is_rotated_name(base: str, name: str) -> bool:
     )
 
 
+def rotations_by_base(names: list[str]) -> dict[str, list[str]]:
+    """The names that are rotations of another (``is_rotated_name``), under each name they may be
+    a rotation of: ``app.log.1`` under ``app`` and ``app.log``."""
+    found: dict[str, list[str]] = {}
+    for name in names:
+        if name.lower().endswith(COMPRESSED_SUFFIXES):
+            continue
+        for end in range(1, len(name)):
+            if name[end] in ".-_":
+                found.setdefault(name[:end], []).append(name)
+    return found
