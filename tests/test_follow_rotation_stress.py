@@ -187,11 +187,13 @@ def test_a_file_truncated_and_written_again_to_the_same_size_is_read_again(tmp_p
     assert sorted(by_rank(line.text for line in got)[0]) == list(range(20))
 
 
+@pytest.mark.parametrize("more", [5, 0], ids=["grown", "empty-again"])
 @pytest.mark.parametrize("target", ["dir", "file"])
-def test_a_generation_copied_away_from_a_file_we_saw_empty_is_read_from_the_copy(tmp_path, target):
+def test_a_generation_copied_away_from_a_file_we_saw_empty_is_read_from_the_copy(tmp_path, target, more):
     """The file was empty when we read it; before the next read 10 lines are written, copied to
-    .1 and the file truncated (copytruncate), then 5 more lines written: the file only grew as
-    far as we can tell, and the 10 lines are only in the copy."""
+    .1 and the file truncated (copytruncate), then 5 more lines written, or none: the file only
+    grew, or did not change at all, as far as its size tells, and the 10 lines are only in the
+    copy."""
     path = tmp_path / "rank0.log"
     path.write_text("")
     follower = Follower([str(tmp_path) if target == "dir" else str(path)], poll=True, poll_interval=0.02)
@@ -201,10 +203,10 @@ def test_a_generation_copied_away_from_a_file_we_saw_empty_is_read_from_the_copy
     shutil.copyfile(path, f"{path}.1")
     os.truncate(path, 0)
     with open(path, "a") as handle:
-        handle.write("".join(f"seq {n:06d} rank 0 loss=1.0\n" for n in range(10, 15)))
-    got += _read_until(follower, lambda more: len(more) >= 15, limit=3.0)
+        handle.write("".join(f"seq {n:06d} rank 0 loss=1.0\n" for n in range(10, 10 + more)))
+    got += _read_until(follower, lambda lines: len(lines) >= 10 + more, limit=3.0)
     got += follower.close().lines
-    assert sorted(by_rank(line.text for line in got)[0]) == list(range(15))
+    assert sorted(by_rank(line.text for line in got)[0]) == list(range(10 + more))
 
 
 @pytest.mark.parametrize("kept", [100, 390])

@@ -337,7 +337,7 @@ class Follower:
                     identity = (st.st_dev, st.st_ino)
                     if identity in held or not stat.S_ISREG(st.st_mode):
                         continue
-                    if identity in self._consumed or (st.st_mtime > since if strict else st.st_mtime >= since - MTIME_SLACK_S):
+                    if identity in self._consumed or st.st_mtime >= since - (0.0 if strict else MTIME_SLACK_S):
                         self._adopt(path, family=origin)
 
     # -- reading ---------------------------------------------------------------------------

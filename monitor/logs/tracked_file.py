@@ -73,8 +73,9 @@ class ReadOutput:
     # Live paths that were rotated or truncated, each with the time of the last write seen
     # before (the mtime at the visit before): files rotated beside them since then (whole
     # generations written and rotated away between two visits) are read too. With ``strict``,
-    # only those written after that time (no slack for coarse clocks): the path was empty
-    # then, and a copy made since may hold a generation it had in between.
+    # only those written at that time or later (no slack before it): the path was empty then,
+    # and a copy made since may hold a generation it had in between. At, not only after: file
+    # times move in clock ticks of milliseconds, so a copy made right after has the same time.
     rotations: list[tuple[str, float, bool]] = field(default_factory=list)
 
 
@@ -195,9 +196,10 @@ class FollowedFile:
             if start is None:
                 return False
             self._start_generation(identity, start)
-        elif self.offset == 0 and st.st_size > 0 and since:
-            # Empty at the last visit, written now: nothing read tells whether a whole
-            # generation was written, copied away (copytruncate) and truncated in between.
+        elif self.offset == 0 and since and st.st_mtime != since:
+            # Empty at the last visit, written since (empty again, maybe): nothing read tells
+            # whether a whole generation was written, copied away (copytruncate) and truncated
+            # in between.
             out.rotations.append((self.family, since, True))
         # Written since the last visit yet no bigger: truncated and written again to the size
         # we had read (or further, but the same size by chance): the bytes tell.
