@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import replace
 
 import regex
@@ -296,10 +297,7 @@ class LogView(ScrollView, can_focus=True):
         return max(8, self.scrollable_content_region.width - self._badge_width() - 1)
 
     def _rows_of(self, index: int, width: int) -> int:
-        text = self.store.text(index)[:MAX_DRAWN].expandtabs(4)
-        if text.isascii():
-            return max(1, -(-len(text) // width))
-        return len(wrap_starts(text, width))
+        return len(wrap_starts(self.store.text(index)[:MAX_DRAWN].expandtabs(4), width))
 
     def _ensure_wrapped(self) -> array:
         """The wrap map for the current rows and width (built when missing)."""
@@ -384,7 +382,7 @@ class LogView(ScrollView, can_focus=True):
         if self.wrap:
             prefix, text_width = self._badge_width() + 1, self._wrap_width
             text = self.store.text(index)[:MAX_DRAWN].expandtabs(4)
-            starts = range(0, max(1, len(text)), text_width) if text.isascii() else wrap_starts(text, text_width)
+            starts = wrap_starts(text, text_width)
             start = prefix + starts[piece] if piece < len(starts) else prefix + cell_len(text)
             end = prefix + starts[piece + 1] if piece + 1 < len(starts) else start + text_width
             if piece == 0:
@@ -452,9 +450,16 @@ class LogView(ScrollView, can_focus=True):
         return segments
 
 
-def wrap_starts(text: str, width: int) -> list[int]:
+def wrap_starts(text: str, width: int) -> Sequence[int]:
     """The cells where each wrapped piece of ``text`` starts, no wide character (CJK) cut in two:
-    a piece ends before a character that would not fit."""
+    a piece ends before a character that would not fit. Walked character by character only for
+    a line with wide characters that does not fit (the map of every row is built from these)."""
+    if len(text) * 2 <= width:
+        return range(1)
+    if text.isascii() or (cells := cell_len(text)) == len(text):
+        return range(0, max(1, len(text)), width)
+    if cells <= width:
+        return range(1)
     starts, cells, used = [0], 0, 0
     for character in text:
         size = get_character_cell_size(character)
