@@ -214,7 +214,9 @@ class FollowedFile:
         if fd is None:
             return True  # replaced between stat and open: the next visit sees the new inode
         self.problem = None
-        if st.st_size < self.offset or (st.st_size > self.offset or same_size_written) and self.rewritten(fd, at_offset=True):
+        # A grown file is checked by the read itself, after it has the bytes (a cut between this
+        # look and the read is seen there); here only what that read cannot see, or saw.
+        if st.st_size < self.offset or (same_size_written or self.cut_while_reading) and self.rewritten(fd, at_offset=True):
             out.rotations.append((self.family, since, False))
             kept = self._kept_prefix(fd, st.st_size)
             self._recover_from_copy(out)
@@ -414,8 +416,9 @@ class FollowedFile:
         if not data:
             return False
         if not at_start and self.rewritten(fd, at_offset=True):
-            # Cut and written again between the visit's look and this read: these bytes may be
-            # the new text's. Left unread; the next visit (at once) sees the cut.
+            # Cut and written again since what we read last (before this visit, or between its
+            # look and this read): these bytes may be the new text's. Left unread; the next
+            # visit (at once) handles the cut.
             self.cut_while_reading = True
             return False
         self.sums.add(data, self.offset)
