@@ -23,6 +23,11 @@ Role = Literal["root", "cascade", "confirm"]
 # a node of a multi-node job.
 Origin = Literal["log", "metrics", "preflight", "checkpoint", "exit", "stall", "stacks", "flight-recorder", "node"]
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+# How sure a finding (or the root cause) is of what it says: ``certain``, a library's own message
+# matched; ``likely``, read from a generic form (an uncaught traceback no rule names, a silence,
+# only timeouts); ``weak``, inferred from what is left (an exit status, a launcher's summary).
+Confidence = Literal["certain", "likely", "weak"]
+CONFIDENCE_ORDER = {"certain": 0, "likely": 1, "weak": 2}
 
 
 class Category(StrEnum):
@@ -125,6 +130,9 @@ class Finding:
     # file, so it happened no later. Orders the files of several nodes (``chronological``); never
     # shown as its time.
     before: float | None = None
+    # How sure it is (``Confidence``), and when not ``certain``, the evidence that is missing.
+    confidence: Confidence = "certain"
+    confidence_note: str = ""
 
     def __post_init__(self) -> None:
         self.category = Category(self.category)  # ValueError names a category that does not exist
@@ -139,6 +147,7 @@ class Finding:
         file name, and a title or remedy from a user's rule pack, may hold escape codes."""
         return replace(
             self, title=safe_text(self.title), remedy=safe_text(self.remedy, keep_newlines=True),
+            confidence_note=safe_text(self.confidence_note),
             file=safe_text(self.file), rule=safe_text(self.rule),
             node=safe_text(self.node) if self.node is not None else None, nodes=[safe_text(n) for n in self.nodes],
             evidence=[safe_text(line) for line in self.evidence],
@@ -158,6 +167,7 @@ class Finding:
             for key in (
                 "rule", "category", "severity", "role", "title", "rank", "ranks", "file",
                 "line", "count", "evidence", "fields", "remedy", "origin", "first_seen", "node", "nodes",
+                "confidence", "confidence_note",
             )
         }
 
@@ -255,6 +265,10 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     # Files read that hold nothing at all (a job that never wrote, a log truncated away).
     empty: list[str] = field(default_factory=list)
+    # How sure the root cause is, as a cause (``root_cause.confidence``): its own confidence, or
+    # less when it was chosen from what was left (only timeouts, only a launcher's report).
+    confidence: Confidence | None = None
+    confidence_note: str = ""
 
     @property
     def failed(self) -> bool:
@@ -262,10 +276,18 @@ class Diagnosis:
 
     def to_json(self) -> dict:
         return {
-            "root_cause": self.root_cause.to_json() if self.root_cause else None,
+            "root_cause": self._root_json(),
             "findings": [f.to_json() for f in self.findings],
             "files": list(self.files),
             "problems": list(self.problems),
             "notes": list(self.notes),
             "empty": list(self.empty),
         }
+
+    def _root_json(self) -> dict | None:
+        if self.root_cause is None:
+            return None
+        data = self.root_cause.to_json()
+        if self.confidence is not None:
+            data["confidence"], data["confidence_note"] = self.confidence, self.confidence_note
+        return data

@@ -14,7 +14,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     listing.add_argument("--json", action="store_true", help="print the rules as JSON")
     testing = actions.add_parser("test", help="Run every rule's examples; exit 1 if any fails.")
     testing.add_argument("dir", nargs="?", help="test only the rules of this directory (loaded over the shipped ones)")
-    for action in (listing, testing):
+    evaluating = actions.add_parser(
+        "eval", help="Score the diagnosis on a labelled corpus of real logs; exit 1 below its floor.",
+        description="Diagnose every case of a labelled corpus (NAME.log beside NAME.toml: the format is in "
+                    "sample_logs/real/README.md) and score the root cause against each label: accuracy per "
+                    "category, a confusion table, clean logs flagged, root-rank accuracy, the calibration of "
+                    "each confidence level and every miss, for all cases and for the check third. Exit 0, 1 "
+                    "when a score is below DIR/floor.toml, 2 on a bad case.")
+    evaluating.add_argument("corpus", metavar="DIR", help="the corpus folder (e.g. sample_logs/real)")
+    evaluating.add_argument("--json", action="store_true", help="print the scores as JSON")
+    for action in (listing, testing, evaluating):
         add_rules_options(action)
     parser.set_defaults(func=run, rules_parser=parser)
 
@@ -23,12 +32,40 @@ def run(args: argparse.Namespace) -> int:
     if not args.rules_command:
         args.rules_parser.print_help()
         return 2
-    if args.rules_command == "test":
+    if args.rules_command in ("test", "eval"):
         args.lang = "en"  # the translations are checked against the English texts, whatever the locale
     catalogue = load_rules(args, (args.dir,) if getattr(args, "dir", None) else ())
     if args.rules_command == "list":
         return _list(catalogue, args.json)
+    if args.rules_command == "eval":
+        return _eval(catalogue, args.corpus, args.json)
     return _test(catalogue, args.dir)
+
+
+def _eval(catalogue, corpus: str, as_json: bool) -> int:
+    from pathlib import Path
+
+    from monitor.diagnosis.corpus import CorpusError, load_corpus, load_floor
+    from monitor.diagnosis.evaluate import diagnose_case, score
+    from monitor.text import safe_json, say
+
+    try:
+        cases = load_corpus(Path(corpus))
+        floor = load_floor(Path(corpus))
+    except (CorpusError, OSError) as exc:
+        say(str(exc) if isinstance(exc, CorpusError) else f"{corpus}: {exc.strerror or exc}")
+        return 2
+    if not cases:
+        say(f"{corpus}: no cases (NAME.log beside NAME.toml) in this directory")
+        return 2
+    result = score([diagnose_case(case, catalogue) for case in cases], floor)
+    if as_json:
+        print(safe_json(result, indent=2))
+    else:
+        from monitor.diagnosis.eval_report import render
+
+        print(render(result, corpus), end="")
+    return 1 if result["below_floor"] else 0
 
 
 def _list(catalogue, as_json: bool) -> int:

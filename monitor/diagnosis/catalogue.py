@@ -24,13 +24,14 @@ from monitor.diagnosis.templates import field_names
 from monitor.diagnosis.textfile import read_toml_file
 
 SEVERITIES = ("error", "warning", "info")
+CONFIDENCES = ("certain", "likely", "weak")
 ROLES = ("root", "cascade", "confirm")
 # Texts a rule may also give in another language (``<key>_<lang>``), shown with ``--lang``.
 LANGUAGES = ("en", "zh")
 TRANSLATED_KEYS = ("title", "confirmed_title", "remedy")
 RULE_KEYS = {
     "id", "category", "severity", "role", "title", "confirmed_title", "patterns", "prefilter", "remedy",
-    "advice", "examples", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
+    "advice", "examples", "confidence", "confidence_note", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
 }
 REQUIRED_KEYS = ("id", "category", "severity", "role", "title", "patterns")
 ADVICE_KEYS = {"text", "when", "unless_log", "if_log", "unless_record", "if_record",
@@ -92,6 +93,10 @@ class Rule:
     line: int = 0
     # Title, confirmed title and remedy in other languages: {"zh": {"title": ..., ...}}.
     translations: dict[str, dict[str, str]] = field(default_factory=dict)
+    # How sure a match is of its category (``model.Confidence``): a message that other causes
+    # print too (a bare SIGKILL) is not ``certain``; ``confidence_note`` says what is missing.
+    confidence: str = "certain"
+    confidence_note: str = ""
 
     @property
     def where(self) -> str:
@@ -252,8 +257,8 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
     for key in REQUIRED_KEYS:
         if key not in table:
             raise fail(f"missing required key {key!r}")
-    for key in ("id", "category", "severity", "role", "title", "confirmed_title", "remedy",
-                *(k for k in RULE_KEYS if k.rsplit("_", 1)[-1] in LANGUAGES[1:])):
+    for key in ("id", "category", "severity", "role", "title", "confirmed_title", "remedy", "confidence",
+                "confidence_note", *(k for k in RULE_KEYS if k.rsplit("_", 1)[-1] in LANGUAGES[1:])):
         if key in table and not isinstance(table[key], str):
             raise fail(f"{key!r} must be a string", loc.key_line(key, start, end))
     if not _ID.match(table["id"]):
@@ -266,6 +271,10 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
         raise fail(f"severity must be one of {', '.join(SEVERITIES)}", loc.key_line("severity", start, end))
     if table["role"] not in ROLES:
         raise fail(f"role must be one of {', '.join(ROLES)}", loc.key_line("role", start, end))
+    if table.get("confidence", "certain") not in CONFIDENCES:
+        raise fail(f"confidence must be one of {', '.join(CONFIDENCES)}", loc.key_line("confidence", start, end))
+    if table.get("confidence", "certain") != "certain" and not table.get("confidence_note"):
+        raise fail("a rule that is not certain says why in confidence_note", loc.key_line("confidence", start, end))
 
     raw_patterns = table["patterns"]
     if isinstance(raw_patterns, str):
@@ -327,6 +336,7 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
         conditions=tuple(tuple(frozenset(s) for s in required_sets(raw)) for raw in raw_patterns),
         remedy=table.get("remedy", "").strip(), confirmed_title=table.get("confirmed_title", ""), advice=advice, examples_match=match,
         examples_no_match=no_match, source=str(loc.path), line=start, translations=translations,
+        confidence=table.get("confidence", "certain"), confidence_note=table.get("confidence_note", ""),
     )
 
 

@@ -17,7 +17,7 @@ import regex
 
 from monitor.diagnosis import advice as advice_file, pyexc, records
 from monitor.diagnosis.catalogue import CONFIRM_PREFIX, CONFIRMED_BY, Catalogue, Rule
-from monitor.diagnosis.root_cause import choose
+from monitor.diagnosis.root_cause import choose, confidence
 from monitor.model import SEVERITY_ORDER, Diagnosis, Finding, LogLine
 from monitor.logs.nodes import node_of
 from monitor.logs.ranks import parse_prefix, rank_in_text
@@ -336,7 +336,9 @@ class Engine:
         evidence = [mask(record.lines[p].text) for p in positions[:MAX_EVIDENCE]]
         if rule is not None:
             category, severity, role, title = rule.category, rule.severity, rule.role, rule.title
+            sure, sure_note = rule.confidence, rule.confidence_note
         else:
+            sure, sure_note = "likely", self._exception_texts[5].format(type=exception.short_type)
             category = pyexc.CATEGORY
             cascade = exception.is_cascade
             role = "cascade" if cascade else "root"
@@ -351,7 +353,7 @@ class Engine:
             title=title, rank=rank, ranks=[rank] if rank is not None else [], file=first.file,
             line=first.line, count=1, evidence=evidence, fields=fields, remedy="",
             seq=next(self._seq), arrival=record.arrival, first_seen=parse_timestamp(record.bodies[0]) or parse_timestamp(record.bodies[positions[0]]),
-            node=node.name if node is not None else None,
+            node=node.name if node is not None else None, confidence=sure, confidence_note=sure_note,
         )
         self._by_key[key] = finding
         if finding.first_seen is None:
@@ -407,7 +409,7 @@ class Engine:
         values = self._values(finding)
         if rule is None:
             cascade = finding.role == "cascade"
-            title, cascade_title, remedy, cascade_remedy, _ = self._exception_texts
+            title, cascade_title, remedy, cascade_remedy, *_ = self._exception_texts
             finding.title = render(cascade_title if cascade else title, values, missing="?")
             finding.remedy = render(cascade_remedy if cascade else remedy, values)
             return
@@ -492,6 +494,7 @@ class Engine:
             if SEVERITY_ORDER[confirm.severity] < SEVERITY_ORDER[target.severity]:
                 target.severity = confirm.severity
             target.fields[CONFIRMED_BY] = confirm.rule
+            target.confidence, target.confidence_note = "certain", ""  # what it lacked is here
             for name, value in confirm.fields.items():
                 target.fields.setdefault(CONFIRM_PREFIX + name, value)
             self._render(target)
@@ -545,9 +548,11 @@ class Engine:
 
     def diagnosis(self, files) -> Diagnosis:
         """The diagnosis so far (call ``flush()`` first to include records still in progress)."""
+        root = self.root_cause()
+        level, note = confidence(root)
         return Diagnosis(
-            root_cause=self.root_cause(), findings=sorted(self.findings, key=lambda f: f.seq),
-            files=list(files), problems=list(self.problems),
+            root_cause=root, findings=sorted(self.findings, key=lambda f: f.seq),
+            files=list(files), problems=list(self.problems), confidence=level, confidence_note=note,
         )
 
 

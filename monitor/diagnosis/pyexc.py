@@ -44,7 +44,8 @@ CASCADE_REMEDY = (
 )
 # The same in Chinese (``--lang zh``): the same fields.
 TEXTS = {
-    "en": (TITLE, CASCADE_TITLE, REMEDY, CASCADE_REMEDY, "the other ranks"),
+    "en": (TITLE, CASCADE_TITLE, REMEDY, CASCADE_REMEDY, "the other ranks",
+           "no rule names {type}: the category is read from its uncaught traceback alone"),
     "zh": (
         "{exc_type}（rank {rank}）",
         "{exc_type}（rank {rank}，是别处失败的后果）",
@@ -54,6 +55,7 @@ TEXTS = {
         "{exc_type}（rank {rank}）报告的是别处的失败（对端进程死了或超时，或启动器在停止作业）："
         "去所有 rank 上找最早的根因。",
         "其他 rank ",
+        "没有规则认识 {type}：类别只是从未捕获的 traceback 读出的",
     ),
 }
 

@@ -51,7 +51,7 @@ def _where(finding: Finding) -> str:
     return ("before the job started", finding.file, "at exit")[_phase(finding)]
 
 
-def _root_cause(finding: Finding) -> list[RenderableType]:
+def _root_cause(finding: Finding, confidence: str | None, note: str) -> list[RenderableType]:
     rank = "" if finding.rank is None else f"rank {finding.rank}"
     node = f"node {finding.node}: " if finding.node else ""
     header = Text.assemble(("Root cause: ", "bold red"), (node + finding.title, "bold"))
@@ -60,6 +60,9 @@ def _root_cause(finding: Finding) -> list[RenderableType]:
     if finding.count > 1:
         on = f" on {who(finding)}" if who(finding) else ""
         parts.append(_indented(Text(f"seen {finding.count} times{on}", style="dim"), 2))
+    if confidence is not None:
+        parts.append(_indented(Text(f"confidence: {confidence}" + (f" ({note})" if note else ""),
+                                    style="dim" if confidence == "certain" else "yellow"), 2))
     parts.append(Text("  Evidence:", style="bold"))
     parts.extend(_indented(Text(line, style="italic"), 4) for line in finding.evidence[:EVIDENCE_LINES])
     if finding.remedy:
@@ -82,10 +85,15 @@ def _others(findings: list[Finding], root: Finding | None) -> list[RenderableTyp
             parts.append(_indented(Text.assemble(
                 ("• ", ""), (finding.severity, _SEVERITY_STYLE.get(finding.severity, "")),
                 (f" [{finding.role}] ", "dim"), (finding.title, ""),
-                (" — " + ", ".join(p for p in (who(finding), f"×{finding.count}", _where(finding)) if p)
+                (" — " + ", ".join(p for p in (who(finding), f"×{finding.count}", _where(finding), _unsure(finding)) if p)
                  + f" ({finding.rule})", "dim"),
             ), 4))
     return parts
+
+
+def _unsure(finding: Finding) -> str:
+    """``likely``/``weak`` for a finding that is not certain; "" for one that is."""
+    return "" if finding.confidence == "certain" else finding.confidence
 
 
 def _timeline(findings: list[Finding]) -> list[RenderableType]:
@@ -110,7 +118,7 @@ def build(diagnosis: Diagnosis) -> Group:
     )
     parts: list[RenderableType] = [Text(note, style="dim") for note in diagnosis.notes]
     if diagnosis.root_cause is not None:
-        parts.extend(_root_cause(diagnosis.root_cause))
+        parts.extend(_root_cause(diagnosis.root_cause, diagnosis.confidence, safe_text(diagnosis.confidence_note)))
     elif diagnosis.failed:
         parts.append(Text("Errors found, but none is a root cause on its own:", style="bold red"))
     elif stop := next((f for f in diagnosis.findings if f.rule == STOPPED_RULE), None):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from monitor.model import STOPPED, TIMEOUT_CATEGORIES, Finding, chronological
+from monitor.model import CONFIDENCE_ORDER, STOPPED, TIMEOUT_CATEGORIES, Confidence, Finding, chronological
 
 # Not weighed with the log's errors: a stall only when nothing failed, the exit only when
 # nothing else explains it.
@@ -55,6 +55,29 @@ def choose(findings: list[Finding], hang_suspect: Callable[[list[Finding]], Find
         return stalls[-1]
     exits = [f for f in findings if f.origin == "exit" and f.severity == "error"]
     return exits[-1] if exits else None
+
+
+def confidence(root: Finding | None) -> tuple[Confidence | None, str]:
+    """How sure ``root`` (``choose``'s answer) is as the cause, and when it is
+    not ``certain``, one line on the evidence that is missing: the finding's own confidence,
+    lowered where ``choose`` took it from what was left rather than from a rank's own error."""
+    if root is None:
+        return None, ""
+    level, note = root.confidence, root.confidence_note
+    if root.origin in _LAST_RESORTS:
+        return level, note
+    if root.category in TIMEOUT_CATEGORIES:
+        inferred = ("likely", "only timeouts: no rank logged an error of its own, so the rank that hung "
+                              "is inferred from which rank the others waited for")
+        return _weaker((level, note), inferred)
+    if root.role != "root" or root.severity != "error":
+        what = "a launcher's report" if root.category == "launcher" else f"a {root.category} report"
+        return _weaker((level, note), ("weak", f"only {what}: the failing process's own error is not in the log"))
+    return level, note
+
+
+def _weaker(a: tuple[Confidence, str], b: tuple[Confidence, str]) -> tuple[Confidence, str]:
+    return a if CONFIDENCE_ORDER[a[0]] > CONFIDENCE_ORDER[b[0]] else b
 
 
 def mark_requested_stop(finding: Finding) -> bool:

@@ -41,7 +41,8 @@ def _finding(rule: str, category: str, severity, title: str, log_path: Path, exi
     if name:
         fields["signal"] = name
     return Finding(rule=rule, category=category, severity=severity, role="root", title=title,
-                   file=str(log_path), fields=fields, remedy=remedy, origin="exit")
+                   file=str(log_path), fields=fields, remedy=remedy, origin="exit",
+                   confidence="weak", confidence_note=advice("confidence-exit"))
 
 
 def write(diagnosis: Diagnosis, stream) -> None:

@@ -97,6 +97,7 @@ class StallDetector:
             rank=first_ranks[0] if len(first_ranks) == 1 else None, ranks=ranks,
             file=subject.line.file, line=subject.line.line, count=1, evidence=evidence,
             fields=fields, remedy=_remedy(silent, threshold, first, subject), first_seen=wall_now - silent,
+            confidence="likely", confidence_note=advice("confidence-stall"),
         )
 
 

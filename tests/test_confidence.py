@@ -1,0 +1,73 @@
+"""Every finding and the root cause say how sure they are (`confidence`: certain, likely, weak) and,
+when not certain, the evidence that is missing: in `diagnose`'s text and JSON. Real recorded jobs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
+
+
+def _diagnose(path: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "monitor", "diagnose", str(path), *extra],
+                          capture_output=True, text=True, timeout=60)
+
+
+def _root(path: Path) -> dict:
+    return json.loads(_diagnose(path, "--json").stdout)["root_cause"]
+
+
+@pytest.mark.parametrize(("sample", "rule", "level", "note_has"), [
+    # A library's own message, matched by a rule.
+    ("documented/cuda-oom-srun-torch113.out", "cuda-oom", "certain", ""),
+    # An exception no rule names: the category comes from the traceback's form alone.
+    ("demo/crash-2ranks.log", "python-exception", "likely", "no rule names ValueError"),
+    # A SIGKILL with no OOM-kill line beside it: the rule itself says it is not certain.
+    ("demo/sigkill-2ranks.log", "sigkill", "likely", "no OOM-kill line confirms it"),
+    # Only timeouts: the rank that hung is inferred.
+    ("demo/hang-gloo-2ranks.log", "gloo-timeout", "likely", "only timeouts"),
+])
+def test_the_root_cause_says_how_sure_it_is(sample: str, rule: str, level: str, note_has: str) -> None:
+    root = _root(SAMPLES / sample)
+    assert (root["rule"], root["confidence"]) == (rule, level)
+    assert note_has in root["confidence_note"]
+    assert bool(root["confidence_note"]) == (level != "certain")
+
+
+def test_a_launchers_report_alone_is_weak(tmp_path: Path) -> None:
+    """torchrun's summary without the worker's own traceback (the worker's output went elsewhere)."""
+    lines = (SAMPLES / "demo/crash-2ranks.log").read_text().splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if "failed (exitcode: -6)" in line)
+    log = tmp_path / "launcher-only.log"
+    log.write_text("".join(lines[start:]))
+    root = _root(log)
+    assert root["category"] == "launcher" and root["confidence"] == "weak"
+    assert "only a launcher's report" in root["confidence_note"]
+    text = _diagnose(log).stdout
+    assert "confidence: weak (only a launcher's report" in text
+
+
+def test_every_finding_carries_its_own_confidence_and_the_text_marks_the_unsure_ones() -> None:
+    out = _diagnose(SAMPLES / "demo/crash-4ranks.log", "--json")
+    findings = json.loads(out.stdout)["findings"]
+    assert all(f["confidence"] in ("certain", "likely", "weak") for f in findings)
+    by_rule = {f["rule"]: f for f in findings}
+    assert by_rule["python-exception"]["confidence"] == "likely"
+    assert by_rule["torchrun-child-failed"]["confidence"] == "certain"
+    text = _diagnose(SAMPLES / "demo/crash-4ranks.log").stdout
+    assert "confidence: likely (no rule names" in text
+
+
+def test_an_oom_kill_line_makes_a_sigkill_certain(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(
+        "E1121 10:10:35.677000 11486 api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 11498) of binary: python\n"
+        "[Thu Nov 21 10:10:35 2026] Out of memory: Killed process 11498 (python) total-vm:91234567kB, "
+        "anon-rss:81234567kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:160000kB oom_score_adj:0\n")
+    root = _root(log)
+    assert root["category"] == "host_oom" and root["confidence"] == "certain" and root["confidence_note"] == ""
