@@ -238,13 +238,12 @@ def _times(findings: list[Finding]) -> dict[int, float] | None:
             return None
         later = None
         for finding in reversed(same):
-            later = finding.first_seen if finding.first_seen is not None else later
+            # The next finding's time bounds this one's, whichever way it was known (a "before" too).
             if (time := finding.first_seen if finding.first_seen is not None else finding.before or later) is not None:
-                times[id(finding)] = time
+                times[id(finding)] = later = time
         earlier = None
-        for finding in same:
-            earlier = finding.first_seen if finding.first_seen is not None else earlier
-            times.setdefault(id(finding), earlier)
+        for finding in same:  # the last ones, with no time after them: the time before them
+            earlier = times.setdefault(id(finding), earlier)
     return times
 
 

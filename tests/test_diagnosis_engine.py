@@ -485,3 +485,18 @@ def test_a_line_where_two_ranks_ran_together_is_read_as_two(tmp_path):
         assert (root.title, root.rank) == ("ValueError on rank 3", 3)
         (note,) = [f for f in diagnosis.findings if f.rule == "glued-output"]
         assert note.line == 2 and "--tee 3" in note.remedy and note.severity == "info"
+
+
+def test_findings_timed_only_by_a_later_line_order_with_those_after_them() -> None:
+    """A file whose first finding has only a time written after it (``before``) and whose last has
+    none: each takes the nearest time known around it (it used to be None, and sorting failed)."""
+    from monitor.model import Finding, chronological
+
+    def finding(seq: int, file: str, first_seen=None, before=None) -> Finding:
+        return Finding(rule=f"r{seq}", category="python_exception", severity="error", role="root", title="t",
+                       file=file, seq=seq, arrival=seq, first_seen=first_seen, before=before)
+
+    a = finding(0, "a.log", before=100.0)
+    b = finding(1, "a.log")
+    c = finding(2, "b.log", first_seen=50.0)
+    assert [f.rule for f in chronological([a, b, c])] == ["r2", "r0", "r1"]

@@ -143,7 +143,7 @@ class Engine:
             record.rule_hits.append(rule_hits)
             self._pending[key] = record
             self._pending_per_file[line.file] = self._pending_per_file.get(line.file, 0) + 1
-        elif rule_hits:
+        elif rule_hits or (starter and pyexc.parse_exception_line(body) is not None):
             self._classify(Record("line", [line], [body], rank, rule_hits=[rule_hits], arrival=arrival), new)
 
     def _glued_note(self, line: LogLine) -> Finding:
@@ -235,7 +235,7 @@ class Engine:
             elif rank is None:
                 rank = rank_in_text(record.bodies[matched[0]])
             self._add(rule, (rule.id,), record, matched, rank, fields, new)
-        if not named and record.kind == "traceback":
+        if not named and record.kind in ("traceback", "line"):
             self._classify_exception(record, new)
 
     def _learn_pid_rank(self, pid: str, rank: int) -> None:
@@ -298,7 +298,10 @@ class Engine:
         return None
 
     def _classify_exception(self, record: Record, new: list[Finding]) -> None:
-        exception = pyexc.parse_traceback(record.bodies)
+        if record.kind == "line":
+            exception = pyexc.parse_exception_line(record.bodies[0])
+        else:
+            exception = pyexc.parse_traceback(record.bodies)
         if exception is None:
             return
         positions = [exception.index]
@@ -338,7 +341,9 @@ class Engine:
             category, severity, role, title = rule.category, rule.severity, rule.role, rule.title
             sure, sure_note = rule.confidence, rule.confidence_note
         else:
-            sure, sure_note = "likely", self._exception_texts[5].format(type=exception.short_type)
+            bare = record.kind == "line"
+            sure = "weak" if bare else "likely"
+            sure_note = self._exception_texts[6 if bare else 5].format(type=exception.short_type)
             category = pyexc.CATEGORY
             cascade = exception.is_cascade
             role = "cascade" if cascade else "root"

@@ -16,6 +16,12 @@ CATEGORY = "python_exception"
 
 _FRAME = regex.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
 _EXCEPTION = regex.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?$")
+# An exception's last line on its own (its traceback cut from the paste, drawn by rich in a box,
+# or printed by a launcher): ``ValueError: ...``, ``torch.distributed.DistBackendError: ...``.
+_EXCEPTION_LINE = regex.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception)): (?P<message>\S.*)$")
+# Without the ``Traceback`` header (a cut paste), only a name that says it is an exception counts
+# as the exception line: a bare word after the frames ("Aborted") is not one.
+_EXCEPTION_NAME = regex.compile(r"(?:Error|Exception|Interrupt|Exit)$")
 _LIBRARY = regex.compile(
     r"(?:^|[\\/])(?:site-packages|dist-packages|torch|lib[\\/]python\d(?:\.\d+)?)[\\/]|^<frozen |^<string>$"
 )
@@ -45,7 +51,8 @@ CASCADE_REMEDY = (
 # The same in Chinese (``--lang zh``): the same fields.
 TEXTS = {
     "en": (TITLE, CASCADE_TITLE, REMEDY, CASCADE_REMEDY, "the other ranks",
-           "no rule names {type}: the category is read from its uncaught traceback alone"),
+           "no rule names {type}: the category is read from its uncaught traceback alone",
+           "only the exception's last line, with no traceback: nothing shows where it was raised or that it was not caught"),
     "zh": (
         "{exc_type}（rank {rank}）",
         "{exc_type}（rank {rank}，是别处失败的后果）",
@@ -56,6 +63,7 @@ TEXTS = {
         "去所有 rank 上找最早的根因。",
         "其他 rank ",
         "没有规则认识 {type}：类别只是从未捕获的 traceback 读出的",
+        "只有异常的最后一行，没有 traceback：看不出它在哪里抛出，也看不出它没有被捕获",
     ),
 }
 
@@ -85,15 +93,23 @@ class PythonException:
         }
 
 
+def parse_exception_line(body: str) -> PythonException | None:
+    """An exception's last line standing alone (no traceback around it), or None."""
+    match = _EXCEPTION_LINE.match(body.strip()) if "rror: " in body or "xception: " in body else None
+    if match is None:
+        return None
+    return PythonException(match["type"], match["message"].strip(), "", "", "", 0)
+
+
 def parse_traceback(bodies: list[str]) -> PythonException | None:
     """The final exception of a traceback record (its lines without rank prefixes)."""
     frames: list[tuple[str, str, str]] = []
     exception: tuple[str, str, int] | None = None
-    in_frames = False
+    headerless = in_frames = bool(bodies) and _FRAME.match(bodies[0]) is not None
     for index, body in enumerate(bodies):
         stripped = body.strip()
         if stripped.startswith("Traceback (most recent call last)"):
-            in_frames, frames, exception = True, [], None
+            in_frames, frames, exception, headerless = True, [], None, False
             continue
         if in_frames:
             frame = _FRAME.match(body)
@@ -104,7 +120,7 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
                 continue
             match = _EXCEPTION.match(stripped)
             in_frames = False
-            if match:
+            if match and (not headerless or _EXCEPTION_NAME.search(match["type"])):
                 exception = (match["type"], (match["message"] or "").strip(), index)
     if exception is None:
         return None

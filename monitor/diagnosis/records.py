@@ -7,7 +7,8 @@ at on its own). Lines that are not part of a multi-line record are records of on
 
 Continuation, by kind:
 
-- ``traceback``: Python's ``Traceback (most recent call last):``, indented frame and code
+- ``traceback``: Python's ``Traceback (most recent call last):`` (or, where it was lost, a first
+  ``  File "...", line N, in f`` frame), indented frame and code
   lines, the exception line, then the exception message's further lines (a CUDA error's
   hints, NCCL's ``Last error:``, a C++ ``Exception raised from``/``frame #N`` block), blank
   lines followed by ``During handling of the above exception...`` / ``The above exception was
@@ -38,6 +39,10 @@ STARTER_LITERALS = (
     "Exception raised from",
     "ChildFailedError",
     "Last error:",
+    'File "',
+    # An exception's last line standing alone (``pyexc.parse_exception_line``).
+    "rror: ",
+    "xception: ",
 )
 # Silence (in lines of the file) after which a record is complete, and the longest record.
 SILENCE_LINES = 200
@@ -57,6 +62,10 @@ _CHAIN = ("During handling of the above exception", "The above exception was the
 _CPP_START = regex.compile(r"^(?:terminate called after throwing an instance of|Exception raised from .* \(most recent call first\):)")
 _CPP_CONT = regex.compile(r"^(?:\s*what\(\):|\s*frame #\d+:|\s*<omitting python frames>|Exception raised from )")
 _RULER = regex.compile(r"^\s*={10,}\s*$")
+# A frame of CPython's traceback (``traceback.StackSummary.format``: '  File "{}", line {}, in {}'):
+# where a paste or an interleaved stream lost the ``Traceback`` header, the first frame starts the
+# record. faulthandler's frames ('line {} in {}', no comma) are no traceback of an exception.
+_FRAME_START = regex.compile(r'^\s+File "[^"]+", line \d+, in ')
 # Lines that are a new log message, not part of an exception's text: glog (``W1121 10:00:00``),
 # timestamps, logging level prefixes, NCCL's ``host:pid:tid [dev] NCCL``.
 _NEW_LOG_LINE = regex.compile(
@@ -97,7 +106,7 @@ class Record:
 def starter_kind(body: str) -> str | None:
     """The kind of multi-line record ``body`` starts, or None."""
     stripped = body.lstrip()
-    if stripped.startswith(_TRACEBACK):
+    if stripped.startswith(_TRACEBACK) or _FRAME_START.match(body):
         return "traceback"
     if _CPP_START.match(stripped):
         return "cpp"

@@ -6,7 +6,8 @@ before the launch, checkpoints, a stall, how it exited), which one is the cause.
 In order:
 
 1. the earliest error with role ``root`` that is no timeout (a timeout is a symptom of another
-   rank's hang, even where a rule calls it a root);
+   rank's hang, even where a rule calls it a root), the surest first (``Finding.confidence``: a
+   library's own message before an uncaught exception no rule names);
 2. with timeouts: the earliest stop from outside (``stopped``) when it came before every
    timeout (the ranks lost their peers to the stop; nobody hung), else the hang suspect: the
    rank that never reached, or never finished, the collective the others waited in;
@@ -38,7 +39,10 @@ def choose(findings: list[Finding], hang_suspect: Callable[[list[Finding]], Find
     roots = [f for f in weighed
              if f.role == "root" and f.severity == "error" and f.category not in TIMEOUT_CATEGORIES]
     if roots:
-        return chronological(roots)[0]
+        # The surest first: a library's own message outranks an exception no rule names (often a
+        # handled one, logged and retried), which outranks a bare exception line.
+        ordered = chronological(roots)
+        return min(ordered, key=lambda f: CONFIDENCE_ORDER[f.confidence])
     timeouts = [f for f in weighed if f.category in TIMEOUT_CATEGORIES and f.severity == "error"]
     if timeouts:
         stops = [f for f in weighed if f.category == STOPPED and f.severity == "error"]

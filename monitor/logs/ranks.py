@@ -7,7 +7,9 @@ Prefixes recognised at the start of a line (removed before rules are matched):
 - ``[default3]:`` (torchrun ``--tee``/``--redirects`` with a role name: ``[<role><rank>]:``),
 - ``3: `` (``srun --label``),
 - ``[1,3]<stderr>:`` (Open MPI ``mpirun --tag-output``: job 1, rank 3),
-- ``(pid=123)`` / ``(RayTrainWorker pid=123, ip=...)`` (Ray: no rank, the pid keeps streams apart).
+- ``(pid=123)`` / ``(RayTrainWorker pid=123, ip=...)`` (Ray: no rank, the pid keeps streams apart),
+- ``c000001: `` (pdsh, DeepSpeed's multi-node runner: no rank, the host keeps streams apart),
+- any of these after a date and time (``2024-11-20 14:37:16 [rank3]:``), which stays in the body.
 
 Inside the text, ProcessGroupNCCL tags its lines with ``[Rank 3]``, ``[PG 3 Rank 4]``,
 ``[PG 0 (default_pg) Rank 1]`` or ``[PG ID 0 PG GUID 0(default_pg) Rank 3]``: ``rank_in_text`` reads those. NCCL's own
@@ -39,6 +41,13 @@ _PREFIX = regex.compile(
 # Rank 1]`` (2.3, 2.4); ``[PG ID 0 PG GUID 0(default_pg) Rank 3]`` (2.5+). The PG name or GUID can be
 # a user's group name, the description in parentheses any group_desc (spaces included).
 _NCCL_TAG = regex.compile(r"\[(?:PG (?:ID \d+ PG GUID )?[^\s()\[\]]+ ?(?:\([^()\[\]]*\) ?)?)?Rank (\d+)\]")
+# A date and time a logging wrapper or ``ts`` wrote before the rank's own prefix
+# (``2024-11-20 14:37:16 [rank3]: ...``): the prefix is still the rank's; the time stays in the body.
+_LEADING_TIME = regex.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? ")
+# pdsh (DeepSpeed's multi-node runner, ``pdsh -w``) writes each remote line as ``host: line``: a
+# host name holds a digit (``c000001``, ``gpu-q-13``, ``trainer-2``), which keeps words such as
+# ``wandb:`` or ``Error:`` out. The host keeps a node's streams apart; any rank prefix follows it.
+_PDSH_HOST = regex.compile(r"(?P<host>(?=[\w.-]{0,62}\d)[A-Za-z][\w.-]{0,62}): ")
 _NCCL_HOST = regex.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL ")
 
 _PATH_RANK = regex.compile(r"(?i)(?:^|[^a-z0-9])rank[-_]?(\d+)(?:[^0-9]|$)")
@@ -67,6 +76,13 @@ def _may_have_prefix(text: str) -> bool:
 def parse_prefix(text: str) -> Prefix:
     """The rank or stream tag at the start of ``text``, and the text without the prefix."""
     match = _PREFIX.match(text) if _may_have_prefix(text) else None
+    if match is None and text[:1].isdigit() and (time := _LEADING_TIME.match(text)) is not None:
+        inner = parse_prefix(text[time.end():])
+        if inner.rank is not None or inner.stream is not None:
+            return Prefix(inner.rank, inner.stream, text[:time.end()] + inner.body, inner.local)
+    if match is None and text[:1].isalpha() and (pdsh := _PDSH_HOST.match(text)) is not None:
+        inner = parse_prefix(text[pdsh.end():])
+        return Prefix(inner.rank, inner.stream or f"host={pdsh['host']}", inner.body, inner.local)
     if match is None:
         host = _NCCL_HOST.match(text) if " NCCL " in text else None
         return Prefix(None, f"{host['host']}:{host['pid']}" if host else None, text)

@@ -1,0 +1,140 @@
+"""The classes of misses on real logs (issue #34), each with a case written from the library's own
+format strings, not from a corpus log: pastes that lost the traceback header, an exception's last
+line alone, a handled traceback before the real failure, prefixes behind a timestamp or a pdsh host,
+and other frameworks' and older versions' wordings of known failures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _diagnose(tmp_path: Path, text: str) -> dict:
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(log)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout)
+
+
+def test_a_traceback_cut_before_its_header_is_still_read(tmp_path: Path) -> None:
+    """CPython's frame format ('  File "{}", line {}, in {}'): the first frame starts the record."""
+    result = _diagnose(tmp_path, (
+        '[rank2]:   File "/home/u/train.py", line 88, in <module>\n'
+        "[rank2]:     main()\n"
+        '[rank2]:   File "/home/u/train.py", line 61, in main\n'
+        "[rank2]:     batch = collate(items)\n"
+        "[rank2]: KeyError: 'input_ids'\n"
+    ))
+    root = result["root_cause"]
+    assert (root["category"], root["rank"], root["confidence"]) == ("python_exception", 2, "likely")
+    assert root["fields"]["exc_type"] == "KeyError" and root["fields"]["frame_line"] == "61"
+
+
+def test_faulthandler_frames_are_no_traceback_of_an_exception(tmp_path: Path) -> None:
+    """faulthandler prints 'line {} in {}' (no comma); a bare word after its frames is no exception."""
+    result = _diagnose(tmp_path, (
+        'Thread 0x00007f (most recent call first):\n'
+        '  File "/usr/lib/python3.10/threading.py", line 320 in wait\n'
+        '  File "/home/u/train.py", line 12 in loop\n'
+        "Aborted\n"
+    ))
+    assert result["root_cause"] is None
+
+
+def test_an_exception_line_alone_is_a_weak_python_exception(tmp_path: Path) -> None:
+    """The last line of a traceback with nothing around it (a rich box drew the rest, or it was cut)."""
+    result = _diagnose(tmp_path, (
+        "Epoch 3: 41%|████      | 410/1000\n"
+        "[rank1]: ValueError: Trying to set a tensor of shape torch.Size([256]) in \"bias\" (which has shape torch.Size([4096])), this looks incorrect.\n"
+    ))
+    root = result["root_cause"]
+    assert (root["category"], root["rank"], root["confidence"]) == ("python_exception", 1, "weak")
+    assert "no traceback" in root["confidence_note"]
+    assert root["fields"]["exc_type"] == "ValueError"
+
+
+@pytest.mark.parametrize("line", [
+    "wandb: Network error (ConnectionError), entering retry loop.",
+    "UserWarning: TypedStorage is deprecated. It will be removed in the future",
+    "[W socket.cpp:663] [c10d] The client socket cannot be initialized to connect to [localhost]:29500 (errno: 97 - Address family not supported by protocol).",
+    "INFO: Error: this is not the start of a line",
+])
+def test_lines_that_only_mention_an_error_are_not_exceptions(tmp_path: Path, line: str) -> None:
+    assert _diagnose(tmp_path, line + "\n")["root_cause"] is None
+
+
+def test_a_librarys_own_message_outranks_an_earlier_handled_traceback(tmp_path: Path) -> None:
+    """A retry loop logged a traceback no rule names, then the job died of a known failure."""
+    result = _diagnose(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/data.py", line 40, in fetch\n'
+        "    return session.get(url, timeout=5)\n"
+        "ConnectionResetError: [Errno 104] Connection reset by peer\n"
+        "retrying in 5s\n"
+        "step 10 loss 2.31\n"
+        "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+        "capacity of 79.15 GiB of which 1.12 GiB is free.\n"
+    ))
+    assert result["root_cause"]["category"] == "cuda_oom"
+    assert result["root_cause"]["confidence"] == "certain"
+
+
+def test_a_rank_prefix_behind_a_timestamp_is_the_lines_rank(tmp_path: Path) -> None:
+    result = _diagnose(tmp_path, (
+        "2024-11-20 14:37:16 [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 132.00 MiB. "
+        "GPU 3 has a total capacity of 79.10 GiB of which 98.00 MiB is free.\n"
+        "2024-11-20 14:37:16 DEBUG:filelock:Lock 140341412642880 released\n"
+    ))
+    assert (result["root_cause"]["rule"], result["root_cause"]["rank"]) == ("cuda-oom", 3)
+
+
+def test_pdsh_host_prefixes_keep_each_nodes_traceback_apart(tmp_path: Path) -> None:
+    """DeepSpeed's multi-node runner (pdsh) puts 'host: ' before every line of every node."""
+    result = _diagnose(tmp_path, (
+        "node-01: Traceback (most recent call last):\n"
+        "node-02: Traceback (most recent call last):\n"
+        'node-01:   File "/home/u/train.py", line 30, in <module>\n'
+        'node-02:   File "/home/u/train.py", line 30, in <module>\n'
+        "node-01:     build_dataset()\n"
+        "node-02:     build_dataset()\n"
+        "node-01: FileNotFoundError: [Errno 2] No such file or directory: '/data/index-cache/doc_idx.npy'\n"
+        "node-02: FileNotFoundError: [Errno 2] No such file or directory: '/data/index-cache/doc_idx.npy'\n"
+    ))
+    root = result["root_cause"]
+    assert (root["category"], root["confidence"], root["fields"]["exc_type"]) == ("python_exception", "likely", "FileNotFoundError")
+    assert root["count"] == 2
+
+
+@pytest.mark.parametrize(("text", "rule"), [
+    # Ray: ray/exceptions.py OutOfMemoryError and the raylet's summary (node_manager.cc).
+    ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n", "host-alloc-failed"),
+    ("(raylet) node_manager.cc:3040: 1 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node\n", "host-alloc-failed"),
+    # c10/core/impl/alloc_cpu.cpp.
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to allocate 1073741824 bytes. Error code 12 (Cannot allocate memory)\n", "host-alloc-failed"),
+    # DeepSpeed's launcher, torch.multiprocessing.spawn, CPython's CalledProcessError.
+    ("[ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=3'] exits with return code = -9\n", "sigkill"),
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with signal SIGKILL\n", "sigkill"),
+    # TensorFlow's allocator, torch < 1.5 (THC).
+    ("ResourceExhaustedError: OOM when allocating tensor with shape[64,1024,1024] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n", "cuda-oom-raw"),
+    ("RuntimeError: cuda runtime error (2) : out of memory at /opt/conda/conda-bld/pytorch/work/aten/src/THC/THCCachingAllocator.cpp:510\n", "cuda-oom-raw"),
+    ("RuntimeError: cuda runtime error (39) : uncorrectable ECC error encountered at /pytorch/aten/src/THC/THCGeneral.cpp:844\n", "gpu-ecc"),
+    ("slurmstepd: error: NVML: Failed to get usage(15): GPU is lost\n", "gpu-lost"),
+    ("RuntimeError: Address already in use\n", "port-in-use"),
+    ("wandb.errors.CommError: Error while calling W&B API: permission denied (<Response [403]>)\n", "wandb-auth"),
+    ("RuntimeError: unexpected EOF, expected 1048576 more bytes. The file might be corrupted.\n", "checkpoint-corrupt"),
+    # detectron2's train loop, GPT-NeoX's overflow monitor.
+    ("FloatingPointError: Loss became infinite or NaN at iteration=2041!\n", "nan-detected-by-framework"),
+    ("Exception: Skipped 50 iterations in a row due to Overflow - Exiting training.\n", "fp16-loss-scale-at-minimum"),
+    # c10d socket.cpp.
+    ("[W socket.cpp:487] [c10d] waitForInput: socket SocketImpl(fd=11, addr=[n1]:38674, remote=[n0]:29500) timed out after 1800000ms\n", "store-wait-timeout"),
+    ("torch.distributed.DistNetworkError: The client socket has failed to connect to any network address of (10.1.2.3, 29500).\n", "store-connect-timeout"),
+])
+def test_other_wordings_of_known_failures(tmp_path: Path, text: str, rule: str) -> None:
+    result = _diagnose(tmp_path, text)
+    assert result["root_cause"]["rule"] == rule
