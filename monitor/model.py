@@ -21,7 +21,8 @@ Role = Literal["root", "cascade", "confirm"]
 # psutil), the checks before the launch, a checkpoint check, how the job exited, the silence
 # of every log (a stall), the stacks of live ranks, their flight-recorder dumps, or the files of
 # a node of a multi-node job.
-Origin = Literal["log", "metrics", "preflight", "checkpoint", "exit", "stall", "stacks", "flight-recorder", "node"]
+Origin = Literal["log", "metrics", "preflight", "checkpoint", "exit", "stall", "stacks", "flight-recorder", "node",
+                 "model"]
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 # How sure a finding (or the root cause) is of what it says: ``certain``, a library's own message
 # matched; ``likely``, read from a generic form (an uncaught traceback no rule names, a silence,

@@ -24,7 +24,7 @@ ALLOWED = {
     "model": {"text"},
     "progress": set(),
     "logs": {"text", "model", "files"},
-    "diagnosis": {"text", "model", "units", "logs"},
+    "diagnosis": {"text", "model", "units", "logs", "files"},  # files: the learned model written whole
     "metrics": {"text", "model", "units", "diagnosis", "logs"},  # diagnosis.advice: remedies as data; logs.nodes: this node's name
     "checkpoints": {"text", "model", "units", "diagnosis"},  # diagnosis.advice: remedies as data
     "files": set(),

@@ -15,6 +15,9 @@ def add_rules_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules", action="append", default=[], metavar="DIR",
                         help="add a directory of rule files (repeatable)")
     parser.add_argument("--no-user-rules", action="store_true", help="ignore ~/.config/monitor/rules")
+    parser.add_argument("--model", metavar="FILE",
+                        help="the second opinion's model, trained with `monitor rules learn`, used where the rules "
+                             "are unsure ('none': the rules alone; default: the last rule directory's model.json)")
     add_language_option(parser)
 
 
@@ -45,9 +48,12 @@ def load_rules(args: argparse.Namespace, extra: tuple[str, ...] = ()):
     lang = language(args)
     use_language(lang)  # the advice of findings no rule makes (the exit, metrics, nodes)
     try:
-        return load_catalogue([*args.rules, *extra], include_user=not args.no_user_rules, lang=lang)
+        catalogue = load_catalogue([*args.rules, *extra], include_user=not args.no_user_rules, lang=lang)
     except RuleError as exc:
         raise UsageError(str(exc)) from None
+    if (model := getattr(args, "model", None)) is not None:
+        catalogue.model_path = None if model == "none" else model
+    return catalogue
 
 
 def add_stall_option(parser: argparse.ArgumentParser, what: str) -> None:

@@ -23,6 +23,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "when a score is below DIR/floor.toml, 2 on a bad case.")
     evaluating.add_argument("corpus", metavar="DIR", help="the corpus folder (e.g. sample_logs/real)")
     evaluating.add_argument("--json", action="store_true", help="print the scores as JSON")
+    learning = actions.add_parser(
+        "learn", help="Train the second opinion on a labelled corpus (never on its check third).",
+        description="Train the learned second opinion (used where the rules are unsure) on a labelled corpus "
+                    "in the format `rules eval` reads, leaving out its check third. Deterministic: the same "
+                    "corpus gives the same file. Needs scikit-learn (pip install 'monitor[learn]').")
+    learning.add_argument("corpus", metavar="DIR", help="the corpus folder (e.g. sample_logs/real)")
+    learning.add_argument("-o", "--output", required=True, metavar="MODEL",
+                          help="the model file to write (put it in a rule directory as model.json, or pass --model)")
+    learning.set_defaults(lang="en")
     for action in (listing, testing, evaluating):
         add_rules_options(action)
     parser.set_defaults(func=run, rules_parser=parser)
@@ -32,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.rules_command:
         args.rules_parser.print_help()
         return 2
+    if args.rules_command == "learn":
+        return _learn(args.corpus, args.output)
     if args.rules_command in ("test", "eval"):
         args.lang = "en"  # the translations are checked against the English texts, whatever the locale
     catalogue = load_rules(args, (args.dir,) if getattr(args, "dir", None) else ())
@@ -42,11 +53,30 @@ def run(args: argparse.Namespace) -> int:
     return _test(catalogue, args.dir)
 
 
+def _learn(corpus: str, output: str) -> int:
+    from pathlib import Path
+
+    from monitor.diagnosis.corpus import CorpusError, load_corpus
+    from monitor.diagnosis.learn import LearnError, train, write_model
+    from monitor.text import say
+
+    try:
+        cases = load_corpus(Path(corpus))
+        model = train(cases)
+        write_model(model, Path(output))
+    except (CorpusError, LearnError) as exc:
+        say(str(exc))
+        return 2
+    print(f"trained on {model['trained_on']['cases']} cases of {len(model['categories'])} categories "
+          f"({len(model['terms'])} terms; the check third left out): {output}")
+    return 0
+
+
 def _eval(catalogue, corpus: str, as_json: bool) -> int:
     from pathlib import Path
 
     from monitor.diagnosis.corpus import CorpusError, load_corpus, load_floor
-    from monitor.diagnosis.evaluate import diagnose_case, score
+    from monitor.diagnosis.evaluate import evaluate
     from monitor.text import safe_json, say
 
     try:
@@ -58,7 +88,7 @@ def _eval(catalogue, corpus: str, as_json: bool) -> int:
     if not cases:
         say(f"{corpus}: no cases (NAME.log beside NAME.toml) in this directory")
         return 2
-    result = score([diagnose_case(case, catalogue) for case in cases], floor)
+    result = evaluate(cases, catalogue, floor)
     if as_json:
         print(safe_json(result, indent=2))
     else:

@@ -24,6 +24,8 @@ from monitor.diagnosis.templates import field_names
 from monitor.diagnosis.textfile import read_toml_file
 
 SEVERITIES = ("error", "warning", "info")
+# A rule directory's second-opinion model (``monitor rules learn``).
+MODEL_FILE = "model.json"
 CONFIDENCES = ("certain", "likely", "weak")
 ROLES = ("root", "cascade", "confirm")
 # Texts a rule may also give in another language (``<key>_<lang>``), shown with ``--lang``.
@@ -121,10 +123,40 @@ class Catalogue:
     knobs: dict[str, Knob] = field(default_factory=dict)
     # The language of the rules' texts (``LANGUAGES``).
     lang: str = "en"
+    # The second opinion's model (``second_opinion.py``): the last rule directory's model.json,
+    # or ``--model``; None: the rules alone.
+    model_path: str | None = None
 
     def __post_init__(self) -> None:
         self.by_id = {rule.id: rule for rule in self.rules}
         self._prefilter = None
+        self._model: tuple | None = None  # (Model or None, the problem loading it or None), once
+
+    def model(self):
+        """(the second opinion's model or None, one line on why it could not be loaded or None),
+        loaded on first use: a run that never needs a second opinion never reads it."""
+        if self._model is None:
+            if self.model_path is None:
+                self._model = (None, None)
+            else:
+                from monitor.diagnosis.second_opinion import ModelError, load_model
+
+                try:
+                    self._model = (load_model(self.model_path), None)
+                except ModelError as exc:
+                    self._model = (None, f"{exc}; the rules alone decide")
+        return self._model
+
+    def category_remedies(self) -> dict[str, str]:
+        """Each category's remedy in general: its first rule's, without the lines that need a
+        log's numbers."""
+        from monitor.diagnosis.templates import render
+
+        remedies: dict[str, str] = {}
+        for rule in self.rules:
+            if rule.severity == "error" and rule.category not in remedies and (text := render(rule.remedy, {})):
+                remedies[rule.category] = text
+        return remedies
 
     @property
     def prefilter(self):
@@ -182,7 +214,8 @@ def load_catalogue(extra_dirs=(), include_user: bool = True, include_shipped: bo
     except KnobError as exc:
         raise RuleError(str(exc)) from None
     rules = [rule.in_language(lang) for rule in merged.values()] if lang != "en" else list(merged.values())
-    return Catalogue(rules, [str(d) for d in dirs], knobs, lang)
+    models = [d / MODEL_FILE for d in dirs if (d / MODEL_FILE).is_file()]
+    return Catalogue(rules, [str(d) for d in dirs], knobs, lang, model_path=str(models[-1]) if models else None)
 
 
 def load_dir(directory: Path) -> list[Rule]:

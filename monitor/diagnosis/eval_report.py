@@ -37,6 +37,16 @@ def render(result: dict, corpus: str) -> str:
                 cells.append(f"{_share(row) if row else '-':18}")
             lines.append(f"  {level:20}" + "".join(cells).rstrip())
 
+    if "modes" in result:
+        lines += ["", "The second opinion (category right; the model alone says nothing below its thresholds)",
+                  f"  {'':20}{'all':18}{'check third':18}clean flagged"]
+        for name, words in (("rules", "rules alone"), ("model", "model alone"), ("both", "rules + model")):
+            mode = result["modes"][name]
+            lines.append(f"  {words:20}{_share(mode['all']):18}{_share(mode['check']):18}{mode['clean_flagged']}")
+        lost = result["lost"]
+        lines.append(f"  cases the rules had right and rules + model lost: {len(lost)}"
+                     + (f" ({', '.join(safe_text(name) for name in lost)})" if lost else ""))
+
     misses = result["misses"]
     lines += ["", f"Misses ({sum(not m['category_right'] for m in misses)} category, "
                   f"{sum(m['category_right'] for m in misses)} rank only)"]

@@ -6,11 +6,12 @@ cases, and the check third no rule is ever written from (``corpus.Case.check``).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from monitor.diagnosis.catalogue import Catalogue
 from monitor.diagnosis.corpus import CLEAN, Case
 from monitor.diagnosis.diagnose import diagnose_paths
+from monitor.diagnosis.second_opinion import RULE_ID, Model, opinion, read_lines
 from monitor.model import CONFIDENCE_ORDER
 
 SPLITS = ("all", "check")
@@ -45,6 +46,42 @@ def diagnose_case(case: Case, catalogue: Catalogue) -> Outcome:
         case=case, said=str(root.category) if root else CLEAN, rank=root.rank if root else None,
         rule=root.rule if root else "", confidence=diagnosis.confidence, flagged=diagnosis.failed,
     )
+
+
+def model_case(case: Case, model: Model) -> Outcome:
+    """What the second opinion alone says of a case (below its thresholds: nothing failed)."""
+    said = opinion(read_lines([case.log]), model)
+    named = said.confidence is not None and said.category != CLEAN
+    return Outcome(case=case, said=said.category if named else CLEAN, rank=None,
+                   rule=RULE_ID if named else "", confidence=said.confidence if named else None, flagged=named)
+
+
+def evaluate(cases: list[Case], catalogue: Catalogue, floor: dict[str, float] | None = None) -> dict:
+    """Every case diagnosed as ``diagnose`` would (the rules, with the second opinion where the
+    catalogue has a model), scored; with a model, also the rules alone and the model alone."""
+    both = [diagnose_case(case, catalogue) for case in cases]
+    result = score(both, floor)
+    model, _ = catalogue.model()
+    if model is not None:
+        rules_only = replace(catalogue, model_path=None)
+        rules = [diagnose_case(case, rules_only) for case in cases]
+        alone = [model_case(case, model) for case in cases]
+        result["modes"] = {name: _mode(outcomes) for name, outcomes in (("rules", rules), ("model", alone), ("both", both))}
+        result["lost"] = [b.case.name for r, b in zip(rules, both) if r.right and not b.right]
+    return result
+
+
+def _mode(outcomes: list[Outcome]) -> dict:
+    check = [o for o in outcomes if o.case.check]
+    return {
+        "all": _ratio(sum(o.right for o in outcomes), len(outcomes)),
+        "check": _ratio(sum(o.right for o in check), len(check)),
+        "clean_flagged": sum(o.case.category == CLEAN and o.said != CLEAN for o in outcomes),
+        "per_category_check": {label: _ratio(sum(o.right for o in check if o.case.category == label),
+                                             sum(o.case.category == label for o in check))
+                               for label in sorted({o.case.category for o in check})},
+        "calibration_check": _calibration(check),
+    }
 
 
 def score(outcomes: list[Outcome], floor: dict[str, float] | None = None) -> dict:

@@ -37,6 +37,7 @@ from monitor.diagnosis.engine import Engine
 from monitor.diagnosis.node_health import NodeWatch
 from monitor.diagnosis.scan import scan_prefix
 from monitor.diagnosis.root_cause import mark_requested_stop
+from monitor.diagnosis.second_opinion import review
 from monitor.logs.follow import Follower
 from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import UnreadableLog, last_lines
@@ -258,7 +259,7 @@ class JobSession:
     def diagnosis(self) -> Diagnosis:
         """The diagnosis so far, with every record in progress completed."""
         self.flush()
-        diagnosis = self.engine.diagnosis(self.follower.files)
+        diagnosis = review(self.engine.diagnosis(self.follower.files), self.engine.catalogue)
         diagnosis.problems = self.problems + diagnosis.problems
         return diagnosis
 

@@ -1,0 +1,120 @@
+"""``monitor rules learn``: trains the second opinion (``second_opinion.py``) on a labelled corpus.
+
+scikit-learn does the training (a development extra: ``pip install 'monitor[learn]'``); the model
+is written as plain JSON that ``second_opinion`` scores without it. Deterministic: the same
+corpus gives the same file (sorted terms, fixed folds, rounded numbers). Never trained on the
+check third: those cases are how the model is judged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+from monitor.diagnosis.corpus import Case
+from monitor.diagnosis.second_opinion import CLEAN, FORMAT, read_lines, tokens
+
+# Terms in fewer training logs than this are left out: one log's host or path is no evidence.
+MIN_DF = 2
+MIN_CASES = 2
+C = 0.5
+FOLDS = 5
+# The thresholds, from cross-validated scores on the training cases: "likely" where at least
+# this share of the opinions above it were right, and no clean log is above either.
+LIKELY_PRECISION = 0.85
+WEAK_PRECISION = 0.6
+DIGITS = 4
+
+
+class LearnError(Exception):
+    """Training cannot run; ``str()`` is one line."""
+
+
+def train(cases: list[Case]) -> dict:
+    """The model (plain data, as written to JSON) trained on the cases outside the check third."""
+    try:
+        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.model_selection import KFold, cross_val_predict
+        from sklearn.svm import LinearSVC
+    except ImportError:
+        raise LearnError("training needs scikit-learn: pip install 'monitor[learn]'") from None
+    training = [case for case in cases if not case.check]
+    # A category with a single training log teaches that log's words, not the category's.
+    counts = {c: sum(case.category == c for case in training) for c in {case.category for case in training}}
+    training = [case for case in training if counts[case.category] >= MIN_CASES]
+    categories = sorted({case.category for case in training})
+    if len(categories) < 2:
+        raise LearnError(f"training needs cases of at least two categories, found {len(categories)}")
+    texts = ["\n".join(read_lines([case.log])) for case in training]
+    labels = [case.category for case in training]
+    vectorizer = TfidfVectorizer(analyzer=lambda text: [t for line in text.splitlines() for t in tokens(line)],
+                                 min_df=MIN_DF, sublinear_tf=True, norm="l2")
+    x = vectorizer.fit_transform(texts)
+    svm = LinearSVC(C=C, class_weight="balanced", random_state=0, max_iter=20000)
+    folds = KFold(n_splits=min(FOLDS, len(training)), shuffle=True, random_state=0)
+    held_out = cross_val_predict(svm, x, labels, cv=folds, method="decision_function")
+    svm.fit(x, labels)
+    likely, weak = _thresholds(held_out, labels, list(svm.classes_))
+    terms = list(vectorizer.get_feature_names_out())
+    weights = {str(c): [[i, round(float(w), DIGITS)] for i, w in enumerate(row) if abs(w) >= 10 ** -DIGITS]
+               for c, row in zip(svm.classes_, svm.coef_)}
+    return {
+        "format": FORMAT,
+        "categories": [str(c) for c in svm.classes_],
+        "terms": terms,
+        "idf": [round(float(v), DIGITS) for v in vectorizer.idf_],
+        "weights": weights,
+        "bias": {str(c): round(float(b), DIGITS) for c, b in zip(svm.classes_, svm.intercept_)},
+        "likely": likely,
+        "weak": weak,
+        "cases": [[case.source, case.category, _sparse(x[row])] for row, case in enumerate(training)],
+        "trained_on": {"cases": len(training), "digest": _digest(training)},
+    }
+
+
+def _thresholds(scores, labels: list[str], classes: list[str]) -> tuple[float, float]:
+    """The lowest scores at which the held-out opinions (top class, not clean) were right often
+    enough, with no clean log above them."""
+    opinions = []
+    for row, label in zip(scores, labels):
+        best = max(range(len(classes)), key=lambda i: row[i])
+        if classes[best] != CLEAN:
+            opinions.append((float(row[best]), classes[best] == label, label == CLEAN))
+    opinions.sort(reverse=True)
+
+    def lowest(precision: float) -> float:
+        floor, right = math.inf, 0
+        for count, (value, correct, clean) in enumerate(opinions, 1):
+            if clean:
+                break
+            right += correct
+            if right / count >= precision:
+                floor = value
+        return round(floor, DIGITS) if floor != math.inf else 1e9
+
+    # A negative score means "not this category" for every category (one-vs-rest): never an opinion.
+    likely = max(lowest(LIKELY_PRECISION), 0.0)
+    return likely, max(min(likely, lowest(WEAK_PRECISION)), 0.0)
+
+
+def _sparse(row) -> list[list[float]]:
+    row = row.tocoo()
+    return [[int(i), round(float(v), DIGITS)] for i, v in sorted(zip(row.col, row.data))]
+
+
+def _digest(cases: list[Case]) -> str:
+    digest = hashlib.sha256()
+    for case in cases:
+        digest.update(f"{case.name}\0{case.category}\0".encode())
+        digest.update(case.log.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def write_model(model: dict, path: Path) -> None:
+    from monitor.files import replace_file
+
+    text = json.dumps(model, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
+    if (problem := replace_file(path, text.encode())) is not None:
+        raise LearnError(problem)

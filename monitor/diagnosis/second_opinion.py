@@ -1,0 +1,213 @@
+"""The learned second opinion: where the rules are unsure (no root cause, only an uncaught
+exception no rule names, or only weak evidence), a linear model trained on a labelled corpus of
+real logs (``monitor rules learn``) says which known failure the log resembles.
+
+It never overrules a rule that is sure, never says ``certain``, and says why: the lines that
+weighed most and the labelled cases the log is nearest to. The model is plain JSON (terms, their
+idf, a weight per term and category, two thresholds from cross-validation), scored here in pure
+Python: no numerical library at run time, a few milliseconds per log.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import regex
+
+from monitor.model import Diagnosis, Finding
+
+FORMAT = "monitor-second-opinion/1"
+RULE_ID = "learned-opinion"
+CLEAN = "clean"
+# What is read of each file: its start and its end (where failures are), and of at most this many
+# files: the bytes a log holds never decide the time spent.
+HEAD_BYTES = 256 * 1024
+TAIL_BYTES = 2 * 1024 * 1024
+MAX_FILES = 64
+MAX_LINE_CHARS = 2000
+MAX_MODEL_BYTES = 8 * 1024 * 1024
+EVIDENCE_LINES = 3
+NEAREST_CASES = 3
+_TOKEN = regex.compile(r"[a-z_][a-z0-9_]{1,30}")
+
+
+class ModelError(Exception):
+    """A model file that cannot be used; ``str()`` is one line naming the file."""
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    path: str
+    categories: tuple[str, ...]
+    terms: dict[str, int]
+    idf: tuple[float, ...]
+    # Per category, its weight for each term index that has one, and its bias.
+    weights: dict[str, dict[int, float]]
+    bias: dict[str, float]
+    likely: float
+    weak: float
+    # The labelled cases it was trained on: (source, category, unit vector as {term index: value}).
+    cases: tuple[tuple[str, str, dict[int, float]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Opinion:
+    category: str
+    score: float
+    confidence: str | None  # likely | weak | None (below both thresholds: no opinion)
+    lines: tuple[str, ...] = ()
+    nearest: tuple[tuple[str, str, float], ...] = ()  # (source, category, similarity)
+    scores: dict[str, float] = field(default_factory=dict)
+
+
+def tokens(line: str) -> list[str]:
+    """The terms of one line: words of 2-31 characters, lowercased, and each pair of neighbours."""
+    words = _TOKEN.findall(line[:MAX_LINE_CHARS].lower())
+    return words + [f"{a} {b}" for a, b in zip(words, words[1:])]
+
+
+def read_lines(paths) -> list[str]:
+    """The lines the model reads of ``paths``: each file's start and end, bounded."""
+    lines: list[str] = []
+    for path in list(paths)[:MAX_FILES]:
+        try:
+            with open(path, "rb") as stream:
+                size = os.fstat(stream.fileno()).st_size
+                head = stream.read(HEAD_BYTES)
+                tail = b""
+                if size > HEAD_BYTES:
+                    stream.seek(max(HEAD_BYTES, size - TAIL_BYTES))
+                    tail = stream.read(TAIL_BYTES)
+        except OSError:
+            continue
+        for chunk in (head, tail):
+            lines.extend(chunk.decode("utf-8", "replace").splitlines())
+    return lines
+
+
+def vector(lines: list[str], model: Model) -> dict[int, float]:
+    """The log's tf-idf vector over the model's terms (sublinear tf, unit length)."""
+    counts = Counter(t for line in lines for t in tokens(line) if t in model.terms)
+    raw = {model.terms[t]: (1 + math.log(n)) * model.idf[model.terms[t]] for t, n in counts.items()}
+    norm = math.sqrt(sum(v * v for v in raw.values())) or 1.0
+    return {i: v / norm for i, v in raw.items()}
+
+
+def score(x: dict[int, float], model: Model) -> dict[str, float]:
+    return {c: model.bias[c] + sum(v * model.weights[c].get(i, 0.0) for i, v in x.items()) for c in model.categories}
+
+
+def opinion(lines: list[str], model: Model) -> Opinion:
+    x = vector(lines, model)
+    scores = score(x, model)
+    best = max(model.categories, key=lambda c: (scores[c], c))
+    level = "likely" if scores[best] >= model.likely else "weak" if scores[best] >= model.weak else None
+    if best == CLEAN:
+        return Opinion(best, scores[best], None, scores=scores)
+    return Opinion(best, scores[best], level, _weightiest(lines, model, best), _nearest(x, model), scores)
+
+
+def _weightiest(lines: list[str], model: Model, category: str) -> tuple[str, ...]:
+    """The lines whose terms pushed most towards ``category``."""
+    weights = model.weights[category]
+    ranked = []
+    for number, line in enumerate(lines):
+        seen = {model.terms[t] for t in tokens(line) if t in model.terms}
+        push = sum(weights.get(i, 0.0) * model.idf[i] for i in seen)
+        if push > 0:
+            ranked.append((push, number))
+    top = sorted(ranked, reverse=True)[:EVIDENCE_LINES]
+    return tuple(lines[n][:MAX_LINE_CHARS] for _, n in sorted(top, key=lambda item: item[1]))
+
+
+def _nearest(x: dict[int, float], model: Model) -> tuple[tuple[str, str, float], ...]:
+    sims = [(sum(v * case.get(i, 0.0) for i, v in x.items()), source, category) for source, category, case in model.cases]
+    return tuple((source, category, round(sim, 2)) for sim, source, category in sorted(sims, reverse=True)[:NEAREST_CASES])
+
+
+def load_model(path: str | Path) -> Model:
+    path = Path(path)
+    try:
+        with open(path, "rb") as stream:
+            raw = stream.read(MAX_MODEL_BYTES + 1)
+    except OSError as exc:
+        raise ModelError(f"{path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_MODEL_BYTES:
+        raise ModelError(f"{path}: a model over {MAX_MODEL_BYTES // (1024 * 1024)} MiB")
+    try:
+        data = json.loads(raw)
+        if data.get("format") != FORMAT:
+            raise ModelError(f"{path}: not a monitor model (format {str(data.get('format'))[:40]!r}, expected {FORMAT!r})")
+        categories = tuple(data["categories"])
+        from monitor.diagnosis.corpus import LABELS
+
+        unknown = [c for c in categories if c not in LABELS]
+        if unknown:
+            raise ModelError(f"{path}: trained on unknown categories: {', '.join(unknown[:5])}")
+        terms = {term: index for index, term in enumerate(data["terms"])}
+        idf = tuple(float(v) for v in data["idf"])
+        if len(idf) != len(terms):
+            raise ModelError(f"{path}: {len(terms)} terms but {len(idf)} idf values")
+        weights = {c: {int(i): float(w) for i, w in data["weights"][c] if 0 <= int(i) < len(idf)} for c in categories}
+        bias = {c: float(data["bias"][c]) for c in categories}
+        cases = tuple((str(s), str(c), {int(i): float(v) for i, v in vec}) for s, c, vec in data.get("cases", []))
+        return Model(str(path), categories, terms, idf, weights, bias, float(data["likely"]), float(data["weak"]), cases)
+    except ModelError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ModelError(f"{path}: not a usable model ({type(exc).__name__}: {str(exc)[:80]})") from None
+
+
+def unsure(diagnosis: Diagnosis) -> bool:
+    """Whether the rules left room for a second opinion: no root cause, only an uncaught exception
+    no rule names, or only weak evidence."""
+    root = diagnosis.root_cause
+    return root is None or root.rule == "python-exception" or diagnosis.confidence == "weak"
+
+
+def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str]) -> Diagnosis:
+    """``diagnosis`` with the model's opinion where the rules were unsure and the model is sure
+    enough: a finding of origin ``model``, and the root cause when it names a failure the rules
+    did not. ``remedies``: each category's remedy (its first rule's), shown with a caveat."""
+    if model is None or not unsure(diagnosis):
+        return diagnosis
+    said = opinion(read_lines(diagnosis.files), model)
+    if said.confidence is None:
+        return diagnosis
+    root = diagnosis.root_cause
+    if root is not None and root.category == said.category:
+        return diagnosis  # the rules already say so
+    if root is not None and said.confidence != "likely":
+        return diagnosis  # a weak guess never replaces what a line says
+    finding = _finding(said, remedies.get(said.category, ""), model, diagnosis.files[0] if diagnosis.files else "")
+    note = (f"no rule named this failure; a model trained on labelled logs finds it resembles "
+            f"{said.category} cases (score {said.score:.2f})")
+    return replace(diagnosis, root_cause=finding, findings=[*diagnosis.findings, finding],
+                   confidence=said.confidence, confidence_note=note)
+
+
+def review(diagnosis: Diagnosis, catalogue) -> Diagnosis:
+    """``consult`` with the catalogue's model; a model that cannot be loaded is one line among the
+    diagnosis's problems, and the rules alone decide."""
+    model, problem = catalogue.model()
+    if problem is not None:
+        diagnosis = replace(diagnosis, problems=[*diagnosis.problems, problem])
+    return consult(diagnosis, model, catalogue.category_remedies() if model is not None else {})
+
+
+def _finding(said: Opinion, remedy: str, model: Model, file: str) -> Finding:
+    like = [f"{source} ({category}, {sim:.2f})" for source, category, sim in said.nearest]
+    title = f"Likely {said.category} (no rule matched; the log resembles known {said.category} cases)"
+    caveat = ("This is the learned second opinion, not a rule match: check the lines above before you act on it. "
+              f"Nearest labelled cases: {', '.join(like)}.")
+    return Finding(
+        rule=RULE_ID, category=said.category, severity="error", role="root", title=title, file=file,
+        evidence=list(said.lines), fields={"score": f"{said.score:.2f}", "nearest": "; ".join(like)},
+        remedy="\n".join(part for part in (remedy, caveat) if part), origin="model",
+        confidence=said.confidence, confidence_note=f"no rule matched: a model trained on {len(model.cases)} labelled logs says so",
+    )

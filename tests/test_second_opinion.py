@@ -1,0 +1,155 @@
+"""The learned second opinion (issue #35): trained with `monitor rules learn` on a labelled corpus
+(never its check third), deterministic, consulted only where the rules are unsure, never
+`certain`, saying which lines and which known cases it leans on; a bad model file is one line and
+the rules alone decide."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monitor.diagnosis.catalogue import load_catalogue
+from monitor.diagnosis.corpus import load_corpus
+from monitor.diagnosis.second_opinion import consult, load_model, ModelError
+from monitor.model import Diagnosis
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL = ROOT / "sample_logs" / "real"
+SHIPPED = ROOT / "rules" / "model.json"
+
+
+def _monitor(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_training_twice_gives_the_same_file_and_leaves_the_check_third_out(tmp_path: Path) -> None:
+    pytest.importorskip("sklearn")
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    assert _monitor("rules", "learn", str(REAL), "-o", str(first)).returncode == 0
+    assert _monitor("rules", "learn", str(REAL), "-o", str(second)).returncode == 0
+    assert first.read_bytes() == second.read_bytes()
+    model = json.loads(first.read_text())
+    check = {case.source for case in load_corpus(REAL) if case.check}
+    assert model["cases"] and not {source for source, _, _ in model["cases"]} & check
+    assert first.stat().st_size < 5 * 1024 * 1024
+
+
+def test_the_shipped_model_is_the_one_the_shipped_corpus_trains(tmp_path: Path) -> None:
+    """The model in the wheel is reproducible from sample_logs/real (retrain after changing the corpus)."""
+    pytest.importorskip("sklearn")
+    out = tmp_path / "model.json"
+    assert _monitor("rules", "learn", str(REAL), "-o", str(out)).returncode == 0
+    assert out.read_bytes() == SHIPPED.read_bytes()
+
+
+def _job(tmp_path: Path, text: str) -> Path:
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    return log
+
+
+# A DeepSpeed job that dies with only its launcher's word for it: no rule names the cause.
+LOADER_KILLED = """\
+[2024-03-02 10:00:01,100] [INFO] [launch.py:146:main] WORLD INFO DICT: {'localhost': [0, 1, 2, 3]}
+Loading checkpoint shards:  47%|████▋     | 7/15 [01:10<01:20, 10.1s/it]
+[2024-03-02 10:02:11,501] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 9439
+[2024-03-02 10:02:11,530] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 9440
+"""
+
+
+def _hand_model(tmp_path: Path, likely: float = 0.3, weak: float = 0.1) -> Path:
+    """A model written by hand in the shipped format: 'killing subprocess' and 'checkpoint shards'
+    lean to host_oom, 'loss' to clean."""
+    terms = ["checkpoint shards", "killing subprocess", "loss", "sigkill_handler"]
+    model = {
+        "format": "monitor-second-opinion/1", "categories": ["clean", "host_oom"], "terms": terms,
+        "idf": [1.0, 1.0, 1.0, 1.0], "weights": {"clean": [[2, 1.0]], "host_oom": [[0, 0.8], [1, 1.2], [3, 0.4]]},
+        "bias": {"clean": -0.2, "host_oom": -0.3}, "likely": likely, "weak": weak,
+        "cases": [["owner/repo#1", "host_oom", [[1, 0.9], [3, 0.4]]], ["owner/repo#2", "clean", [[2, 1.0]]]],
+    }
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(model))
+    return path
+
+
+def test_where_the_rules_find_nothing_a_sure_opinion_names_the_failure_and_says_why(tmp_path: Path) -> None:
+    model = load_model(_hand_model(tmp_path))
+    diagnosis = Diagnosis(root_cause=None, findings=[], files=[str(_job(tmp_path, LOADER_KILLED))])
+    said = consult(diagnosis, model, {"host_oom": "Host (CPU) memory ran out."})
+    root = said.root_cause
+    assert (root.category, root.origin, root.rule, root.confidence) == ("host_oom", "model", "learned-opinion", "likely")
+    assert said.confidence == "likely" and "resembles host_oom cases" in said.confidence_note
+    assert root.remedy.startswith("Host (CPU) memory ran out.")
+    assert "Nearest labelled cases: owner/repo#1 (host_oom" in root.remedy
+    assert any("Killing subprocess" in line for line in root.evidence)
+    # The same through the command: the JSON carries it, never as certain.
+    out = _monitor("diagnose", "--json", "--model", str(tmp_path / "model.json"), str(tmp_path / "job.log"))
+    assert out.returncode == 1
+    root = json.loads(out.stdout)["root_cause"]
+    assert (root["category"], root["confidence"], root["origin"]) == ("host_oom", "likely", "model")
+
+
+def test_below_its_thresholds_the_model_says_nothing(tmp_path: Path) -> None:
+    model = load_model(_hand_model(tmp_path, likely=5.0, weak=4.0))
+    diagnosis = Diagnosis(root_cause=None, findings=[], files=[str(_job(tmp_path, LOADER_KILLED))])
+    assert consult(diagnosis, model, {}).root_cause is None
+
+
+def test_a_sure_rule_is_never_overruled(tmp_path: Path) -> None:
+    log = _job(tmp_path, "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    out = _monitor("diagnose", "--json", str(log))
+    root = json.loads(out.stdout)["root_cause"]
+    assert (root["rule"], root["confidence"]) == ("cuda-oom", "certain")
+
+
+def test_clean_logs_of_the_corpus_stay_clean_with_the_model(tmp_path: Path) -> None:
+    for case in load_corpus(REAL):
+        if case.category == "clean":
+            out = _monitor("diagnose", "--json", str(case.log))
+            assert json.loads(out.stdout)["root_cause"] is None, case.name
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    ("{not json", "not a usable model"),
+    (json.dumps({"format": "something-else/2"}), "not a monitor model"),
+    (json.dumps({"format": "monitor-second-opinion/1", "categories": ["clean", "cuda_om"], "terms": [],
+                 "idf": [], "weights": {}, "bias": {}, "likely": 0, "weak": 0}), "unknown categories: cuda_om"),
+])
+def test_a_bad_model_file_is_one_line_and_the_rules_alone_decide(tmp_path: Path, content: str, says: str) -> None:
+    model = tmp_path / "bad.json"
+    model.write_text(content)
+    with pytest.raises(ModelError, match=says):
+        load_model(model)
+    log = _job(tmp_path, "Loading model\nKilled\n")
+    out = _monitor("diagnose", "--json", "--model", str(model), str(log))
+    assert out.returncode == 0, out.stderr  # nothing found by the rules; the model said nothing
+    [problem] = json.loads(out.stdout)["problems"]
+    assert problem.startswith(f"{model}: ") and problem.endswith("; the rules alone decide") and says in problem
+    assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_a_missing_model_file_is_one_line_too(tmp_path: Path) -> None:
+    log = _job(tmp_path, "[rank1]: ValueError: bad batch\n")
+    out = _monitor("diagnose", "--json", "--model", str(tmp_path / "none.json"), str(log))
+    assert out.returncode == 1
+    assert json.loads(out.stdout)["problems"] == [f"{tmp_path / 'none.json'}: No such file or directory; the rules alone decide"]
+
+
+def test_model_none_turns_it_off_and_eval_reports_rules_model_and_both(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for case in load_corpus(REAL)[:12]:
+        shutil.copy(case.log, corpus / case.log.name)
+        shutil.copy(case.label, corpus / case.label.name)
+    out = _monitor("rules", "eval", "--json", str(corpus))
+    result = json.loads(out.stdout)
+    assert set(result["modes"]) == {"rules", "model", "both"} and "lost" in result
+    text = _monitor("rules", "eval", str(corpus)).stdout
+    assert "rules alone" in text and "model alone" in text and "rules + model" in text
+    off = json.loads(_monitor("rules", "eval", "--json", "--model", "none", str(corpus)).stdout)
+    assert "modes" not in off
