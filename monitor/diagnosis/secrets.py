@@ -7,21 +7,37 @@ import regex
 
 MASK = "****"
 
+# Option names and variable names that hold a credential.
+_CREDENTIAL = r"token|key|secret|password|passwd|pass|pwd|pw|auth|credentials?"
 _SECRETS = regex.compile(
     r"(?P<keep>\b(?:WANDB_API_KEY|HF_TOKEN|HUGGING_FACE_HUB_TOKEN|HUGGINGFACE_TOKEN|"
     r"AWS_SECRET_ACCESS_KEY|aws_secret_access_key|AWS_SESSION_TOKEN|aws_session_token|"
-    r"[A-Za-z_]*(?:API_KEY|api_key|_KEY|_key|TOKEN|token|SECRET|secret|PASSWORD|password))"
+    # ``PWD`` alone is the shell's working folder, not a password: only ``_PWD``, ``_PASS``.
+    r"[A-Za-z_]*(?:API_KEY|api_key|_KEY|_key|TOKEN|token|SECRET|secret|PASSWORD|password|PASSWD|passwd|"
+    r"_PASS|_pass|_PWD|_pwd))"
     r"""['"]?\s*[:=]\s*['"]?)(?P<secret>[^\s'",;]{4,})"""
-    r"|(?P<keep2>\b(?i:bearer)\s+)(?P<secret2>[A-Za-z0-9._~+/=-]{8,})"
+    # HTTP authorization: "Authorization: Bearer X", "Basic X" (base64 of user:password).
+    r"|(?P<keep2>\b(?i:bearer|basic)\s+)(?P<secret2>[A-Za-z0-9._~+/=-]{8,})"
     # A password in a URL: https://user:password@host.
     r"|(?P<keep3>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]+:)(?P<secret3>[^\s/@]+)(?=@)"
-    # A command-line option that takes a credential: --hf-token VALUE, --api-key=VALUE.
-    r"|(?P<keep4>(?<![\w-])--?[\w-]*(?i:token|key|secret|password)(?:=|\s+))(?P<secret4>[^\s'\"-][^\s'\"]*)"
+    # A command-line option that takes a credential: --hf-token VALUE, --api-key=VALUE, --passwd X.
+    rf"|(?P<keep4>(?<![\w-])--?[\w-]*(?i:{_CREDENTIAL})(?:=|\s+))(?P<secret4>[^\s'\"-][^\s'\"]*)"
     r"|\bhf_[A-Za-z0-9]{20,}"
     r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
+    # Well-known token prefixes: OpenAI (sk-, sk-proj-), GitHub (ghp_, gho_, ghs_, github_pat_),
+    # Slack (xoxb-, xoxa-, xoxp-), GitLab (glpat-).
+    r"|\b(?:sk-[A-Za-z0-9_-]{20,}|gh[opsu]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|xox[abp]-[A-Za-z0-9-]{10,}|glpat-[A-Za-z0-9_-]{20,})"
 )
 # An argument that is a credential option whose value is the next argument.
-_SECRET_OPTION = regex.compile(r"--?[\w-]*(?i:token|key|secret|password)")
+_SECRET_OPTION = regex.compile(rf"--?[\w-]*(?i:{_CREDENTIAL})")
+# Options given user:password (curl -u, --user): the part after the colon is the secret.
+_USER_OPTION = {"-u", "--user", "--proxy-user", "-U"}
+# -p with a password (mysql -pSECRET, sshpass -p SECRET); -p 22 or -p8080:80 are ports.
+_GLUED_PASSWORD = regex.compile(r"-p(?P<secret>\S+)")
+_PASSWORD_LIKE = regex.compile(r"(?![\d:.]+$)[^-]\S*")
+# What looks like the next option rather than a value: --name[=...] or a one-letter -x.
+_NEXT_OPTION = regex.compile(r"--[A-Za-z][\w-]*(?:=.*)?|-[A-Za-z]")
 
 
 def _replace(match: regex.Match) -> str:
@@ -38,12 +54,19 @@ def mask(text: str) -> str:
 
 
 def mask_args(args: list[str]) -> list[str]:
-    """A command line with its credentials masked: ``KEY=value`` arguments, and the argument
-    after an option such as ``--hf-token``."""
+    """A command line with its credentials masked: ``KEY=value`` arguments, the argument after an
+    option such as ``--hf-token`` or ``--passwd``, the password of ``-u user:password``, a password
+    glued to ``-p``, and tokens known by their prefix."""
     masked: list[str] = []
     for index, arg in enumerate(args):
-        if index and _SECRET_OPTION.fullmatch(args[index - 1]) and not arg.startswith("-"):
-            masked.append(MASK)
+        before = args[index - 1] if index else ""
+        if index and _SECRET_OPTION.fullmatch(before) and not _NEXT_OPTION.fullmatch(arg):
+            masked.append(MASK)  # a value may start with "-": a token is no option
+        elif before in _USER_OPTION and ":" in arg:
+            masked.append(arg.split(":", 1)[0] + ":" + MASK)
+        elif index and ((before == "-p" and _PASSWORD_LIKE.fullmatch(arg)) or
+                        ((glued := _GLUED_PASSWORD.fullmatch(arg)) and _PASSWORD_LIKE.fullmatch(glued["secret"]))):
+            masked.append(MASK if before == "-p" else "-p" + MASK)  # mysql -pX, sshpass -p X
         else:
             masked.append(mask(arg))
     return masked
