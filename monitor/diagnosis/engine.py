@@ -102,6 +102,13 @@ class Engine:
             new += self.feed(LogLine(line.file, line.line, line.text[:cut], line.rank))
             new += self.feed(LogLine(line.file, line.line, line.text[cut:], None))
             return new
+        if starter and (cut := _glued_traceback(prefix.body)) is not None:
+            # "name? Traceback (most recent call last):", or a tqdm bar redrawn with \r and never
+            # ended: the header starts a line of its own (with the line's prefix), as on a terminal.
+            lead = line.text[:len(line.text) - len(prefix.body)]
+            new += self.feed(LogLine(line.file, line.line, lead + prefix.body[:cut], line.rank))
+            new += self.feed(LogLine(line.file, line.line, lead + prefix.body[cut:], line.rank))
+            return new
         # The line's rank as its reader attributed it (a node's local rank made global), else its prefix's.
         rank = line.rank if line.rank is not None else prefix.rank
         if line.line <= EARLY_LINES:
@@ -330,6 +337,9 @@ class Engine:
                 # of which rank printed the first.
                 finding.rank = rank
                 self._render(finding)
+            stamp = _record_time(record, positions)
+            if stamp is not None and finding.first_seen is not None and stamp < finding.first_seen:
+                self._take_earlier(finding, record, positions, rank, fields, stamp)
             self.version += 1
             return
         first = record.lines[positions[0]]
@@ -357,7 +367,7 @@ class Engine:
             rule=rule.id if rule else pyexc.RULE_ID, category=category, severity=severity, role=role,
             title=title, rank=rank, ranks=[rank] if rank is not None else [], file=first.file,
             line=first.line, count=1, evidence=evidence, fields=fields, remedy="",
-            seq=next(self._seq), arrival=record.arrival, first_seen=parse_timestamp(record.bodies[0]) or parse_timestamp(record.bodies[positions[0]]),
+            seq=next(self._seq), arrival=record.arrival, first_seen=_record_time(record, positions),
             node=node.name if node is not None else None, confidence=sure, confidence_note=sure_note,
         )
         self._by_key[key] = finding
@@ -376,6 +386,24 @@ class Engine:
         self._apply_confirmation(finding)
         self.version += 1
         new.append(finding)
+
+    def _take_earlier(self, finding: Finding, record: Record, positions: list[int], rank: int | None,
+                      fields: dict[str, str], stamp: float) -> None:
+        """An occurrence written earlier than the one a finding was made from (another rank's
+        file, read later): the finding tells of the first, so it takes this one's place, rank,
+        numbers and evidence."""
+        first = record.lines[positions[0]]
+        node = node_of(first.file)
+        if node is not None:
+            fields.setdefault("node", node.name)
+            finding.node = node.name
+        finding.file, finding.line, finding.first_seen = first.file, first.line, stamp
+        finding.evidence = [mask(record.lines[p].text) for p in positions[:MAX_EVIDENCE]]
+        # What confirmed the finding still does.
+        finding.fields = fields | {k: v for k, v in finding.fields.items() if k == CONFIRMED_BY or k.startswith(CONFIRM_PREFIX)}
+        if rank is not None:
+            finding.rank = rank
+        self._render(finding)
 
     # ---- findings from outside the logs ----------------------------------------------------
 
@@ -559,6 +587,17 @@ class Engine:
             root_cause=root, findings=sorted(self.findings, key=lambda f: f.seq),
             files=list(files), problems=list(self.problems), confidence=level, confidence_note=note,
         )
+
+
+def _record_time(record: Record, positions: list[int]) -> float | None:
+    """When a record's occurrence was written: its first line's time, else its matched line's."""
+    return parse_timestamp(record.bodies[0]) or parse_timestamp(record.bodies[positions[0]])
+
+
+def _glued_traceback(body: str) -> int | None:
+    """Where a traceback header starts in ``body`` when other text comes before it, else None."""
+    at = body.find(records.TRACEBACK_HEADER)
+    return at if at > 0 and body[:at].strip() else None
 
 
 def _is_summary(record: Record) -> bool:

@@ -57,7 +57,7 @@ TAIL_LINES = 100
 # Lines of an exception message after the exception line (CUDA error hints, NCCL details).
 MAX_MESSAGE_LINES = 40
 
-_TRACEBACK = "Traceback (most recent call last):"
+TRACEBACK_HEADER = "Traceback (most recent call last):"
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 _CPP_START = regex.compile(r"^(?:terminate called after throwing an instance of|Exception raised from .* \(most recent call first\):)")
 _CPP_CONT = regex.compile(r"^(?:\s*what\(\):|\s*frame #\d+:|\s*<omitting python frames>|Exception raised from )")
@@ -106,7 +106,7 @@ class Record:
 def starter_kind(body: str) -> str | None:
     """The kind of multi-line record ``body`` starts, or None."""
     stripped = body.lstrip()
-    if stripped.startswith(_TRACEBACK) or _FRAME_START.match(body):
+    if stripped.startswith(TRACEBACK_HEADER) or _FRAME_START.match(body):
         return "traceback"
     if _CPP_START.match(stripped):
         return "cpp"
@@ -168,7 +168,7 @@ def _continues_traceback(record: Record, body: str) -> bool:
     state = record.state
     stripped = body.strip()
     if state == "frames":
-        if body[:1] in (" ", "\t") or stripped.startswith(_TRACEBACK):
+        if body[:1] in (" ", "\t") or stripped.startswith(TRACEBACK_HEADER):
             return True
         if not stripped or _NEW_LOG_LINE.match(body):
             return False
@@ -199,7 +199,7 @@ def _continues_traceback(record: Record, body: str) -> bool:
     if state == "chain":
         if not stripped:
             return True
-        if stripped.startswith(_TRACEBACK):
+        if stripped.startswith(TRACEBACK_HEADER):
             record.state = "frames"
             return True
         return False
