@@ -13,9 +13,11 @@ SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
 
 
 def sample_units() -> list[Path]:
-    """Every sample job in sample_logs/: a log file, or a folder of logs (torchrun --log-dir)."""
+    """Every sample job in sample_logs/: a log file, or a folder of logs (torchrun --log-dir).
+    Not the real-log corpus (sample_logs/real/): its folders are categories of unrelated excerpts,
+    no jobs, and its cases are scored by `rules eval` (tests/test_rules_eval.py)."""
     units = []
-    for group in sorted(p for p in SAMPLES.iterdir() if p.is_dir()) if SAMPLES.is_dir() else []:
+    for group in sorted(p for p in SAMPLES.iterdir() if p.is_dir() and p.name != "real") if SAMPLES.is_dir() else []:
         for entry in sorted(group.iterdir()):
             if entry.is_dir() and find_logs(entry):
                 units.append(entry)

@@ -134,3 +134,19 @@ def test_the_shipped_corpus_loads_and_scores_at_or_above_its_floor() -> None:
     assert any(case.check for case in cases) and not all(case.check for case in cases)
     out = _eval(REAL)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+
+
+def test_the_fast_scan_and_the_line_by_line_engine_agree_on_every_real_case() -> None:
+    """diagnose reads big files with the prefilter's fast scan, the live session line by line: on
+    logs nobody here wrote they must still say the same."""
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.diagnosis.diagnose import diagnose_paths
+
+    catalogue = load_catalogue(include_user=False)
+    catalogue.model_path = None  # the engine's own findings
+    for case in load_corpus(REAL):
+        fast = diagnose_paths([case.log], catalogue, fast=True)
+        slow = diagnose_paths([case.log], catalogue, fast=False)
+        assert [(f.rule, f.rank, f.line, f.count) for f in fast.findings] == \
+            [(f.rule, f.rank, f.line, f.count) for f in slow.findings], case.name
+        assert (fast.root_cause and fast.root_cause.rule) == (slow.root_cause and slow.root_cause.rule), case.name

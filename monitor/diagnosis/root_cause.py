@@ -6,8 +6,9 @@ before the launch, checkpoints, a stall, how it exited), which one is the cause.
 In order:
 
 1. the earliest error with role ``root`` that is no timeout (a timeout is a symptom of another
-   rank's hang, even where a rule calls it a root), the surest first (``Finding.confidence``: a
-   library's own message before an uncaught exception no rule names);
+   rank's hang, even where a rule calls it a root), unless its own process went on to print a
+   surer one (an exception no rule names that a retry loop logged, then a library's own message
+   from the same rank: ``Finding.confidence``);
 2. with timeouts: the earliest stop from outside (``stopped``) when it came before every
    timeout (the ranks lost their peers to the stop; nobody hung), else the hang suspect: the
    rank that never reached, or never finished, the collective the others waited in;
@@ -39,10 +40,8 @@ def choose(findings: list[Finding], hang_suspect: Callable[[list[Finding]], Find
     roots = [f for f in weighed
              if f.role == "root" and f.severity == "error" and f.category not in TIMEOUT_CATEGORIES]
     if roots:
-        # The surest first: a library's own message outranks an exception no rule names (often a
-        # handled one, logged and retried), which outranks a bare exception line.
         ordered = chronological(roots)
-        return min(ordered, key=lambda f: CONFIDENCE_ORDER[f.confidence])
+        return next(f for i, f in enumerate(ordered) if not _outlived(f, ordered[i + 1:]))
     timeouts = [f for f in weighed if f.category in TIMEOUT_CATEGORIES and f.severity == "error"]
     if timeouts:
         stops = [f for f in weighed if f.category == STOPPED and f.severity == "error"]
@@ -59,6 +58,21 @@ def choose(findings: list[Finding], hang_suspect: Callable[[list[Finding]], Find
         return stalls[-1]
     exits = [f for f in findings if f.origin == "exit" and f.severity == "error"]
     return exits[-1] if exits else None
+
+
+def _outlived(finding: Finding, later: list[Finding]) -> bool:
+    """Whether the process that printed ``finding`` went on to print a surer root cause: an
+    exception no rule names that its process survived (logged by a retry loop, handled) is not
+    what ended the job. Another rank's later error is no such sign: it is a consequence."""
+    return any(CONFIDENCE_ORDER[f.confidence] < CONFIDENCE_ORDER[finding.confidence] and _same_process(finding, f)
+               for f in later)
+
+
+def _same_process(a: Finding, b: Finding) -> bool:
+    """Printed by one process, as far as the log says: one rank, or one file where a rank is unknown."""
+    if a.rank is not None and b.rank is not None:
+        return a.rank == b.rank and a.node == b.node
+    return a.file == b.file
 
 
 def confidence(root: Finding | None) -> tuple[Confidence | None, str]:
