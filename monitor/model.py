@@ -54,6 +54,9 @@ class Category(StrEnum):
     SLURM_EVENT = "slurm_event"
     # A node of a multi-node job went silent, or its monitor did (``diagnosis/node_health.py``).
     NODE_FAILURE = "node_failure"
+    # A line no earlier run that ended well printed, where no rule names anything
+    # (``diagnosis/novelty.py``).
+    NEW_LINES = "new_lines"
     PYTHON_EXCEPTION = "python_exception"
     HANG = "hang"
     LAUNCHER = "launcher"
@@ -269,6 +272,11 @@ class Diagnosis:
     # less when it was chosen from what was left (only timeouts, only a launcher's report).
     confidence: Confidence | None = None
     confidence_note: str = ""
+    # Compared with the last run that ended well (``diagnosis/novelty.py``): its name, the lines
+    # whose template it never printed (``NewLine.to_json``), and what changed in between.
+    against: str | None = None
+    new_lines: list[dict] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -282,6 +290,9 @@ class Diagnosis:
             "problems": list(self.problems),
             "notes": list(self.notes),
             "empty": list(self.empty),
+            "against": self.against,
+            "new_since_good_run": list(self.new_lines),
+            "changes": list(self.changes),
         }
 
     def _root_json(self) -> dict | None:

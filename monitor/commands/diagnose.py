@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from monitor.commands.against import add_against_option
 from monitor.commands.options import add_rules_options, add_run_options, load_rules, pick_runs
 
 
@@ -15,6 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "flight-recorder dump files and run-X.stacks.json may be given too")
     parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     add_run_options(parser)
+    add_against_option(parser)
     add_rules_options(parser)
     parser.set_defaults(func=run)
 
@@ -40,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     catalogue = load_rules(args)
     # A folder of several runs is read as its newest run (or the one named), never merged unasked.
+    present_before_pick = present
     present, beside, notes = pick_runs(present, args)
     # Stacks and dumps are looked for in folders and files not named like logs: a plain log
     # costs nothing more to diagnose.
@@ -58,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         diagnosis.files += [f for f in evidence.files if f not in diagnosis.files]
     diagnosis.problems = missing + diagnosis.problems
     diagnosis.notes = notes
+    diagnosis = _against(diagnosis, present_before_pick, args)
     if not diagnosis.files:  # not one log could be read: an input error, said on stderr
         for problem in diagnosis.problems[len(missing):] or ["no log files found"]:
             say(problem)
@@ -71,3 +75,18 @@ def run(args: argparse.Namespace) -> int:
     if missing or diagnosis.unread:
         return 2
     return 1 if diagnosis.failed else 0
+
+
+def _against(diagnosis, paths: list[str], args: argparse.Namespace):
+    """The diagnosis compared with the last good run (``--against``), or with one line why not."""
+    from monitor.commands.against import good_run
+    from monitor.diagnosis.changes import changes
+    from monitor.diagnosis.novelty import compare, run_templates
+
+    good, note = good_run(paths, args)
+    if note is not None:
+        diagnosis.notes = [*diagnosis.notes, note]
+    if good is None:
+        return diagnosis
+    return compare(diagnosis, diagnosis.files, run_templates(good.logs), good.name,
+                   changes(good.environment, good.failed_environment) if good.environment and good.failed_environment else [])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from monitor.commands.against import add_against_option
 from monitor.commands.options import (
     add_bell_option, add_rules_options, add_run_options, add_stall_option, check_stall_option, load_rules, pick_run_specs,
 )
@@ -30,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_bell_option(parser)
     add_stall_option(parser, "")
     add_run_options(parser)
+    add_against_option(parser)
     add_rules_options(parser)
     parser.set_defaults(func=run)
 
@@ -48,16 +50,22 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     catalogue = load_rules(args)
     # A folder of several runs: the newest run is followed (its files created later too).
+    from monitor.commands.against import against_for
+
+    against, against_note = against_for(args.paths, args)
     paths, choices = pick_run_specs(args.paths, args)
     if not args.headless:
         from monitor.tui import launch_watch
 
         scope = "; ".join(choice.short for choice in choices)
         return launch_watch(paths, catalogue=catalogue, poll=args.poll, stall_after=args.stall_after, scope=scope,
-                            bell=not args.no_bell)
+                            bell=not args.no_bell, against=against)
     from monitor.session.headless import watch_headless
     from monitor.text import say
 
     for choice in choices:
         say(choice.note)
-    return watch_headless(paths, catalogue, as_json=args.json, poll=args.poll, stall_after=args.stall_after)
+    if against_note is not None:
+        say(against_note)
+    return watch_headless(paths, catalogue, as_json=args.json, poll=args.poll, stall_after=args.stall_after,
+                          against=against)

@@ -21,6 +21,7 @@ from monitor.model import STOPPED_RULE, Diagnosis, Finding, chronological, who
 from monitor.text import safe_text
 
 TIMELINE_ENTRIES = 12
+NEW_LINES_SHOWN = 12
 EVIDENCE_LINES = 6
 # Width of the plain-text report (not a terminal) unless $COLUMNS says otherwise.
 PLAIN_WIDTH = 100
@@ -96,6 +97,27 @@ def _unsure(finding: Finding) -> str:
     return "" if finding.confidence == "certain" else finding.confidence
 
 
+def _new_since(diagnosis: Diagnosis) -> list[RenderableType]:
+    """The lines no good run printed, first printed first, and what changed since it."""
+    if diagnosis.against is None:
+        return []
+    lines = diagnosis.new_lines
+    heading = f"New since the last good run ({diagnosis.against}): "
+    heading += f"{len(lines)} line{'s' if len(lines) != 1 else ''} it never printed" if lines else "nothing it did not print"
+    parts: list[RenderableType] = [Text(""), Text(heading, style="bold")]
+    for new in lines[:NEW_LINES_SHOWN]:
+        where = ", ".join(p for p in (f"rank {new['rank']}" if new["rank"] is not None else "",
+                                       f"x{new['count']}" if new["count"] > 1 else "", f"{new['file']}:{new['line']}") if p)
+        parts.append(_indented(Text.assemble((f"{new['level']:<7} ", _SEVERITY_STYLE.get(new["level"], "dim")),
+                                             (new["text"].strip(), ""), (f"  ({where})", "dim")), 2))
+    if len(lines) > NEW_LINES_SHOWN:
+        parts.append(Text(f"  … {len(lines) - NEW_LINES_SHOWN} more (--json lists them all)", style="dim"))
+    if diagnosis.changes:
+        parts.append(Text("  What changed since then:", style="bold"))
+        parts.extend(_indented(Text(change), 4) for change in diagnosis.changes)
+    return parts
+
+
 def _timeline(findings: list[Finding]) -> list[RenderableType]:
     if len(findings) < 2:
         return []
@@ -115,6 +137,9 @@ def build(diagnosis: Diagnosis) -> Group:
         findings=[finding.for_display() for finding in diagnosis.findings],
         problems=[safe_text(problem) for problem in diagnosis.problems],
         notes=[safe_text(note) for note in diagnosis.notes],
+        against=safe_text(diagnosis.against) if diagnosis.against is not None else None,
+        new_lines=[{**new, "text": safe_text(new["text"]), "file": safe_text(new["file"])} for new in diagnosis.new_lines],
+        changes=[safe_text(change) for change in diagnosis.changes],
     )
     parts: list[RenderableType] = [Text(note, style="dim") for note in diagnosis.notes]
     if diagnosis.root_cause is not None:
@@ -132,6 +157,7 @@ def build(diagnosis: Diagnosis) -> Group:
             shown = ", ".join(safe_text(name) for name in diagnosis.empty[:3]) + (" ..." if len(diagnosis.empty) > 3 else "")
             parts.append(Text(f"  but {every} empty: {shown}", style="yellow"))
     parts.extend(_others(diagnosis.findings, diagnosis.root_cause))
+    parts.extend(_new_since(diagnosis))
     parts.extend(_timeline(diagnosis.findings))
     if diagnosis.problems:
         parts.append(Text(""))

@@ -154,3 +154,34 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
+
+
+# What `monitor run` records of how a job ended, beside its log: run-X.job.json (the recorder) and
+# run-X.meta.json (the launch); bounded reads, a few KB each.
+MAX_SIDE_BYTES = 1024 * 1024
+
+
+def side_record(run: Run, kind: str) -> dict:
+    """``run-X.<kind>.json`` of a run (``job`` or ``meta``) as a dict; {} when it has none."""
+    import json
+
+    for path in run.paths:
+        if path.name.endswith(f".{kind}.json") and path.is_file():
+            try:
+                with open(path, "rb") as stream:
+                    data = json.loads(stream.read(MAX_SIDE_BYTES))
+            except (OSError, ValueError):
+                return {}
+            return data if isinstance(data, dict) else {}
+    return {}
+
+
+def ended_well(run: Run) -> bool:
+    """Whether the run's job exited 0, as `monitor run` recorded it (a run it did not record: no)."""
+    return any(side_record(run, kind).get("exit_code") == 0 for kind in ("job", "meta"))
+
+
+def last_good(runs: list[Run], before: Run) -> Run | None:
+    """The newest run older than ``before`` (``runs`` oldest first) whose job ended well."""
+    older = runs[:runs.index(before)] if before in runs else []
+    return next((run for run in reversed(older) if ended_well(run)), None)

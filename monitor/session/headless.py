@@ -21,13 +21,13 @@ from monitor.text import safe_json, say
 
 def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = False,
                    stall_after: float | None = None, out=None, stop: threading.Event | None = None,
-                   sampler=None) -> int:
+                   sampler=None, against=None) -> int:
     """Runs until ``stop`` is set, or SIGINT/SIGTERM (in the main thread); returns the exit code.
     ``sampler``: the metrics Sampler (default: this machine's, watching the logs' folders)."""
     out = out or sys.stdout
     stop = stop or threading.Event()
     restore = _stop_on_signals(stop)
-    session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True)
+    session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True, against=against)
     pump = MetricsPump(SamplerFeed(sampler or watch_sampler(paths), session.post), warn=say).start()
     try:
         for problem in session.problems:

@@ -37,6 +37,7 @@ from monitor.diagnosis.engine import Engine
 from monitor.diagnosis.node_health import NodeWatch
 from monitor.diagnosis.scan import scan_prefix
 from monitor.diagnosis.root_cause import mark_requested_stop
+from monitor.diagnosis.novelty import Against, NoveltyWatch, compare
 from monitor.diagnosis.second_opinion import review
 from monitor.logs.follow import Follower
 from monitor.logs.ranks import FileRanks
@@ -78,13 +79,16 @@ class JobSession:
     def __init__(self, paths, catalogue, *, poll: bool = False, stall_after: float | None = None,
                  clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time,
                  stop_requested: Callable[[], bool] | None = None, probe: HangProbe | None = None,
-                 on_step: Callable[[JobSession, list[LogLine]], None] | None = None, attach: bool = False) -> None:
+                 on_step: Callable[[JobSession, list[LogLine]], None] | None = None, attach: bool = False,
+                 against: Against | None = None) -> None:
         """``stop_requested``: asked on every step whether the job was asked to stop (``Job.
         stop_requested``; see ``request_stop``). ``probe``: takes the job's stacks when a hang is
         suspected (a session of logs alone has none). ``on_step``: called on the session's thread
         after each step with the lines it brought (``status.StatusPublisher``). ``attach``: files
         already big when the session starts (a watch opened on a long job) are diagnosed with the
         fast scan of ``diagnose`` and followed from their end; the screen gets their last lines.
+        ``against``: the last run that ended well (``diagnosis/novelty.py``): new warning and error
+        lines are told as they come, and the diagnosis lists what is new since it.
         Raises ``monitor.logs.sources.SourceError``
         for a PATH that can never name a file."""
         self.follower = Follower([str(p) for p in paths], poll=poll)
@@ -111,6 +115,8 @@ class JobSession:
         # (``monitor run --job-dir``): which node went quiet.
         self._node_watches = [NodeWatch(p, clock, wall_clock) for p in map(str, paths) if os.path.isdir(p)]
         self._node_findings: dict[tuple[str, str | None], Finding] = {}
+        self.against = against
+        self._novelty = NoveltyWatch(against) if against is not None else None
 
     # -- sources -----------------------------------------------------------------------------
     def follow(self, paths) -> None:
@@ -260,6 +266,9 @@ class JobSession:
         """The diagnosis so far, with every record in progress completed."""
         self.flush()
         diagnosis = review(self.engine.diagnosis(self.follower.files), self.engine.catalogue)
+        if self.against is not None:
+            diagnosis = compare(diagnosis, self.follower.files, set(self.against.templates), self.against.name,
+                                list(self.against.changes))
         diagnosis.problems = self.problems + diagnosis.problems
         return diagnosis
 
@@ -307,6 +316,9 @@ class JobSession:
             line = self._attribute(line)
             attributed.append(line)
             new += self._taken(engine.feed(line))
+            if self._novelty is not None and (news := self._novelty.observe(line)) is not None:
+                engine.add_external(news)
+                new.append(news)
             self._quiet_since[line.file] = now
         while next_end is not None:
             new += self._taken(engine.flush(next_end[1]))

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 
 def launch_watch(paths, *, catalogue, poll: bool = False, stall_after: float | None = None, scope: str = "",
-                 bell: bool = True) -> int:
+                 bell: bool = True, against=None) -> int:
     """Follow ``paths`` (files, folders, globs) live until the user quits; ``scope`` says on the
-    status line which run of a folder is followed; ``bell``: ring it when a root cause appears."""
-    return _run(watch_app(paths, catalogue=catalogue, poll=poll, stall_after=stall_after, scope=scope, bell=bell))
+    status line which run of a folder is followed; ``bell``: ring it when a root cause appears;
+    ``against``: the last good run (``diagnosis.novelty.Against``) whose unseen lines are told."""
+    return _run(watch_app(paths, catalogue=catalogue, poll=poll, stall_after=stall_after, scope=scope, bell=bell,
+                          against=against))
 
 
 def launch_run(job, session, metrics, *, bell: bool = True) -> int:
@@ -29,12 +31,12 @@ def launch_demo(replayer, *, catalogue) -> int:
 
 
 def watch_app(paths, *, catalogue, poll: bool = False, stall_after: float | None = None, scope: str = "",
-              bell: bool = True):
+              bell: bool = True, against=None):
     from monitor.session.feeds import SamplerFeed, SessionFeed, watch_sampler
     from monitor.session.job_session import JobSession
     from monitor.tui.app import MonitorApp
 
-    session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True)
+    session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True, against=against)
     metrics = SamplerFeed(watch_sampler(paths), session.post)
     title = "watching " + " ".join(str(p) for p in paths)
     return MonitorApp(SessionFeed(session), metrics, title=title, scope=scope, bell=bell)

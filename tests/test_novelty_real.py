@@ -1,0 +1,130 @@
+"""What is new since the last good run (issue #27), on real jobs run by `monitor run`: a good run
+and a failing run of the same script whose failure no rule knows (a custom logging.error, then
+sys.exit(1)); a new warning followed by a hang that a gloo timeout ends (torch, two ranks); what
+changed in between (an environment variable, a package version); the same live in `watch`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from monitor.diagnosis.novelty import MAX_TEMPLATES, line_template, saved_templates, templates_of
+
+JOB = Path(__file__).resolve().parent / "jobs" / "novelty_job.py"
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+            "localhost:0", "--nproc-per-node", "2")
+
+
+def _run(logs: Path, *command: str, env: dict | None = None) -> int:
+    """`monitor run --headless` of ``command`` into ``logs``; a second between runs keeps their names apart."""
+    code = subprocess.run([sys.executable, "-m", "monitor", "run", "--headless", "--no-preflight", "--log-dir", str(logs),
+                           "--", *command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          env={**os.environ, **(env or {})}, timeout=180).returncode
+    time.sleep(1.05)
+    return code
+
+
+def _diagnose(*args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    text = subprocess.run([sys.executable, "-m", "monitor", "diagnose", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "300"})
+    data = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", *args], capture_output=True,
+                          text=True, timeout=120)
+    return text, json.loads(data.stdout)
+
+
+def test_a_failure_no_rule_knows_is_named_by_what_the_good_run_never_printed(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    assert _run(logs, sys.executable, str(JOB)) == 0
+    assert _run(logs, sys.executable, str(JOB), "--fail") == 1
+    text, data = _diagnose("--against", "auto", str(logs))
+    assert text.returncode == 1
+    first = [line["text"] for line in data["new_since_good_run"][:3]]
+    assert any("shard 7 checksum mismatch" in line for line in first)
+    assert data["against"].startswith("run-")
+    root = data["root_cause"]
+    assert (root["category"], root["rule"], root["confidence"]) == ("new_lines", "new-since-good-run", "likely")
+    assert "shard 7 checksum mismatch" in root["title"]
+    assert "New since the last good run" in text.stdout and "shard 7 checksum mismatch" in text.stdout
+    # Without the comparison nothing in the log says why the job failed.
+    _, off = _diagnose("--against", "none", str(logs))
+    assert off["root_cause"] is None and off["new_since_good_run"] == [] and off["against"] is None
+
+
+def test_a_clean_rerun_shows_nothing_new(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    assert _run(logs, sys.executable, str(JOB)) == 0
+    assert _run(logs, sys.executable, str(JOB)) == 0
+    text, data = _diagnose(str(logs))
+    assert text.returncode == 0 and data["new_since_good_run"] == [] and data["root_cause"] is None
+    assert "nothing it did not print" in text.stdout
+
+
+def test_a_folder_without_a_good_run_says_so_in_one_line(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    assert _run(logs, sys.executable, str(JOB), "--fail") == 1
+    assert _run(logs, sys.executable, str(JOB), "--fail") == 1
+    text, data = _diagnose(str(logs))
+    assert [note for note in data["notes"] if "exited 0" in note] == [
+        f"{logs}: no run before {data['files'][0].split('/')[-1].removesuffix('.log')} exited 0 (as `monitor run` "
+        "recorded it): nothing to compare with"]
+    assert data["against"] is None
+
+
+def test_a_new_warning_before_a_gloo_timeout_comes_first(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    logs = tmp_path / "logs"
+    assert _run(logs, *TORCHRUN, str(JOB), "--gloo") == 0
+    assert _run(logs, *TORCHRUN, str(JOB), "--gloo", "--warn-hang") != 0
+    text, data = _diagnose(str(logs))
+    assert data["root_cause"]["category"] == "gloo_timeout"  # the rules' answer stays the root cause
+    first = data["new_since_good_run"][:3]
+    assert any("prefetch queue for shard 3 is empty" in line["text"] and line["level"] == "warning" for line in first)
+    assert text.stdout.index("prefetch queue for shard 3") < text.stdout.index("Timeline")
+
+
+def test_watch_tells_a_new_error_line_as_it_comes(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    assert _run(logs, sys.executable, str(JOB)) == 0
+    live = logs / "run-29990101-000000.log"  # the newest run of the folder: being written now
+    live.write_text("step 0 loss 2.0000 lr 3e-4\n")
+    watch = subprocess.Popen([sys.executable, "-m", "monitor", "watch", "--headless", "--json", str(logs)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2.5)
+        with live.open("a") as stream:
+            stream.write("step 1 loss 1.0000 lr 3e-4\nERROR trainer: shard 7 checksum mismatch: expected aa got bb\n")
+        time.sleep(2.5)
+    finally:
+        watch.send_signal(2)
+        out, _ = watch.communicate(timeout=30)
+    told = [json.loads(line) for line in out.splitlines() if line.startswith("{\"rule\"")]
+    assert [(f["rule"], f["severity"]) for f in told] == [("new-line", "info")]
+    assert "shard 7 checksum mismatch" in told[0]["title"]
+
+
+def test_templates_mask_what_changes_from_run_to_run() -> None:
+    a = line_template("[rank3]: step 120 loss 2.3411 lr 1e-05 took 312ms at /home/u/x.py:12 0x7f3a2b 10.0.0.2:29500")
+    b = line_template("[rank5]: step 9 loss 0.1 lr 3e-04 took 7ms at /data/v/y.py:900 0xdeadbeef 10.1.1.9:1234")
+    assert a == b == "step <n> loss <n> lr <n> took <n> at <path>:<n> <hex> <addr>"
+    assert line_template("W1126 00:10:27.501000 20679 api.py:1028] Sending process 20804 closing signal SIGTERM") == \
+        line_template("W0101 10:00:00.000000 1 api.py:1028] Sending process 7 closing signal SIGTERM")
+
+
+def test_a_runs_templates_are_bounded_and_saved_small(tmp_path: Path) -> None:
+    log = tmp_path / "run-20260101-000000.log"
+    with log.open("w") as stream:
+        for n in range(MAX_TEMPLATES + 5000):
+            stream.write(f"unique message {'x' * (n % 7)} {chr(97 + n % 26)}{chr(97 + n // 26 % 26)}{chr(97 + n // 676 % 26)}{n // 17576}\n")
+    templates = templates_of([log])
+    assert len(templates) == MAX_TEMPLATES
+    from monitor.diagnosis.novelty import save_templates
+
+    assert save_templates(log, templates) is None
+    assert saved_templates(log) == templates
+    assert (tmp_path / "run-20260101-000000.templates").stat().st_size < 1024 * 1024
