@@ -29,6 +29,15 @@ SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 # only timeouts); ``weak``, inferred from what is left (an exit status, a launcher's summary).
 Confidence = Literal["certain", "likely", "weak"]
 CONFIDENCE_ORDER = {"certain": 0, "likely": 1, "weak": 2}
+# What named a finding's rank, in the report's words: the evidence behind it, surest first.
+RANK_SOURCES = {
+    "prefix": "its line's rank prefix",
+    "message": "the message itself",
+    "file": "its file's name",
+    "launcher": "the launcher's record of the failed process",
+    "summary": "the launcher's summary: the first failure it observed",
+    "hang": "the rank the others waited for",
+}
 
 
 class Category(StrEnum):
@@ -137,6 +146,8 @@ class Finding:
     # How sure it is (``Confidence``), and when not ``certain``, the evidence that is missing.
     confidence: Confidence = "certain"
     confidence_note: str = ""
+    # What named ``rank`` (a key of ``RANK_SOURCES``; "" with no rank).
+    rank_source: str = ""
 
     def __post_init__(self) -> None:
         self.category = Category(self.category)  # ValueError names a category that does not exist
@@ -171,7 +182,7 @@ class Finding:
             for key in (
                 "rule", "category", "severity", "role", "title", "rank", "ranks", "file",
                 "line", "count", "evidence", "fields", "remedy", "origin", "first_seen", "node", "nodes",
-                "confidence", "confidence_note",
+                "confidence", "confidence_note", "rank_source",
             )
         }
 

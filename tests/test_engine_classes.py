@@ -138,3 +138,46 @@ def test_pdsh_host_prefixes_keep_each_nodes_traceback_apart(tmp_path: Path) -> N
 def test_other_wordings_of_known_failures(tmp_path: Path, text: str, rule: str) -> None:
     result = _diagnose(tmp_path, text)
     assert result["root_cause"]["rule"] == rule
+
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
+
+
+@pytest.mark.parametrize(("sample", "rank", "source"), [
+    ("demo/crash-2ranks.log", 1, "prefix"),          # [rank1]: before the traceback
+    ("demo/hang-gloo-2ranks.log", 1, "hang"),        # the rank the others waited for
+    ("demo/sigkill-2ranks.log", 1, "launcher"),      # torchrun's record of the pid it lost
+])
+def test_the_report_says_which_evidence_named_the_rank(sample: str, rank: int, source: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(SAMPLES / sample)],
+                         capture_output=True, text=True, timeout=60)
+    root = json.loads(out.stdout)["root_cause"]
+    assert (root["rank"], root["rank_source"]) == (rank, source)
+
+
+def test_a_root_cause_whose_lines_name_no_rank_takes_the_launchers_first_failure(tmp_path: Path) -> None:
+    """A worker's traceback without a prefix, then torchrun's summary: the rank is the summary's,
+    said to be the launcher's view (it is the first failure torchrun observed, not proof)."""
+    result = _diagnose(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 12, in <module>\n'
+        "    check(batch)\n"
+        "ValueError: empty batch\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "============================================================\n"
+        "train.py FAILED\n"
+        "------------------------------------------------------------\n"
+        "Root Cause (first observed failure):\n"
+        "[0]:\n"
+        "  time      : 2026-11-21_10:10:35\n"
+        "  host      : node1\n"
+        "  rank      : 3 (local_rank: 3)\n"
+        "  exitcode  : 1 (pid: 4242)\n"
+        "  error_file: <N/A>\n"
+        "============================================================\n"
+    ))
+    root = result["root_cause"]
+    assert (root["category"], root["rank"], root["rank_source"]) == ("python_exception", 3, "summary")
+    text = subprocess.run([sys.executable, "-m", "monitor", "diagnose", str(tmp_path / "job.log")],
+                          capture_output=True, text=True, timeout=60, env={**__import__("os").environ, "COLUMNS": "200"}).stdout
+    assert "rank 3 (from the launcher's summary: the first failure it observed)" in text

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import regex
 
-from monitor.model import Category
+from monitor.model import RANK_SOURCES, Category
 from monitor.diagnosis.conditions import Condition, ConditionError
 from monitor.diagnosis.advice import ADVICE_FILE
 from monitor.diagnosis.knobs import KNOBS_FILE, Knob, KnobError, load_registry
@@ -33,7 +33,7 @@ LANGUAGES = ("en", "zh")
 TRANSLATED_KEYS = ("title", "confirmed_title", "remedy")
 RULE_KEYS = {
     "id", "category", "severity", "role", "title", "confirmed_title", "patterns", "prefilter", "remedy",
-    "advice", "examples", "confidence", "confidence_note", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
+    "advice", "examples", "confidence", "confidence_note", "rank_source", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
 }
 REQUIRED_KEYS = ("id", "category", "severity", "role", "title", "patterns")
 ADVICE_KEYS = {"text", "when", "unless_log", "if_log", "unless_record", "if_record",
@@ -99,6 +99,9 @@ class Rule:
     # print too (a bare SIGKILL) is not ``certain``; ``confidence_note`` says what is missing.
     confidence: str = "certain"
     confidence_note: str = ""
+    # What a rank its pattern captures is (``model.RANK_SOURCES``; default "message"): a launcher's
+    # summary names the rank it saw fail first, which is not always the first to fail.
+    rank_source: str = ""
 
     @property
     def where(self) -> str:
@@ -291,7 +294,7 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
         if key not in table:
             raise fail(f"missing required key {key!r}")
     for key in ("id", "category", "severity", "role", "title", "confirmed_title", "remedy", "confidence",
-                "confidence_note", *(k for k in RULE_KEYS if k.rsplit("_", 1)[-1] in LANGUAGES[1:])):
+                "confidence_note", "rank_source", *(k for k in RULE_KEYS if k.rsplit("_", 1)[-1] in LANGUAGES[1:])):
         if key in table and not isinstance(table[key], str):
             raise fail(f"{key!r} must be a string", loc.key_line(key, start, end))
     if not _ID.match(table["id"]):
@@ -304,6 +307,8 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
         raise fail(f"severity must be one of {', '.join(SEVERITIES)}", loc.key_line("severity", start, end))
     if table["role"] not in ROLES:
         raise fail(f"role must be one of {', '.join(ROLES)}", loc.key_line("role", start, end))
+    if "rank_source" in table and table["rank_source"] not in RANK_SOURCES:
+        raise fail(f"rank_source must be one of {', '.join(RANK_SOURCES)}", loc.key_line("rank_source", start, end))
     if table.get("confidence", "certain") not in CONFIDENCES:
         raise fail(f"confidence must be one of {', '.join(CONFIDENCES)}", loc.key_line("confidence", start, end))
     if table.get("confidence", "certain") != "certain" and not table.get("confidence_note"):
@@ -370,6 +375,7 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
         remedy=table.get("remedy", "").strip(), confirmed_title=table.get("confirmed_title", ""), advice=advice, examples_match=match,
         examples_no_match=no_match, source=str(loc.path), line=start, translations=translations,
         confidence=table.get("confidence", "certain"), confidence_note=table.get("confidence_note", ""),
+        rank_source=table.get("rank_source", ""),
     )
 
 

@@ -17,7 +17,7 @@ import regex
 
 from monitor.diagnosis import advice as advice_file, pyexc, records
 from monitor.diagnosis.catalogue import CONFIRM_PREFIX, CONFIRMED_BY, Catalogue, Rule
-from monitor.diagnosis.root_cause import choose, confidence
+from monitor.diagnosis.root_cause import choose, confidence, with_rank
 from monitor.model import SEVERITY_ORDER, Diagnosis, Finding, LogLine
 from monitor.logs.nodes import node_of
 from monitor.logs.ranks import parse_prefix, rank_in_text
@@ -236,12 +236,12 @@ class Engine:
                 continue
             named = True
             matched.sort()
-            rank = record.rank
+            rank, source = record.rank, _record_rank_source(record)
             if "rank" in fields and fields["rank"].isdigit():
-                rank = int(fields.pop("rank"))
-            elif rank is None:
-                rank = rank_in_text(record.bodies[matched[0]])
-            self._add(rule, (rule.id,), record, matched, rank, fields, new)
+                rank, source = int(fields.pop("rank")), rule.rank_source or "message"
+            elif rank is None and (rank := rank_in_text(record.bodies[matched[0]])) is not None:
+                source = "message"
+            self._add(rule, (rule.id,), record, matched, rank, fields, new, rank_source=source)
         if not named and record.kind in ("traceback", "line"):
             self._classify_exception(record, new)
 
@@ -263,7 +263,7 @@ class Engine:
             if rank not in finding.ranks:
                 finding.ranks = sorted([*finding.ranks, rank])
             if finding.rank is None and finding.fields.get("pid") == pid:
-                finding.rank = rank
+                finding.rank, finding.rank_source = rank, "launcher"
             self._render(finding)
             self.version += 1
 
@@ -313,13 +313,16 @@ class Engine:
             return
         positions = [exception.index]
         key = (pyexc.RULE_ID, exception.exc_type, exception.frame_file, exception.frame_line)
-        self._add(None, key, record, positions, record.rank, exception.fields(), new, exception)
+        self._add(None, key, record, positions, record.rank, exception.fields(), new, exception,
+                  rank_source=_record_rank_source(record))
 
     def _add(self, rule: Rule | None, key: tuple, record: Record, positions: list[int], rank: int | None,
-             fields: dict[str, str], new: list[Finding], exception: pyexc.PythonException | None = None) -> None:
+             fields: dict[str, str], new: list[Finding], exception: pyexc.PythonException | None = None,
+             rank_source: str = "") -> None:
+        """``rank_source``: what named ``rank`` (``model.RANK_SOURCES``)."""
         fields = {name: mask(value) for name, value in fields.items()}
-        if rank is None and "pid" in fields:
-            rank = self._pid_ranks.get(fields["pid"])
+        if rank is None and "pid" in fields and (rank := self._pid_ranks.get(fields["pid"])) is not None:
+            rank_source = "launcher"
         finding = self._by_key.get(key)
         if finding is not None:
             finding.count += 1
@@ -335,7 +338,7 @@ class Engine:
                 # traceback printed bare and again through a rank prefix): title and remedy can now.
                 # Another message (a later rank's traceback after a bare "loss inf") tells nothing
                 # of which rank printed the first.
-                finding.rank = rank
+                finding.rank, finding.rank_source = rank, _record_rank_source(record) or "message"
                 self._render(finding)
             stamp = _record_time(record, positions)
             if stamp is not None and finding.first_seen is not None and stamp < finding.first_seen:
@@ -369,6 +372,7 @@ class Engine:
             line=first.line, count=1, evidence=evidence, fields=fields, remedy="",
             seq=next(self._seq), arrival=record.arrival, first_seen=_record_time(record, positions),
             node=node.name if node is not None else None, confidence=sure, confidence_note=sure_note,
+            rank_source=rank_source if rank is not None else "",
         )
         self._by_key[key] = finding
         if finding.first_seen is None:
@@ -402,7 +406,7 @@ class Engine:
         # What confirmed the finding still does.
         finding.fields = fields | {k: v for k, v in finding.fields.items() if k == CONFIRMED_BY or k.startswith(CONFIRM_PREFIX)}
         if rank is not None:
-            finding.rank = rank
+            finding.rank, finding.rank_source = rank, _record_rank_source(record) or "message"
         self._render(finding)
 
     # ---- findings from outside the logs ----------------------------------------------------
@@ -535,8 +539,9 @@ class Engine:
     # ---- results -------------------------------------------------------------------------
 
     def root_cause(self) -> Finding | None:
-        """The root cause of the log findings (``root_cause.choose``)."""
-        return choose(self.findings, self.hang_suspect)
+        """The root cause of the log findings (``root_cause.choose``), with the launcher's rank
+        for it where its own lines named none (``root_cause.with_rank``)."""
+        return with_rank(choose(self.findings, self.hang_suspect), self.findings)
 
     def hang_suspect(self, timeouts: list[Finding]) -> Finding:
         """With only timeouts, the suspect is the rank that never reached (or never finished)
@@ -577,7 +582,7 @@ class Engine:
         )
         title = f"Rank {suspect} stalled; the others timed out waiting ({first.title})"
         return replace(first, title=title, rank=suspect, fields=fields, remedy=remedy, ranks=list(first.ranks),
-                       evidence=list(first.evidence))
+                       evidence=list(first.evidence), rank_source="hang")
 
     def diagnosis(self, files) -> Diagnosis:
         """The diagnosis so far (call ``flush()`` first to include records still in progress)."""
@@ -587,6 +592,13 @@ class Engine:
             root_cause=root, findings=sorted(self.findings, key=lambda f: f.seq),
             files=list(files), problems=list(self.problems), confidence=level, confidence_note=note,
         )
+
+
+def _record_rank_source(record: Record) -> str:
+    """What gave a record its rank: a prefix on its line, or (no prefix) its file's name."""
+    if record.rank is None:
+        return ""
+    return "prefix" if parse_prefix(record.lines[0].text).rank is not None else "file"
 
 
 def _record_time(record: Record, positions: list[int]) -> float | None:

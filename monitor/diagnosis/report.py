@@ -17,7 +17,7 @@ from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
-from monitor.model import STOPPED_RULE, Diagnosis, Finding, chronological, who
+from monitor.model import RANK_SOURCES, STOPPED_RULE, Diagnosis, Finding, chronological, who
 from monitor.text import safe_text
 
 TIMELINE_ENTRIES = 12
@@ -54,6 +54,8 @@ def _where(finding: Finding) -> str:
 
 def _root_cause(finding: Finding, confidence: str | None, note: str) -> list[RenderableType]:
     rank = "" if finding.rank is None else f"rank {finding.rank}"
+    if rank and finding.rank_source in RANK_SOURCES:
+        rank += f" (from {RANK_SOURCES[finding.rank_source]})"
     node = f"node {finding.node}: " if finding.node else ""
     header = Text.assemble(("Root cause: ", "bold red"), (node + finding.title, "bold"))
     where = " · ".join(part for part in (finding.category, rank, _where(finding), f"rule {finding.rule}") if part)

@@ -25,6 +25,7 @@ it into information, so it is never chosen.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from monitor.model import CONFIDENCE_ORDER, STOPPED, TIMEOUT_CATEGORIES, Confidence, Finding, chronological
 
@@ -58,6 +59,17 @@ def choose(findings: list[Finding], hang_suspect: Callable[[list[Finding]], Find
         return stalls[-1]
     exits = [f for f in findings if f.origin == "exit" and f.severity == "error"]
     return exits[-1] if exits else None
+
+
+def with_rank(root: Finding | None, findings: list[Finding]) -> Finding | None:
+    """``root`` with a rank where its own lines named none: the rank the launcher's summary saw
+    fail first (``rank_source`` "summary"), when it names one. A copy; the finding is unchanged."""
+    if root is None or root.rank is not None:
+        return root
+    summary = next((f for f in chronological(findings) if f.rank_source == "summary" and f.rank is not None), None)
+    if summary is None:
+        return root
+    return replace(root, rank=summary.rank, ranks=list(root.ranks) or [summary.rank], rank_source="summary")
 
 
 def _outlived(finding: Finding, later: list[Finding]) -> bool:
