@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from monitor.commands.options import add_metrics_addr_option
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -29,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--record", metavar="FILE", help="also append every sample to this JSONL file")
     parser.add_argument("--serve", type=int, metavar="PORT",
                         help="serve the samples for Prometheus on PORT (/metrics), GPUs under dcgm-exporter's names")
+    add_metrics_addr_option(parser, "--addr", "--metrics-addr")
     parser.add_argument("--textfile", metavar="PATH",
                         help="keep the samples in PATH for node_exporter's textfile collector (a .prom file)")
     parser.set_defaults(func=run)
@@ -146,10 +149,10 @@ def _exporter(args: argparse.Namespace):
     exporter = JobExporter(job_id=job_id(), node=node_name())
     if args.serve is not None:
         try:
-            exporter.serve(args.serve)
+            url = exporter.serve(args.serve, args.metrics_addr)
         except ServeError as exc:
             raise UsageError(str(exc)) from None
-        say(f"serving metrics for Prometheus on port {args.serve} (/metrics)")
+        say(f"serving metrics for Prometheus at {url}")
     if args.textfile is not None:
         exporter.keep_textfile(args.textfile)
     return exporter

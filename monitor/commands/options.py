@@ -130,6 +130,16 @@ def pick_runs(paths: list[str], args: argparse.Namespace):
     return chosen, beside, notes
 
 
+def add_metrics_addr_option(parser, *flags: str) -> None:
+    """The address the Prometheus endpoint listens on (``args.metrics_addr``): loopback unless
+    asked, since the metrics name the job, its host, its findings and what its log says."""
+    parser.add_argument(*flags, dest="metrics_addr", default="127.0.0.1", metavar="ADDR",
+                        help="the address the metrics endpoint listens on (default 127.0.0.1: this machine "
+                             "only). For a Prometheus on another machine (a cluster), give this node's address "
+                             "on the cluster's network, or 0.0.0.0 for every interface: whoever can reach the "
+                             "port can then read the job's id, host, findings and root cause")
+
+
 def add_bell_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-bell", action="store_true",
                         help="on the screen, do not ring the terminal's bell when a root cause appears")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import socket
-import threading
 import time
 from collections.abc import Callable
 
@@ -88,13 +87,16 @@ class JobExporter(Collector):
         if self._textfile is not None:
             self.write_textfile()
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> threading.Thread:
-        """Serve ``/metrics`` on ``port`` from a daemon thread. Raises ServeError."""
+    def serve(self, port: int, addr: str) -> str:
+        """Serve ``/metrics`` on ``addr`` and ``port`` from a daemon thread; returns its URL.
+        ``addr`` has no default here: the commands' is loopback, since the metrics name the job,
+        its host and what its log says. Raises ServeError (a taken port, an address not ours)."""
         try:
-            _server, thread = start_http_server(port, addr=addr, registry=self.registry)
+            start_http_server(port, addr=addr, registry=self.registry)
         except OSError as exc:
-            raise ServeError(f"cannot serve metrics on port {port}: {exc.strerror or exc}") from None
-        return thread
+            raise ServeError(f"cannot serve metrics on {addr} port {port}: {exc.strerror or exc}") from None
+        host = f"[{addr}]" if ":" in addr else addr  # an IPv6 address
+        return f"http://{host}:{port}/metrics"
 
     def keep_textfile(self, path: str) -> None:
         """Rewrite ``path`` (node_exporter's textfile collector reads ``*.prom``) after each sample."""
