@@ -98,3 +98,49 @@ def test_help_says_how_to_open_the_endpoint_to_the_cluster():
         code, out, _ = run_until([*MONITOR, command, "--help"], 60)
         assert code == 0 and option in out
         assert "default 127.0.0.1" in " ".join(out.split()) and "0.0.0.0" in out
+
+
+# -- F14: a textfile that cannot be written is said, once -------------------------------------
+def test_run_textfile_that_cannot_be_written_is_said_once_and_the_job_goes_on(tmp_path: Path):
+    target = tmp_path / "missing" / "m.prom"
+    code, out, err = run_until(
+        [*MONITOR, "run", "--headless", "--no-preflight", "--no-flight-recorder", "--log-dir", str(tmp_path / "logs"),
+         "--textfile", str(target),
+         # Long enough for several samples (one a second), each rewriting the textfile.
+         "--", sys.executable, "-c", "import time; print('hi', flush=True); time.sleep(3.5); raise SystemExit(3)"],
+        60)
+    assert code == 3 and out == "hi\n"
+    said = [line for line in err.splitlines() if "cannot write metrics" in line]
+    assert said == [f"monitor: cannot write metrics to {target}: No such file or directory"], err
+
+
+def test_the_exporter_says_a_textfile_failure_once_until_it_is_written_again(tmp_path: Path):
+    from monitor.metrics.sampler import Sampler
+    from monitor.session.prometheus import JobExporter
+
+    said: list[str] = []
+    exporter = JobExporter(node="n", hostname="h", warn=said.append)
+    folder = tmp_path / "prom"
+    exporter.keep_textfile(str(folder / "m.prom"))
+    sampler = Sampler(cuda_visible_devices=None)
+    try:
+        for _ in range(3):
+            exporter.observe(sampler.sample())
+        assert said == [f"cannot write metrics to {folder / 'm.prom'}: No such file or directory"]
+        folder.mkdir()
+        exporter.observe(sampler.sample())
+        assert exporter.error is None and "monitor_gpu_status" in (folder / "m.prom").read_text()
+        (folder / "m.prom").unlink()
+        folder.rmdir()
+        exporter.observe(sampler.sample())
+        exporter.observe(sampler.sample())
+    finally:
+        sampler.close()
+    assert len(said) == 2 and said[1] == said[0]  # failing again after a write is news
+
+
+def test_metrics_textfile_that_cannot_be_written_is_said_once(tmp_path: Path):
+    target = tmp_path / "missing" / "m.prom"
+    code, _, err = run_until([*MONITOR, "metrics", "--textfile", str(target), "--interval", "0.1", "--count", "4"], 60)
+    assert code == 0
+    assert err == f"monitor: cannot write metrics to {target}: No such file or directory\n"

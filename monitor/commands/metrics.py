@@ -73,7 +73,6 @@ def run(args: argparse.Namespace) -> int:
     sampler = Sampler(job_pids=args.pid or None, watch_dirs=args.dir)
     history, detector = History(), SignalDetector()
     taken = 0
-    said = None
     redraw = sys.stdout.isatty() and not args.json and count != 1
     drawn_rows, last_gpu_message = 0, None
     try:
@@ -88,10 +87,7 @@ def run(args: argparse.Namespace) -> int:
             history.add(sample)
             findings = detector.update(sample, history)
             if exporter is not None:
-                exporter.observe(sample)
-                if exporter.error and exporter.error != said:
-                    said = exporter.error
-                    say(said)
+                exporter.observe(sample)  # a textfile it cannot write is said by the exporter, once
             if recorder is not None and not recorder.write(sample) and recorder.error:
                 say(recorder.error)  # names the file, which may hold anything
                 recorder = None
