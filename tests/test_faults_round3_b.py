@@ -144,3 +144,33 @@ def test_metrics_textfile_that_cannot_be_written_is_said_once(tmp_path: Path):
     code, _, err = run_until([*MONITOR, "metrics", "--textfile", str(target), "--interval", "0.1", "--count", "4"], 60)
     assert code == 0
     assert err == f"monitor: cannot write metrics to {target}: No such file or directory\n"
+
+
+# -- F17: no screen drawn into a file -----------------------------------------------------------
+def test_watch_into_a_file_falls_back_to_headless(tmp_path: Path):
+    log = tmp_path / "a.log"
+    log.write_text('Traceback (most recent call last):\n  File "t.py", line 1, in <module>\nValueError: x\n')
+    out_path, err_path = tmp_path / "out.txt", tmp_path / "err.txt"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        watch = subprocess.Popen([*MONITOR, "watch", "--no-user-rules", str(log)], stdin=subprocess.DEVNULL,
+                                 stdout=out, stderr=err, env=ENV)
+        try:
+            wait_for(lambda: b"ValueError" in out_path.read_bytes(), timeout=30)
+        finally:
+            watch.send_signal(signal.SIGTERM)
+            try:
+                watch.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                watch.kill()
+                watch.wait()
+    written = out_path.read_bytes()
+    assert b"\x1b" not in written, written[:200]
+    assert "Root cause" in written.decode() and watch.returncode == 1
+    assert err_path.read_text().startswith("monitor: not attached to a terminal (batch job?); running headless\n")
+
+
+def test_demo_into_a_pipe_falls_back_to_headless():
+    code, out, err = run_until([*MONITOR, "demo", "--speed", "40"], 90)
+    assert "\x1b" not in out, out[:200]
+    assert code == 1 and "Root cause: ValueError on rank 2" in out
+    assert err == "monitor: not attached to a terminal (batch job?); running headless\n"

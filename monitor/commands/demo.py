@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 
-from monitor.commands.options import add_language_option, language
+from monitor.commands.options import add_language_option, headless_off_a_terminal, language
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         catalogue = load_catalogue(lang=lang)
     except (RecordingFormatError, RuleError) as exc:
         raise UsageError(str(exc)) from None
+    headless_off_a_terminal(args)
     with tempfile.TemporaryDirectory(prefix="monitor-demo-") as scratch, _removed_on_stop_signals(scratch):
         target = Path(args.keep) if args.keep else Path(scratch)
         if args.keep and target.exists() and any(target.iterdir()):

@@ -140,6 +140,19 @@ def add_metrics_addr_option(parser, *flags: str) -> None:
                              "port can then read the job's id, host, findings and root cause")
 
 
+def headless_off_a_terminal(args: argparse.Namespace) -> None:
+    """Turn ``args.headless`` on when stdin or stdout is not a terminal (a batch job, ``> out.txt``):
+    the screen would be drawn into the file as escape codes, waiting for keys that never come.
+    Said in one line, as ``monitor run`` says it."""
+    import sys
+
+    from monitor.text import say
+
+    if not args.headless and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        say("not attached to a terminal (batch job?); running headless")
+        args.headless = True
+
+
 def add_bell_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-bell", action="store_true",
                         help="on the screen, do not ring the terminal's bell when a root cause appears")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from monitor.commands.options import (
-    add_bell_option, add_rules_options, add_run_options, add_stall_option, check_stall_option, load_rules, pick_run_specs,
+    add_bell_option, add_rules_options, add_run_options, add_stall_option, check_stall_option, headless_off_a_terminal,
+    load_rules, pick_run_specs,
 )
 
 
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     catalogue = load_rules(args)
     # A folder of several runs: the newest run is followed (its files created later too).
     paths, choices = pick_run_specs(args.paths, args)
+    headless_off_a_terminal(args)
     if not args.headless:
         from monitor.tui import launch_watch
 
