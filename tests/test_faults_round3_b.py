@@ -174,3 +174,41 @@ def test_demo_into_a_pipe_falls_back_to_headless():
     assert "\x1b" not in out, out[:200]
     assert code == 1 and "Root cause: ValueError on rank 2" in out
     assert err == "monitor: not attached to a terminal (batch job?); running headless\n"
+
+
+# -- F18: numeric options are finite and in range, or one usage line ------------------------------
+BAD_NUMBERS = [
+    (["run", "--restart-delay", "nan"], "--restart-delay nan: not a finite number"),
+    (["run", "--restart-delay=inf"], "--restart-delay inf: not a finite number"),
+    (["run", "--restart-delay", "1e999"], "--restart-delay inf: not a finite number"),
+    (["run", "--restart-delay", "1e300"], "--restart-delay 1e+300: must be at most 604800 seconds"),
+    (["run", "--restart-delay", "-1"], "--restart-delay -1.0: must be at least 0 seconds"),
+    (["run", "--grace", "nan"], "--grace nan: not a finite number"),
+    (["run", "--grace=-inf"], "--grace -inf: not a finite number"),
+    (["run", "--stall-after", "nan"], "--stall-after nan: not a finite number"),
+    (["run", "--stall-after", "0"], "--stall-after 0.0: must be more than 0 seconds"),
+    (["run", "--restart", "-1"], "--restart -1: must be at least 0"),
+    (["run", "--metrics-port", "70000"], "--metrics-port 70000: must be at most 65535"),
+    (["run", "--metrics-port", "0"], "--metrics-port 0: must be at least 1"),
+    (["watch", "--stall-after", "nan", "a.log"], "--stall-after nan: not a finite number"),
+    (["metrics", "--interval", "nan"], "--interval nan: not a finite number"),
+    (["metrics", "--interval", "inf"], "--interval inf: not a finite number"),
+    (["metrics", "--interval", "0"], "--interval 0.0: must be at least 0.1 seconds"),
+    (["metrics", "--count", "0"], "--count 0: must be at least 1"),
+    (["metrics", "--pid", "99999999999999999999"], "--pid 99999999999999999999: must be at most 4194304"),
+    (["metrics", "--serve", "99999"], "--serve 99999: must be at most 65535"),
+    (["demo", "--speed", "inf"], "--speed inf: not a finite number"),
+    (["demo", "--speed", "nan"], "--speed nan: not a finite number"),
+    (["demo", "--speed", "1e-300"], "--speed 1e-300: must be at least 0.01"),
+    (["stacks", "--pid", "99999999999999999999"], "--pid 99999999999999999999: must be at most 4194304"),
+    (["stacks", "--pid", "0"], "--pid 0: must be at least 1"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_NUMBERS, ids=[" ".join(a) for a, _ in BAD_NUMBERS])
+def test_a_bad_number_is_one_usage_line_and_exit_2(tmp_path: Path, argv: list[str], message: str):
+    (tmp_path / "a.log").write_text("step 1\n")
+    job = ["--", sys.executable, "-c", "pass"] if argv[0] == "run" else []
+    code, _, err = run_until([*MONITOR, *argv, *job], 60, cwd=tmp_path)
+    assert (code, err) == (2, f"monitor: {message}\n")
+    assert not (tmp_path / "logs").exists()  # nothing was launched

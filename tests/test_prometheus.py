@@ -202,8 +202,10 @@ def test_a_taken_port_is_one_line_and_the_job_runs_without_the_endpoint(tmp_path
 
 def test_usage_errors_of_the_node_and_port_options(tmp_path: Path):
     for args, message in ((["--node", "gpu-01"], "--node names this node's folder in --job-dir; give --job-dir too"),
-                          (["--metrics-port", "70000"], "--metrics-port 70000: not a port number")):
+                          (["--metrics-port", "70000"], "--metrics-port 70000: must be at most 65535")):
+        # In tmp_path, with this checkout's monitor (not whichever one is installed).
         result = subprocess.run([sys.executable, "-m", "monitor", "run", *args, "--", "true"],
-                                capture_output=True, text=True, timeout=60, cwd=tmp_path)
+                                capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert result.returncode == 2 and message in result.stderr, result.stderr
         assert not (tmp_path / "logs").exists()

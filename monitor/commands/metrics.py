@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from monitor.commands.options import add_metrics_addr_option
+from monitor.commands.options import PID, PORT, add_metrics_addr_option, check_number, check_seconds
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,11 +54,11 @@ def run(args: argparse.Namespace) -> int:
     from monitor.metrics.signals import SignalDetector
     from monitor.text import safe_text, say
 
-    if args.interval < 0.1:
-        raise UsageError(f"--interval {args.interval}: must be at least 0.1 seconds")
-    if args.count is not None and args.count < 1:
-        raise UsageError(f"--count {args.count}: must be at least 1")
+    check_seconds("--interval", args.interval, at_least=0.1)
+    check_number("--count", args.count, at_least=1)
+    check_number("--serve", args.serve, **PORT)
     for pid in args.pid:
+        check_number("--pid", pid, **PID)
         if not psutil.pid_exists(pid):
             raise UsageError(f"--pid {pid}: no such process")
     count = 1 if args.once else args.count
@@ -140,8 +140,6 @@ def _exporter(args: argparse.Namespace):
     from monitor.session.prometheus import JobExporter, ServeError
     from monitor.text import say
 
-    if args.serve is not None and not 0 < args.serve < 65536:
-        raise UsageError(f"--serve {args.serve}: not a port number")
     exporter = JobExporter(job_id=job_id(), node=node_name())
     if args.serve is not None:
         try:
