@@ -187,7 +187,7 @@ def test_a_real_prometheus_scrapes_monitor_run(tmp_path: Path):
 
 def test_a_taken_port_is_one_line_and_the_job_runs_without_the_endpoint(tmp_path: Path):
     with socket.socket() as taken:
-        taken.bind(("0.0.0.0", 0))
+        taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
@@ -195,14 +195,17 @@ def test_a_taken_port_is_one_line_and_the_job_runs_without_the_endpoint(tmp_path
              "--metrics-port", str(port), "--", sys.executable, "-c", "print('hello'); raise SystemExit(3)"],
             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert result.returncode == 3 and result.stdout == "hello\n"
-    assert f"monitor: cannot serve metrics on port {port}: Address already in use; the job runs without it\n" in result.stderr
+    assert (f"monitor: cannot serve metrics on 127.0.0.1 port {port}: Address already in use; "
+            "the job runs without it\n") in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_usage_errors_of_the_node_and_port_options(tmp_path: Path):
     for args, message in ((["--node", "gpu-01"], "--node names this node's folder in --job-dir; give --job-dir too"),
-                          (["--metrics-port", "70000"], "--metrics-port 70000: not a port number")):
+                          (["--metrics-port", "70000"], "--metrics-port 70000: must be at most 65535")):
+        # In tmp_path, with this checkout's monitor (not whichever one is installed).
         result = subprocess.run([sys.executable, "-m", "monitor", "run", *args, "--", "true"],
-                                capture_output=True, text=True, timeout=60, cwd=tmp_path)
+                                capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert result.returncode == 2 and message in result.stderr, result.stderr
         assert not (tmp_path / "logs").exists()

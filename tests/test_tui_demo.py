@@ -80,7 +80,7 @@ def test_demo_rejects_a_bad_speed(capsys):
     from monitor.cli import main
 
     assert main(["demo", "--speed", "0", "--headless"]) == 2
-    assert "--speed must be positive" in capsys.readouterr().err
+    assert "--speed 0.0: must be at least 0.01" in capsys.readouterr().err
 
 
 async def test_demo_app_follows_the_replay_and_ends_on_the_root_cause(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 
-from monitor.commands.options import add_language_option, language
+from monitor.commands.options import add_language_option, check_number, headless_off_a_terminal, language
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,8 +35,9 @@ def run(args: argparse.Namespace) -> int:
     from monitor.diagnosis.advice import use_language
     from monitor.diagnosis.catalogue import RuleError, load_catalogue
 
-    if not args.speed > 0:
-        raise UsageError(f"--speed must be positive, not {args.speed}")
+    # From a hundredth of the recorded speed (slower, the replay's waits overflow) to a thousand
+    # times it (a recording of minutes then replays in a blink).
+    check_number("--speed", args.speed, at_least=0.01, at_most=1000)
     try:
         recording = load_recording(args.recording or BUNDLED)
         lang = language(args)
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         catalogue = load_catalogue(lang=lang)
     except (RecordingFormatError, RuleError) as exc:
         raise UsageError(str(exc)) from None
+    headless_off_a_terminal(args)
     with tempfile.TemporaryDirectory(prefix="monitor-demo-") as scratch, _removed_on_stop_signals(scratch):
         target = Path(args.keep) if args.keep else Path(scratch)
         if args.keep and target.exists() and any(target.iterdir()):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from monitor.commands.options import PID, PORT, add_metrics_addr_option, check_number, check_seconds
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -29,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--record", metavar="FILE", help="also append every sample to this JSONL file")
     parser.add_argument("--serve", type=int, metavar="PORT",
                         help="serve the samples for Prometheus on PORT (/metrics), GPUs under dcgm-exporter's names")
+    add_metrics_addr_option(parser, "--addr", "--metrics-addr")
     parser.add_argument("--textfile", metavar="PATH",
                         help="keep the samples in PATH for node_exporter's textfile collector (a .prom file)")
     parser.set_defaults(func=run)
@@ -51,11 +54,11 @@ def run(args: argparse.Namespace) -> int:
     from monitor.metrics.signals import SignalDetector
     from monitor.text import safe_text, say
 
-    if args.interval < 0.1:
-        raise UsageError(f"--interval {args.interval}: must be at least 0.1 seconds")
-    if args.count is not None and args.count < 1:
-        raise UsageError(f"--count {args.count}: must be at least 1")
+    check_seconds("--interval", args.interval, at_least=0.1)
+    check_number("--count", args.count, at_least=1)
+    check_number("--serve", args.serve, **PORT)
     for pid in args.pid:
+        check_number("--pid", pid, **PID)
         if not psutil.pid_exists(pid):
             raise UsageError(f"--pid {pid}: no such process")
     count = 1 if args.once else args.count
@@ -70,7 +73,6 @@ def run(args: argparse.Namespace) -> int:
     sampler = Sampler(job_pids=args.pid or None, watch_dirs=args.dir)
     history, detector = History(), SignalDetector()
     taken = 0
-    said = None
     redraw = sys.stdout.isatty() and not args.json and count != 1
     drawn_rows, last_gpu_message = 0, None
     try:
@@ -85,10 +87,7 @@ def run(args: argparse.Namespace) -> int:
             history.add(sample)
             findings = detector.update(sample, history)
             if exporter is not None:
-                exporter.observe(sample)
-                if exporter.error and exporter.error != said:
-                    said = exporter.error
-                    say(said)
+                exporter.observe(sample)  # a textfile it cannot write is said by the exporter, once
             if recorder is not None and not recorder.write(sample) and recorder.error:
                 say(recorder.error)  # names the file, which may hold anything
                 recorder = None
@@ -141,15 +140,13 @@ def _exporter(args: argparse.Namespace):
     from monitor.session.prometheus import JobExporter, ServeError
     from monitor.text import say
 
-    if args.serve is not None and not 0 < args.serve < 65536:
-        raise UsageError(f"--serve {args.serve}: not a port number")
     exporter = JobExporter(job_id=job_id(), node=node_name())
     if args.serve is not None:
         try:
-            exporter.serve(args.serve)
+            url = exporter.serve(args.serve, args.metrics_addr)
         except ServeError as exc:
             raise UsageError(str(exc)) from None
-        say(f"serving metrics for Prometheus on port {args.serve} (/metrics)")
+        say(f"serving metrics for Prometheus at {url}")
     if args.textfile is not None:
         exporter.keep_textfile(args.textfile)
     return exporter

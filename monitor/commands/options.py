@@ -9,6 +9,7 @@ rule file with a typo, ``monitor run`` included, before anything is launched.
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def add_rules_options(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +57,43 @@ def load_rules(args: argparse.Namespace, extra: tuple[str, ...] = ()):
     return catalogue
 
 
+# The longest wait an option may ask for. Longer is a typo, and ``time.sleep`` and a thread's wait
+# refuse a few hundred years with an OverflowError.
+LONGEST_WAIT_S = 7 * 24 * 3600
+# A TCP port, and a process id (Linux's PID_MAX_LIMIT: a bigger one overflows os.kill).
+PORT = {"at_least": 1, "at_most": 65535}
+PID = {"at_least": 1, "at_most": 4194304}
+
+
+def check_number(option: str, value: float | None, *, at_least: float | None = None,
+                 more_than: float | None = None, at_most: float | None = None, unit: str = "") -> None:
+    """The check of every numeric option (``value`` None: not given): a finite number in range,
+    else UsageError, one line such as ``--grace nan: not a finite number``. float() takes 'nan',
+    'inf' and '1e999' as argparse hands them over; NaN fails every comparison (``< 0`` lets it
+    through, and a deadline of NaN never comes) and inf overflows a sleep."""
+    from monitor.cli import UsageError
+
+    if value is None:
+        return
+    if not math.isfinite(value):
+        raise UsageError(f"{option} {value}: not a finite number")
+    if at_least is not None and value < at_least:
+        problem = f"at least {at_least}"
+    elif more_than is not None and value <= more_than:
+        problem = f"more than {more_than}"
+    elif at_most is not None and value > at_most:
+        problem = f"at most {at_most}"
+    else:
+        return
+    raise UsageError(f"{option} {value}: must be {problem}{unit}")
+
+
+def check_seconds(option: str, value: float | None, *, at_least: float | None = None,
+                  more_than: float | None = None) -> None:
+    """A wait or a threshold in seconds: ``check_number`` up to ``LONGEST_WAIT_S``."""
+    check_number(option, value, at_least=at_least, more_than=more_than, at_most=LONGEST_WAIT_S, unit=" seconds")
+
+
 def add_stall_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--stall-after", type=float, default=None, metavar="SECONDS",
                         help=f"{what} report a possible hang after this much silence "
@@ -63,10 +101,7 @@ def add_stall_option(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def check_stall_option(args: argparse.Namespace) -> None:
-    from monitor.cli import UsageError
-
-    if args.stall_after is not None and args.stall_after <= 0:
-        raise UsageError("--stall-after must be a positive number of seconds")
+    check_seconds("--stall-after", args.stall_after, more_than=0)
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -128,6 +163,29 @@ def pick_runs(paths: list[str], args: argparse.Namespace):
         if choice.note:
             notes.append(choice.note)
     return chosen, beside, notes
+
+
+def add_metrics_addr_option(parser, *flags: str) -> None:
+    """The address the Prometheus endpoint listens on (``args.metrics_addr``): loopback unless
+    asked, since the metrics name the job, its host, its findings and what its log says."""
+    parser.add_argument(*flags, dest="metrics_addr", default="127.0.0.1", metavar="ADDR",
+                        help="the address the metrics endpoint listens on (default 127.0.0.1: this machine "
+                             "only). For a Prometheus on another machine (a cluster), give this node's address "
+                             "on the cluster's network, or 0.0.0.0 for every interface: whoever can reach the "
+                             "port can then read the job's id, host, findings and root cause")
+
+
+def headless_off_a_terminal(args: argparse.Namespace) -> None:
+    """Turn ``args.headless`` on when stdin or stdout is not a terminal (a batch job, ``> out.txt``):
+    the screen would be drawn into the file as escape codes, waiting for keys that never come.
+    Said in one line, as ``monitor run`` says it."""
+    import sys
+
+    from monitor.text import say
+
+    if not args.headless and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        say("not attached to a terminal (batch job?); running headless")
+        args.headless = True
 
 
 def add_bell_option(parser: argparse.ArgumentParser) -> None:

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from monitor.commands.options import (
-    add_bell_option, add_rules_options, add_stall_option, check_stall_option, load_rules,
+    PORT, add_bell_option, add_metrics_addr_option, add_rules_options, add_stall_option, check_number, check_seconds,
+    check_stall_option, load_rules,
 )
 
 
@@ -47,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     nodes.add_argument("--metrics-port", type=int, metavar="PORT",
                        help="serve the job's metrics for Prometheus on PORT (/metrics): GPUs under "
                             "dcgm-exporter's names, and the job's ranks, findings, root cause and progress")
+    add_metrics_addr_option(nodes, "--metrics-addr")
     nodes.add_argument("--textfile", type=Path, metavar="PATH",
                        help="keep the same metrics in PATH for node_exporter's textfile collector (a .prom file)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the job: -- CMD ARGS...")
@@ -60,11 +62,11 @@ def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise UsageError("run: no command given (monitor run -- CMD ARGS...)")
-    if args.restart < 0 or args.grace < 0 or args.restart_delay < 0:
-        raise UsageError("run: --restart, --restart-delay and --grace must not be negative")
+    check_number("--restart", args.restart, at_least=0)
+    check_seconds("--restart-delay", args.restart_delay, at_least=0)
+    check_seconds("--grace", args.grace, at_least=0)
     check_stall_option(args)
-    if args.metrics_port is not None and not 0 < args.metrics_port < 65536:
-        raise UsageError(f"run: --metrics-port {args.metrics_port}: not a port number")
+    check_number("--metrics-port", args.metrics_port, **PORT)
     node = None
     if args.node is not None and args.job_dir is None:
         raise UsageError("run: --node names this node's folder in --job-dir; give --job-dir too")
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         preflight=not args.no_preflight, max_restarts=args.restart,
         checkpoint_dirs=args.watch_ckpt, grace_s=args.grace, restart_delay_s=args.restart_delay,
         stall_after_s=args.stall_after, flight_recorder=not args.no_flight_recorder,
-        node=node, metrics_port=args.metrics_port, textfile=args.textfile,
+        node=node, metrics_port=args.metrics_port, metrics_addr=args.metrics_addr, textfile=args.textfile,
     )
     return supervise(options, catalogue, None if args.headless else _presenter(bell=not args.no_bell))
 

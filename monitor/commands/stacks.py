@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from monitor.commands.options import PID, check_number
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -40,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if args.run is not None:
         root = _job_pid(args.run, side_file(args.run, "job"))
     else:
+        check_number("--pid", args.pid, **PID)
         root = args.pid
     if not psutil.pid_exists(root):
         raise UsageError(f"stacks: pid {root}: no such process" + (" (the job has ended)" if args.run else ""))

@@ -6,7 +6,8 @@ import argparse
 
 from monitor.commands.against import add_against_option
 from monitor.commands.options import (
-    add_bell_option, add_rules_options, add_run_options, add_stall_option, check_stall_option, load_rules, pick_run_specs,
+    add_bell_option, add_rules_options, add_run_options, add_stall_option, check_stall_option, headless_off_a_terminal,
+    load_rules, pick_run_specs,
 )
 
 
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     against, against_note = against_for(args.paths, args)
     paths, choices = pick_run_specs(args.paths, args)
+    headless_off_a_terminal(args)
     if not args.headless:
         from monitor.tui import launch_watch
 

@@ -49,8 +49,10 @@ class RunOptions:
     flight_recorder: bool = True
     # One node of a multi-node job (``--job-dir``): this node's name; ``log_dir`` is its folder there.
     node: str | None = None
-    # Serve the job's metrics to Prometheus on this port, and/or keep them in this textfile.
+    # Serve the job's metrics to Prometheus on this port and address (loopback unless asked),
+    # and/or keep them in this textfile.
     metrics_port: int | None = None
+    metrics_addr: str = "127.0.0.1"
     textfile: Path | None = None
 
 
@@ -167,8 +169,8 @@ def _outlets(options: RunOptions, plan: launchers.LaunchPlan, env: dict[str, str
     exporter = JobExporter(job_id=job_id(env), node=options.node or node_name())
     if options.metrics_port is not None:
         try:
-            exporter.serve(options.metrics_port)
-            say(f"serving the job's metrics for Prometheus on port {options.metrics_port} (/metrics)")
+            url = exporter.serve(options.metrics_port, options.metrics_addr)
+            say(f"serving the job's metrics for Prometheus at {url}")
         except ServeError as exc:
             say(f"{exc}; the job runs without it")
     if options.textfile is not None:

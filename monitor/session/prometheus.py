@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import socket
-import threading
 import time
 from collections.abc import Callable
 
@@ -22,6 +21,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from monitor.metrics.model import GpuSample, Sample
 from monitor.session.status import JobStatus
+from monitor.text import say
 
 MIB = 1024 * 1024
 # dcgm-exporter's default fields (etc/default-counters.csv) this sampler measures: name, help,
@@ -63,21 +63,24 @@ class ServeError(Exception):
 class JobExporter(Collector):
     """``observe(sample)`` after each sample (the metrics thread); ``collect()`` at each scrape
     (the server's thread). ``status``: the session's latest ``JobStatus`` (None: metrics only,
-    ``monitor metrics --serve``)."""
+    ``monitor metrics --serve``). ``warn``: where a failure to write the textfile is said, in one
+    line, once until it changes."""
 
     def __init__(self, *, job_id: str = "", node: str = "", status: Callable[[], JobStatus | None] | None = None,
-                 hostname: str | None = None, wall_clock: Callable[[], float] = time.time) -> None:
+                 hostname: str | None = None, wall_clock: Callable[[], float] = time.time,
+                 warn: Callable[[str], None] = say) -> None:
         self.job_id = job_id
         self.node = node
         self.hostname = hostname or socket.gethostname()
         self.status = status  # the session's (a new one each attempt of ``monitor run``)
         self._wall_clock = wall_clock
+        self._warn = warn
         self._sample: Sample | None = None
         self._last_xid: dict[int, int] = {}  # NVML index -> the last Xid seen (DCGM_FI_DEV_XID_ERRORS)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         self._textfile: str | None = None
-        self.error: str | None = None  # the last write error of the textfile, said once
+        self.error: str | None = None  # the last write error of the textfile (said when it was new)
 
     # -- feeding -------------------------------------------------------------------------------
     def observe(self, sample: Sample) -> None:
@@ -88,29 +91,35 @@ class JobExporter(Collector):
         if self._textfile is not None:
             self.write_textfile()
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> threading.Thread:
-        """Serve ``/metrics`` on ``port`` from a daemon thread. Raises ServeError."""
+    def serve(self, port: int, addr: str) -> str:
+        """Serve ``/metrics`` on ``addr`` and ``port`` from a daemon thread; returns its URL.
+        ``addr`` has no default here: the commands' is loopback, since the metrics name the job,
+        its host and what its log says. Raises ServeError (a taken port, an address not ours)."""
         try:
-            _server, thread = start_http_server(port, addr=addr, registry=self.registry)
+            start_http_server(port, addr=addr, registry=self.registry)
         except OSError as exc:
-            raise ServeError(f"cannot serve metrics on port {port}: {exc.strerror or exc}") from None
-        return thread
+            raise ServeError(f"cannot serve metrics on {addr} port {port}: {exc.strerror or exc}") from None
+        host = f"[{addr}]" if ":" in addr else addr  # an IPv6 address
+        return f"http://{host}:{port}/metrics"
 
     def keep_textfile(self, path: str) -> None:
         """Rewrite ``path`` (node_exporter's textfile collector reads ``*.prom``) after each sample."""
         self._textfile = path
         self.write_textfile()
 
-    def write_textfile(self) -> str | None:
-        """Write the textfile now; a failure is one line in ``error`` (returned when it is new)."""
+    def write_textfile(self) -> None:
+        """Write the textfile now. A failure is one line in ``error``, said when it is new: the
+        callers (a sample's observers) have no one to tell, and a file rewritten every second
+        that cannot be written would otherwise say so every second."""
         try:
             write_to_textfile(self._textfile, self.registry)
         except OSError as exc:
             error = f"cannot write metrics to {self._textfile}: {exc.strerror or exc}"
-            new, self.error = error != self.error, error
-            return error if new else None
+            if error != self.error:
+                self._warn(error)
+            self.error = error
+            return
         self.error = None
-        return None
 
     # -- scraping ------------------------------------------------------------------------------
     def collect(self):
