@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from monitor.commands.against import add_against_option
+from monitor.commands.against import add_against_option, against_for
 from monitor.commands.options import (
     add_bell_option, add_rules_options, add_run_options, add_stall_option, check_stall_option, headless_off_a_terminal,
     load_rules, pick_run_specs,
@@ -50,11 +50,10 @@ def run(args: argparse.Namespace) -> int:
     except SourceError as exc:
         raise UsageError(str(exc)) from None
     catalogue = load_rules(args)
-    # A folder of several runs: the newest run is followed (its files created later too).
-    from monitor.commands.against import against_for
-
-    against, against_note = against_for(args.paths, args)
+    # A folder of several runs: the newest run is followed (its files created later too), its new
+    # lines told against the last run that ended well.
     paths, choices = pick_run_specs(args.paths, args)
+    against, against_note = against_for(args.paths, args)
     headless_off_a_terminal(args)
     if not args.headless:
         from monitor.tui import launch_watch
