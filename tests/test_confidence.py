@@ -71,3 +71,15 @@ def test_an_oom_kill_line_makes_a_sigkill_certain(tmp_path: Path) -> None:
         "anon-rss:81234567kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:160000kB oom_score_adj:0\n")
     root = _root(log)
     assert root["category"] == "host_oom" and root["confidence"] == "certain" and root["confidence_note"] == ""
+
+
+def test_the_screens_detail_pane_says_how_sure_a_finding_is() -> None:
+    from monitor.model import Finding
+    from monitor.tui.findings_panel import describe
+
+    unsure = Finding(rule="python-exception", category="python_exception", severity="error", role="root",
+                     title="ValueError on rank 1", confidence="likely",
+                     confidence_note="no rule names ValueError: the category is read from its uncaught traceback alone")
+    assert "confidence: likely (no rule names ValueError" in describe(unsure, True, "+00:03").plain
+    sure = Finding(rule="cuda-oom", category="cuda_oom", severity="error", role="root", title="CUDA out of memory")
+    assert "confidence" not in describe(sure, True, "+00:03").plain

@@ -69,6 +69,8 @@ def describe(finding: Finding, is_root: bool, first: str) -> Text:
         text.append("\nwhat to do\n", style="bold green")
         text.append(finding.remedy.strip() + "\n")
     text.append(f"\n{finding.severity} · {finding.category} · {finding.role} · rule {finding.rule}", style="dim")
+    if finding.confidence != "certain":
+        text.append(f"\nconfidence: {finding.confidence} ({finding.confidence_note})", style="yellow")
     where = f"{finding.file}:{finding.line}"
     if finding.rank is not None or finding.node:
         where += f" ({', '.join(p for p in (finding.node and f'node {finding.node}', finding.rank is not None and f'rank {finding.rank}') if p)})"
