@@ -139,10 +139,12 @@ def _lines(path):
             rest = b""
             while budget > 0 and (chunk := stream.read(min(CHUNK, budget))) or rest:
                 budget -= len(chunk)
-                lines = (rest + chunk).split(b"\n")
+                data = rest + chunk
+                lines = data.split(b"\n")
+                keys = data.translate(_DIGITS).split(b"\n")  # the same cuts: digits are no newlines
                 rest = lines.pop() if chunk else b""
-                keys = [line.translate(_DIGITS) for line in lines] if len(lines) < 64 else \
-                    b"\n".join(lines).translate(_DIGITS).split(b"\n")
+                if chunk:
+                    keys.pop()
                 for key in dict.fromkeys(keys).keys() - seen:
                     index = keys.index(key)
                     for part in lines[index].decode("utf-8", "replace").split("\r"):
