@@ -15,8 +15,10 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import chain, count
 from pathlib import Path
 
+from monitor.files import create_new
 from monitor.runner import launchers
 from monitor.runner.processes import become_subreaper, descendants, signal_job
 from monitor.runner.recorder import open_output, write_state
@@ -55,15 +57,14 @@ class CaptureOptions:
 
 
 def new_log_path(log_dir: Path, now: datetime | None = None) -> Path:
-    """A fresh ``run-YYYYmmdd-HHMMSS.log`` in ``log_dir`` (``-2``, ``-3``... if taken)."""
+    """A fresh ``run-YYYYmmdd-HHMMSS.log`` in ``log_dir`` (``-2``, ``-3``... if taken), created
+    empty, mode 0600. Created exclusively (``files.create_new``): two runs starting in the same
+    second never get one log, and a link planted at the name is passed over, never followed."""
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
     log_dir.mkdir(parents=True, exist_ok=True)
-    path = log_dir / f"run-{stamp}.log"
-    n = 2
-    while path.exists():
-        path = log_dir / f"run-{stamp}-{n}.log"
-        n += 1
-    path.touch()
+    names = chain([log_dir / f"run-{stamp}.log"], (log_dir / f"run-{stamp}-{n}.log" for n in count(2)))
+    path, fd = create_new(names)
+    os.close(fd)
     return path
 
 
