@@ -38,6 +38,78 @@ def assert_untouched(path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
 
 
+# -- F1: links planted at the names `monitor run` is about to write -------------------------------
+
+def test_f1_monitor_run_follows_no_link_planted_at_its_log_or_tmp_names(tmp_path: Path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    existing = victim(tmp_path)
+    now = datetime.now()
+    for second in range(8):  # the stamps of the next seconds, as an attacker would plant them
+        stamp = (now + timedelta(seconds=second)).strftime("%Y%m%d-%H%M%S")
+        (logs / f"run-{stamp}.log").symlink_to(tmp_path / f"victim_new_{second}")
+        (logs / f"run-{stamp}.job.json.tmp").symlink_to(existing)
+        (logs / f"run-{stamp}.meta.json.tmp").symlink_to(existing)
+    done = run_monitor(logs, "echo", "PWNED-LINE")
+    assert done.returncode == 0, done.stderr.decode()
+    assert not list(tmp_path.glob("victim_new_*"))  # nothing created through a dangling link
+    assert_untouched(existing)
+    log = next(path for path in logs.glob("run-*.log") if not path.is_symlink())
+    assert log.read_bytes() == b"PWNED-LINE\n"
+    assert read_json(log.with_name(f"{log.stem}.job.json"))["exit_code"] == 0
+
+
+def test_f1_a_dangling_link_at_the_log_name_is_passed_over(tmp_path: Path):
+    now = datetime(2026, 1, 1)
+    (tmp_path / "run-20260101-000000.log").symlink_to(tmp_path / "created_through_link")
+    path = new_log_path(tmp_path, now)
+    assert path == tmp_path / "run-20260101-000000-2.log"
+    assert not path.is_symlink() and path.stat().st_size == 0
+    assert not (tmp_path / "created_through_link").exists()
+
+
+def test_f1_a_side_file_is_never_written_through_a_link_at_its_tmp_name(tmp_path: Path):
+    existing = victim(tmp_path)
+    side = tmp_path / "run-x.job.json"
+    (tmp_path / "run-x.job.json.tmp").symlink_to(existing)
+    assert replace_file(side, b'{"ok": 1}') is None
+    assert side.read_bytes() == b'{"ok": 1}' and stat.S_IMODE(side.stat().st_mode) == 0o600
+    assert_untouched(existing)
+    assert (tmp_path / "run-x.job.json.tmp").is_symlink()  # the planted link is left as it was
+
+
+def test_f1_the_recorder_refuses_a_log_that_is_a_link(tmp_path: Path):
+    existing = victim(tmp_path)
+    log = tmp_path / "run-x.log"
+    log.symlink_to(existing)
+    with pytest.raises(JobStartError) as info:
+        Job.start([sys.executable, "-c", "print('written through the link')"], log,
+                  CaptureOptions(use_pty=False))
+    assert "symbolic link" in str(info.value) and "\n" not in str(info.value)
+    assert_untouched(existing)
+
+
+def test_f1_recording_the_rest_follows_no_link_put_in_place_of_the_log(tmp_path: Path):
+    existing = victim(tmp_path)
+    log = tmp_path / "run-x.log"
+    log.symlink_to(existing)
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"the job's last words\n")
+    os.close(write_end)
+    state = record_rest(log, read_end, os.getpid(), 12345, "was killed by SIGKILL")
+    assert "symbolic link" in state["log_error"]
+    assert_untouched(existing)
+
+
+def test_f1_a_runs_metrics_are_never_written_through_a_link(tmp_path: Path):
+    existing = victim(tmp_path)
+    path = samples_path(tmp_path / "run-x.log")
+    path.symlink_to(existing)
+    with pytest.raises(OSError):
+        SamplesFile(path, new=True)
+    assert_untouched(existing)
+
+
 # -- F22: two runs starting in the same second --------------------------------------------------
 
 def _take_log_name(folder: str, barrier, names) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from monitor.files import why
 from monitor.flight_recorder import variables as flight_recorder
 from monitor.metrics.sampler import Sampler
 from monitor.metrics.samples_file import SamplesFile, samples_path
@@ -238,7 +239,7 @@ def _flight_recorder(options: RunOptions, log_path: Path, attempt: int
     # Absolute: the ranks may change folder, and `monitor stacks` finds the pipes from elsewhere.
     plan = flight_recorder.plan(log_path.absolute().with_name(log_path.stem + ".fr"), os.environ)
     try:
-        plan.folder.mkdir(mode=0o700, exist_ok=True)
+        plan.folder.mkdir(mode=0o700)  # new, like the log: never a folder or link someone put there
     except OSError as exc:
         say(f"flight recorder not set up: cannot make {plan.folder}: {exc.strerror}")
         return None, None
@@ -276,9 +277,9 @@ def open_session(job: Job, catalogue, checks: list[Finding] = (), stall_after: f
 
 def _samples_file(log_path: Path) -> SamplesFile | None:
     try:
-        return SamplesFile(samples_path(log_path))
+        return SamplesFile(samples_path(log_path), new=True)
     except OSError as exc:  # the metrics file is a nicety; the job's log is what matters
-        say(f"metrics not kept: {samples_path(log_path)}: {exc.strerror}")
+        say(f"metrics not kept: {samples_path(log_path)}: {why(exc)}")
         return None
 
 
