@@ -129,3 +129,18 @@ def test_f22_runs_starting_together_never_share_a_log(tmp_path: Path):
         for worker in workers:
             worker.join(30)
         assert len(set(taken)) == 6, sorted(taken)
+
+
+# -- F3: every file `run` writes is its owner's only ----------------------------------------------
+
+def test_f3_the_log_and_the_metrics_are_readable_by_their_owner_only(tmp_path: Path):
+    done = run_monitor(tmp_path, *python_job("import time; print('hello --password=hunter2'); time.sleep(1.5)"))
+    assert done.returncode == 0, done.stderr.decode()
+    log = only_log(tmp_path)
+    for path in (log, samples_path(log), *tmp_path.glob("run-*.json")):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path.name
+
+
+def test_f3_a_new_metrics_recording_is_private(tmp_path: Path):
+    SamplesFile(tmp_path / "m.jsonl").close()
+    assert stat.S_IMODE((tmp_path / "m.jsonl").stat().st_mode) == 0o600

@@ -70,10 +70,13 @@ class SamplesFile:
 
 
 def _open(path: Path, new: bool):
+    """The recording open to append, mode 0600 when created here: readable by its owner only,
+    like every file beside the log (samples name the job's processes and folders)."""
     if new:
         _, fd = create_new([path])
-        return open(fd, "a", encoding="utf-8")  # noqa: SIM115 (kept open across writes)
-    return open(path, "a", encoding="utf-8")  # noqa: SIM115 (kept open across writes)
+    else:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    return open(fd, "a", encoding="utf-8")  # noqa: SIM115 (kept open across writes)
 
 
 def read_samples(path: str | os.PathLike) -> Iterator[Sample]:
