@@ -144,3 +144,30 @@ def test_f3_the_log_and_the_metrics_are_readable_by_their_owner_only(tmp_path: P
 def test_f3_a_new_metrics_recording_is_private(tmp_path: Path):
     SamplesFile(tmp_path / "m.jsonl").close()
     assert stat.S_IMODE((tmp_path / "m.jsonl").stat().st_mode) == 0o600
+
+
+# -- F4: the job's stdin ------------------------------------------------------------------------
+
+def test_f4_headless_run_passes_stdin_to_the_job(tmp_path: Path):
+    code = "x = input('name? '); print('got', x)"
+    done = subprocess.run(monitor_cmd(tmp_path, *python_job(code)), input=b"answer42\n",
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    assert only_log(tmp_path).read_bytes() == b"name? got answer42\n"
+
+
+def test_f4_under_the_screen_the_job_reads_dev_null_and_is_told_so(tmp_path: Path, monkeypatch, capsys):
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.runner import supervise
+
+    def screen(job, session, metrics):
+        wait_for(lambda: job.exit_code() is not None)
+
+    monkeypatch.setattr(supervise, "_attached_to_terminal", lambda: True)
+    code = supervise.run(supervise.RunOptions(
+        command=[sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"], log_dir=tmp_path,
+        preflight=False), load_catalogue(include_user=False), screen)
+    assert code == 0
+    assert next(tmp_path.glob("run-*[0-9].log")).read_bytes() == b"''\n"
+    err = capsys.readouterr().err
+    assert "stdin" in err and "/dev/null" in err and "--headless" in err

@@ -52,6 +52,7 @@ class CaptureOptions:
 
     tee: bool = False         # copy the output to our stdout (headless)
     use_pty: bool = True      # give the job a pseudo-terminal (tqdm, colours)
+    stdin: bool = False       # pass our stdin to the job (input(), a breakpoint); else /dev/null
     grace_s: float = 10.0     # from the first stop signal to SIGKILL
     linger_s: float = 5.0     # after the launcher exits, before leftovers are stopped
 
@@ -130,7 +131,7 @@ class Job:
         try:
             recorder = subprocess.Popen(
                 [*args, "--status-fd", str(status_write), "--output-fds", f"{output_read},{output_write}",
-                 "--", *command], stdin=subprocess.DEVNULL, env=env,
+                 "--", *command], stdin=None if options.stdin else subprocess.DEVNULL, env=env,
                 stdout=None if options.tee else subprocess.DEVNULL,
                 pass_fds=(status_write, output_read, output_write),
                 start_new_session=True,  # our terminal's Ctrl-C and hang-up must not reach it directly

@@ -305,9 +305,9 @@ class SamplesFile:
             return self.not_started(read_fd, write_fd, f"cannot write the log {self.opts.log}: {why(exc)}",
                                     NO_LOG_EXIT)
         try:
+            # stdin: ours, which the monitor gives us (its own when headless, else /dev/null).
             self.job = subprocess.Popen(
-                self.opts.command, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
-                start_new_session=True,
+                self.opts.command, stdout=write_fd, stderr=write_fd, start_new_session=True,
             )
         except OSError as exc:
             os.close(self.log_fd)

@@ -139,6 +139,8 @@ def run(options: RunOptions, catalogue, present: Presenter | None = None) -> int
         say("not attached to a terminal (batch job?); running headless")
     if options.headless or not _attached_to_terminal():
         present = None
+    if present is not None:
+        say("the screen owns the terminal: the job's stdin is /dev/null (--headless passes it through)")
     outlets = _outlets(options, plan, env)
     attempt, previous = 1, None
     while True:
@@ -192,7 +194,7 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
         say(error)
     headless = present is None
     capture = CaptureOptions(tee=headless, use_pty=not headless or sys.stdout.isatty(),
-                             grace_s=options.grace_s)
+                             stdin=headless, grace_s=options.grace_s)
     recorder, env = _flight_recorder(options, log_path, attempt)
     with StopForwarder() as forwarder:
         try:
