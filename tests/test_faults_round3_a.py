@@ -171,3 +171,32 @@ def test_f4_under_the_screen_the_job_reads_dev_null_and_is_told_so(tmp_path: Pat
     assert next(tmp_path.glob("run-*[0-9].log")).read_bytes() == b"''\n"
     err = capsys.readouterr().err
     assert "stdin" in err and "/dev/null" in err and "--headless" in err
+
+
+# -- F19: `pkill -9 -f monitor` -----------------------------------------------------------------
+
+TICKING_JOB = "import time\nfor i in range(16):\n    print('tick', i, flush=True)\n    time.sleep(0.25)\n"
+
+
+def test_f19_pkill_f_monitor_takes_the_monitor_but_not_the_recorder_or_the_job(tmp_path: Path):
+    # The log folder's path holds "monitor" too (this test's name): it must not be in the recorder's
+    # command line either. `pkill` itself is emulated on this monitor's process tree alone.
+    monitor = subprocess.Popen(monitor_cmd(tmp_path, *python_job(TICKING_JOB)), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    try:
+        state = wait_for(lambda: list(tmp_path.glob("run-*.job.json")) and read_json(next(tmp_path.glob("run-*.job.json"))))
+        wait_for(lambda: b"tick 2\n" in only_log(tmp_path).read_bytes())
+        tree = [psutil.Process(monitor.pid), *psutil.Process(monitor.pid).children(recursive=True)]
+        matched = [process for process in tree if "monitor" in " ".join(process.cmdline())]
+        for process in matched:
+            process.send_signal(signal.SIGKILL)
+        assert [process.pid for process in matched] == [monitor.pid]
+        monitor.wait(10)
+        wait_for(lambda: "exit_code" in read_json(next(tmp_path.glob("run-*.job.json"))), timeout=30)
+    finally:
+        if monitor.poll() is None:
+            monitor.kill()
+    log = only_log(tmp_path).read_text()
+    assert log == "".join(f"tick {i}\n" for i in range(16))
+    final = read_json(next(tmp_path.glob("run-*.job.json")))
+    assert final["exit_code"] == 0 and final["recorder_pid"] == state["recorder_pid"]
