@@ -200,3 +200,18 @@ def test_f19_pkill_f_monitor_takes_the_monitor_but_not_the_recorder_or_the_job(t
     assert log == "".join(f"tick {i}\n" for i in range(16))
     final = read_json(next(tmp_path.glob("run-*.job.json")))
     assert final["exit_code"] == 0 and final["recorder_pid"] == state["recorder_pid"]
+
+
+# -- F20: a helper the job leaves running with its output ----------------------------------------
+
+def test_f20_a_helper_stopped_after_the_job_ended_is_named_on_stderr(tmp_path: Path):
+    pid_file = tmp_path / "helper.pid"
+    job = ("bash", "-c", f"nohup sleep 300 & echo $! > {pid_file}; echo started helper; exit 0")
+    started = time.monotonic()
+    done = run_monitor(tmp_path / "logs", *job)
+    assert done.returncode == 0
+    helper = int(pid_file.read_text())
+    assert not psutil.pid_exists(helper) or psutil.Process(helper).status() == psutil.STATUS_ZOMBIE
+    lines = [line for line in done.stderr.decode().splitlines() if f"pid {helper} (sleep 300)" in line]
+    assert len(lines) == 1 and "held its output" in lines[0] and "stopped" in lines[0], done.stderr.decode()
+    assert time.monotonic() - started < 30

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from monitor.diagnosis.secrets import mask_data
 from monitor.files import open_to_append, replace_file, why
-from monitor.runner.processes import become_subreaper, descendants, exit_status_code, signal_job
+from monitor.runner.processes import become_subreaper, command_line, descendants, exit_status_code, signal_job
 
 CHUNK = 1 << 20
 # A bigger pipe lets the job write more before it waits for us (Linux F_SETPIPE_SZ).
@@ -349,8 +349,10 @@ class SamplesFile:
             return False
         left = descendants(os.getpid())
         if left and not self.killed and now - job_gone_at > self.opts.linger:
-            # The launcher is gone but something it started still holds the output open.
-            self.state["leftovers"] = left
+            # The launcher is gone but something it started still holds the output open: named
+            # while they are there, for the monitor to say what it stopped.
+            if "leftovers" not in self.state:
+                self.state["leftovers"] = [{"pid": pid, "command": command_line(pid)} for pid in left]
             if self.stop_signal is None:
                 self.stop_signal, self.stop_at = signal.SIGTERM, now
                 signal_job(self.job.pid, left, signal.SIGTERM)

@@ -353,6 +353,14 @@ def _start_checkpoint_watch(dirs: list[Path], job: Job, post):
     return watcher
 
 
+def _stopped_leftovers(leftovers: list[dict]) -> str:
+    """The line naming the processes the job left running with its output open, which the
+    recorder stopped once the job had ended (``nohup helper &`` keeps the output it was given)."""
+    named = ", ".join(f"pid {process['pid']} ({process['command']})" for process in leftovers)
+    return (f"the job ended, but what it started still held its output, so it was stopped: {named} "
+            f"(a helper meant to outlive the job must redirect its output: nohup helper > helper.log 2>&1 &)")
+
+
 def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.RestartDecision,
             meta: dict, max_restarts: int) -> None:
     explain.write(diagnosis, sys.stderr)
@@ -363,6 +371,8 @@ def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.Restart
         where = state.get("tee_destination", "the terminal")
         why = f"writing to {where} failed ({state['tee_error']})" if state.get("tee_error") else f"{where} was too slow"
         say(f"{why}: {dropped} bytes were not shown (all are in {job.log_path})")
+    if leftovers := state.get("leftovers"):
+        say(_stopped_leftovers(leftovers))
     if max_restarts:
         say(f"restart policy: {'retry' if decision.retry else 'no retry'}: {decision.reason}")
     run_info = {"command": job.command, "launcher": meta["launcher"], "exit_code": code,
