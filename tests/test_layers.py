@@ -25,7 +25,7 @@ ALLOWED = {
     "progress": set(),
     "logs": {"text", "model", "files"},
     "diagnosis": {"text", "model", "units", "logs", "files"},  # files: the learned model written whole
-    "metrics": {"text", "model", "units", "diagnosis", "logs"},  # diagnosis.advice: remedies as data; logs.nodes: this node's name
+    "metrics": {"text", "model", "units", "files", "diagnosis", "logs"},  # diagnosis.advice: remedies as data; logs.nodes: this node's name; files: a run's recording created new
     "checkpoints": {"text", "model", "units", "diagnosis"},  # diagnosis.advice: remedies as data
     "files": set(),
     "stacks": {"text", "model", "units", "files", "diagnosis", "metrics"},  # secrets masked; ranks as metrics.job reads them

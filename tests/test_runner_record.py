@@ -172,12 +172,12 @@ def test_a_log_write_failure_never_blocks_or_kills_the_job(tmp_path: Path):
     # normally and the failure must be reported.
     import resource
 
-    from monitor.runner.job import RECORDER_BOOT
+    from monitor.runner.job import recorder_process
     log, state = tmp_path / "run.log", tmp_path / "run.job.json"
     job = "import sys\nfor i in range(2000):\n    sys.stdout.write('x' * 99 + '\\n')\n"
+    command, env = recorder_process(["--log", str(log), "--state", str(state)], [sys.executable, "-c", job])
     recorder = subprocess.run(
-        [sys.executable, "-c", RECORDER_BOOT, "--log", str(log), "--state", str(state), "--",
-         sys.executable, "-c", job],
+        command, env=env,
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000)),
         capture_output=True, timeout=60)
     assert recorder.returncode == 0, recorder.stderr.decode()

@@ -142,7 +142,7 @@ def test_leftover_processes_are_cleared_after_the_launcher_exits(tmp_path: Path)
     assert job_handle.wait(timeout=30) == 0
     pids = logged_pids(log)
     assert pids and not any(alive(pid) for pid in pids)
-    assert job_handle.state()["leftovers"] == pids
+    assert [leftover["pid"] for leftover in job_handle.state()["leftovers"]] == pids
 
 
 def test_a_job_that_closed_its_output_is_still_waited_for_and_stopped(tmp_path: Path):

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from monitor.files import create_new
 from monitor.metrics.model import Sample
 
 FORMAT_VERSION = 1
@@ -32,11 +33,14 @@ def samples_path(log_path: str | os.PathLike) -> Path:
 class SamplesFile:
     """Appends samples to ``path``; a write failure (disk full) stops recording, never the caller."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, *, new: bool = False) -> None:
+        """``new``: the file must not exist yet (a run's recording, in a folder others may write:
+        created by ``files.create_new``, never through a link planted at its name); otherwise
+        samples are appended to it. Raises OSError."""
         self.path = Path(path)
         # Why recording stopped, in one line; "" while it works.
         self.error = ""
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (kept open across writes)
+        self._file = _open(self.path, new)
         if self._file.tell() == 0:
             self._write_line(json.dumps({"monitor_metrics": FORMAT_VERSION}))
 
@@ -63,6 +67,16 @@ class SamplesFile:
             except OSError:
                 pass
             self._file = None
+
+
+def _open(path: Path, new: bool):
+    """The recording open to append, mode 0600 when created here: readable by its owner only,
+    like every file beside the log (samples name the job's processes and folders)."""
+    if new:
+        _, fd = create_new([path])
+    else:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    return open(fd, "a", encoding="utf-8")  # noqa: SIM115 (kept open across writes)
 
 
 def read_samples(path: str | os.PathLike) -> Iterator[Sample]:

@@ -15,8 +15,10 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import chain, count
 from pathlib import Path
 
+from monitor.files import create_new
 from monitor.runner import launchers
 from monitor.runner.processes import become_subreaper, descendants, signal_job
 from monitor.runner.recorder import open_output, write_state
@@ -24,16 +26,15 @@ from monitor.runner.takeover import record_rest
 
 # How long the recorder may take to start the job before we call it broken.
 START_TIMEOUT_S = 30.0
-# Starts the recorder from the very package this monitor runs from: the current directory (a
-# training repo with its own ``monitor`` package, a common name) must not shadow it, nor may a
-# stale install in site-packages. The package's folder goes after the standard library (in a
-# wheel install it is site-packages itself, where a module named like a stdlib one may lie).
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-RECORDER_BOOT = (
-    "import sys; del sys.path[0]; "
-    "sys.path.insert(next((n for n, p in enumerate(sys.path) if p.endswith('-packages')), len(sys.path)), "
-    f"{PACKAGE_ROOT!r}); from monitor.runner.recorder import main; sys.exit(main())"
-)
+# The recorder's command line names nothing of the monitor: `pkill -f monitor`, the natural way to
+# end a stuck monitor, must not take the recorder too (with both gone nobody reads the job's
+# output, and the job dies of SIGPIPE at its next write). Its Python is named by its real path
+# (a virtual environment's folder is often named after the tool), and its boot code, with its
+# options (the log's path), comes in this variable, which it removes before it starts the job;
+# only the job's command is on its command line (what `ps` shows it records).
+RECORDER_VARIABLE = "JOB_RECORDER_BOOT"
+RECORDER_BOOT = f"import os; exec(os.environ.pop({RECORDER_VARIABLE!r}))"
 
 
 class JobStartError(Exception):
@@ -50,21 +51,43 @@ class CaptureOptions:
 
     tee: bool = False         # copy the output to our stdout (headless)
     use_pty: bool = True      # give the job a pseudo-terminal (tqdm, colours)
+    stdin: bool = False       # pass our stdin to the job (input(), a breakpoint); else /dev/null
     grace_s: float = 10.0     # from the first stop signal to SIGKILL
     linger_s: float = 5.0     # after the launcher exits, before leftovers are stopped
 
 
 def new_log_path(log_dir: Path, now: datetime | None = None) -> Path:
-    """A fresh ``run-YYYYmmdd-HHMMSS.log`` in ``log_dir`` (``-2``, ``-3``... if taken)."""
+    """A fresh ``run-YYYYmmdd-HHMMSS.log`` in ``log_dir`` (``-2``, ``-3``... if taken), created
+    empty, mode 0600. Created exclusively (``files.create_new``): two runs starting in the same
+    second never get one log, and a link planted at the name is passed over, never followed."""
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
     log_dir.mkdir(parents=True, exist_ok=True)
-    path = log_dir / f"run-{stamp}.log"
-    n = 2
-    while path.exists():
-        path = log_dir / f"run-{stamp}-{n}.log"
-        n += 1
-    path.touch()
+    names = chain([log_dir / f"run-{stamp}.log"], (log_dir / f"run-{stamp}-{n}.log" for n in count(2)))
+    path, fd = create_new(names)
+    os.close(fd)
     return path
+
+
+def recorder_process(options: list[str], command: list[str], env: dict[str, str] | None = None
+                     ) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that start the recorder of ``command`` with ``options``
+    (``--log PATH`` ...; ``env``: the job's environment, default ours)."""
+    boot = (f"import sys; sys.path[:] = {_recorder_import_path()!r}; "
+            f"from monitor.runner.recorder import main; sys.exit(main({options!r} + sys.argv[1:]))")
+    return ([os.path.realpath(sys.executable), "-c", RECORDER_BOOT, "--", *command],
+            {**(os.environ if env is None else env), RECORDER_VARIABLE: boot})
+
+
+def _recorder_import_path() -> list[str]:
+    """Where the recorder imports from: where we do (its Python, named by its real path, does
+    not find a virtual environment's site-packages itself), less folders relative to the current
+    directory (a training repo with its own ``monitor`` package, a common name, must not shadow
+    this one), with this very package's folder after the standard library and before any stale
+    install in site-packages (in a wheel install it is site-packages itself, where a module
+    named like a stdlib one may lie)."""
+    path = [folder for folder in sys.path if os.path.isabs(folder) and folder != PACKAGE_ROOT]
+    at = next((n for n, folder in enumerate(path) if folder.endswith("-packages")), len(path))
+    return [*path[:at], PACKAGE_ROOT, *path[at:]]
 
 
 def side_file(log_path: Path, kind: str) -> Path:
@@ -111,8 +134,7 @@ class Job:
         """Start ``command`` under a recorder writing ``log_path``; ``env``: the job's environment
         (default: ours). Raises JobStartError."""
         state_path = side_file(log_path, "job")
-        args = [sys.executable, "-c", RECORDER_BOOT, "--log", str(log_path),
-                "--state", str(state_path), "--grace", str(options.grace_s),
+        args = ["--log", str(log_path), "--state", str(state_path), "--grace", str(options.grace_s),
                 "--linger", str(options.linger_s)]
         if options.tee:
             args.append("--tee")
@@ -126,10 +148,11 @@ class Job:
         # The recorder's final state also comes down this pipe: the exit code reaches us even
         # when the disk is too full for the state file.
         status_read, status_write = os.pipe()
+        recorder_command, recorder_env = recorder_process(
+            [*args, "--status-fd", str(status_write), "--output-fds", f"{output_read},{output_write}"], command, env)
         try:
             recorder = subprocess.Popen(
-                [*args, "--status-fd", str(status_write), "--output-fds", f"{output_read},{output_write}",
-                 "--", *command], stdin=subprocess.DEVNULL, env=env,
+                recorder_command, stdin=None if options.stdin else subprocess.DEVNULL, env=recorder_env,
                 stdout=None if options.tee else subprocess.DEVNULL,
                 pass_fds=(status_write, output_read, output_write),
                 start_new_session=True,  # our terminal's Ctrl-C and hang-up must not reach it directly

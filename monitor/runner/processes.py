@@ -35,6 +35,15 @@ def descendants(pid: int) -> list[int]:
     return [child.pid for child in children if _alive(child)]
 
 
+def command_line(pid: int) -> str:
+    """What ``pid`` runs, as ``ps`` shows it ("" once it is gone)."""
+    try:
+        process = psutil.Process(pid)
+        return " ".join(process.cmdline()) or process.name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return ""
+
+
 def _alive(process: psutil.Process) -> bool:
     try:
         return process.status() != psutil.STATUS_ZOMBIE

@@ -35,8 +35,8 @@ import tty
 from pathlib import Path
 
 from monitor.diagnosis.secrets import mask_data
-from monitor.files import replace_file
-from monitor.runner.processes import become_subreaper, descendants, exit_status_code, signal_job
+from monitor.files import open_to_append, replace_file, why
+from monitor.runner.processes import become_subreaper, command_line, descendants, exit_status_code, signal_job
 
 CHUNK = 1 << 20
 # A bigger pipe lets the job write more before it waits for us (Linux F_SETPIPE_SZ).
@@ -51,6 +51,9 @@ NETWORK_COPY_BYTES = 256 << 20
 NETWORK_FILE_SYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "beegfs", "ceph",
                         "glusterfs", "fuse.glusterfs", "fuse.sshfs", "9p", "afs", "panfs", "wekafs")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# The exit code when the log cannot be opened and the job is therefore not started: the one
+# `monitor run` has when it cannot write its log folder at all.
+NO_LOG_EXIT = 2
 
 
 def write_state(path: Path, state: dict) -> str | None:
@@ -262,6 +265,7 @@ class SamplesFile:
         self.stop_signal: int | None = None
         self.stop_at = 0.0
         self.killed = False
+        self.log_fd: int | None = None
         self.log_error: str | None = None
         # Bytes not written to the log since the last write that worked (a full disk), and why.
         self.log_lost = 0
@@ -287,30 +291,40 @@ class SamplesFile:
 
     # -- the job -----------------------------------------------------------------------------
     def start(self) -> int | None:
-        """Start the job; return the read end of its output, or None when it could not start."""
+        """Open the log, then start the job; return the read end of its output, or None when
+        either could not be done (the state says why)."""
         if self.opts.output_fds:
             read_fd, write_fd = (int(fd) for fd in self.opts.output_fds.split(","))
         else:
             read_fd, write_fd = open_output(self.opts.pty, self.opts.winsize)
         try:
+            # Before the job: a log that cannot be written (a link put at its name) is one line
+            # and no job, never a job whose output goes nowhere or through the link.
+            self.log_fd = open_to_append(Path(self.opts.log))
+        except OSError as exc:
+            return self.not_started(read_fd, write_fd, f"cannot write the log {self.opts.log}: {why(exc)}",
+                                    NO_LOG_EXIT)
+        try:
+            # stdin: ours, which the monitor gives us (its own when headless, else /dev/null).
             self.job = subprocess.Popen(
-                self.opts.command, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
-                start_new_session=True,
+                self.opts.command, stdout=write_fd, stderr=write_fd, start_new_session=True,
             )
         except OSError as exc:
-            os.close(write_fd)
-            os.close(read_fd)
+            os.close(self.log_fd)
             code = 126 if isinstance(exc, PermissionError) else 127
-            self.state.update(error=f"cannot start {self.opts.command[0]}: {exc.strerror}",
-                              exit_code=code, ended=time.time())
-            self.save_state(final=True)
-            return None
+            return self.not_started(read_fd, write_fd, f"cannot start {self.opts.command[0]}: {exc.strerror}", code)
         os.close(write_fd)
         self.state.update(job_pid=self.job.pid, started=time.time(), pty=bool(self.opts.pty))
         self.save_state()
         if self.stop_signal is not None:  # asked to stop while the job was starting
             signal_job(self.job.pid, [], signal.SIGKILL if self.killed else self.stop_signal)
         return read_fd
+
+    def not_started(self, read_fd: int, write_fd: int, error: str, code: int) -> None:
+        os.close(write_fd)
+        os.close(read_fd)
+        self.state.update(error=error, exit_code=code, ended=time.time())
+        self.save_state(final=True)
 
     def reap(self) -> None:
         """Collect every exited child: the job itself and orphans re-parented to us."""
@@ -335,8 +349,10 @@ class SamplesFile:
             return False
         left = descendants(os.getpid())
         if left and not self.killed and now - job_gone_at > self.opts.linger:
-            # The launcher is gone but something it started still holds the output open.
-            self.state["leftovers"] = left
+            # The launcher is gone but something it started still holds the output open: named
+            # while they are there, for the monitor to say what it stopped.
+            if "leftovers" not in self.state:
+                self.state["leftovers"] = [{"pid": pid, "command": command_line(pid)} for pid in left]
             if self.stop_signal is None:
                 self.stop_signal, self.stop_at = signal.SIGTERM, now
                 signal_job(self.job.pid, left, signal.SIGTERM)
@@ -345,7 +361,7 @@ class SamplesFile:
 
     # -- the pump ----------------------------------------------------------------------------
     def pump(self, read_fd: int) -> None:
-        log_fd = os.open(self.opts.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log_fd = self.log_fd
         tee = open_copy(sys.stdout.fileno(), self.opts.log) if self.opts.tee else None
         poller = select.poll()
         poller.register(read_fd, select.POLLIN)

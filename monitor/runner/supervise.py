@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from monitor.files import why
 from monitor.flight_recorder import variables as flight_recorder
 from monitor.metrics.sampler import Sampler
 from monitor.metrics.samples_file import SamplesFile, samples_path
@@ -140,6 +141,8 @@ def run(options: RunOptions, catalogue, present: Presenter | None = None) -> int
         say("not attached to a terminal (batch job?); running headless")
     if options.headless or not _attached_to_terminal():
         present = None
+    if present is not None:
+        say("the screen owns the terminal: the job's stdin is /dev/null (--headless passes it through)")
     outlets = _outlets(options, plan, env)
     attempt, previous = 1, None
     while True:
@@ -193,7 +196,7 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
         say(error)
     headless = present is None
     capture = CaptureOptions(tee=headless, use_pty=not headless or sys.stdout.isatty(),
-                             grace_s=options.grace_s)
+                             stdin=headless, grace_s=options.grace_s)
     recorder, env = _flight_recorder(options, log_path, attempt)
     with StopForwarder() as forwarder:
         try:
@@ -240,7 +243,7 @@ def _flight_recorder(options: RunOptions, log_path: Path, attempt: int
     # Absolute: the ranks may change folder, and `monitor stacks` finds the pipes from elsewhere.
     plan = flight_recorder.plan(log_path.absolute().with_name(log_path.stem + ".fr"), os.environ)
     try:
-        plan.folder.mkdir(mode=0o700, exist_ok=True)
+        plan.folder.mkdir(mode=0o700)  # new, like the log: never a folder or link someone put there
     except OSError as exc:
         say(f"flight recorder not set up: cannot make {plan.folder}: {exc.strerror}")
         return None, None
@@ -278,9 +281,9 @@ def open_session(job: Job, catalogue, checks: list[Finding] = (), stall_after: f
 
 def _samples_file(log_path: Path) -> SamplesFile | None:
     try:
-        return SamplesFile(samples_path(log_path))
+        return SamplesFile(samples_path(log_path), new=True)
     except OSError as exc:  # the metrics file is a nicety; the job's log is what matters
-        say(f"metrics not kept: {samples_path(log_path)}: {exc.strerror}")
+        say(f"metrics not kept: {samples_path(log_path)}: {why(exc)}")
         return None
 
 
@@ -352,6 +355,14 @@ def _start_checkpoint_watch(dirs: list[Path], job: Job, post):
     return watcher
 
 
+def _stopped_leftovers(leftovers: list[dict]) -> str:
+    """The line naming the processes the job left running with its output open, which the
+    recorder stopped once the job had ended (``nohup helper &`` keeps the output it was given)."""
+    named = ", ".join(f"pid {process['pid']} ({process['command']})" for process in leftovers)
+    return (f"the job ended, but what it started still held its output, so it was stopped: {named} "
+            f"(a helper meant to outlive the job must redirect its output: nohup helper > helper.log 2>&1 &)")
+
+
 def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.RestartDecision,
             meta: dict, max_restarts: int) -> None:
     explain.write(diagnosis, sys.stderr)
@@ -362,6 +373,8 @@ def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.Restart
         where = state.get("tee_destination", "the terminal")
         why = f"writing to {where} failed ({state['tee_error']})" if state.get("tee_error") else f"{where} was too slow"
         say(f"{why}: {dropped} bytes were not shown (all are in {job.log_path})")
+    if leftovers := state.get("leftovers"):
+        say(_stopped_leftovers(leftovers))
     if max_restarts:
         say(f"restart policy: {'retry' if decision.retry else 'no retry'}: {decision.reason}")
     run_info = {"command": job.command, "launcher": meta["launcher"], "exit_code": code,

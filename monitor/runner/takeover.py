@@ -16,6 +16,7 @@ import select
 import time
 from pathlib import Path
 
+from monitor.files import open_to_append, why
 from monitor.runner.processes import exit_status_code
 from monitor.runner.recorder import CHUNK, monitor_line, write_fully
 
@@ -33,13 +34,19 @@ def record_rest(log_path: Path, read_fd: int, job_pid: int, recorder_pid: int, h
     what the recorder would have written: ``exit_code`` (128+N for signal N; absent when the job
     could not be reaped here), ``ended``, ``recorder_killed`` and any ``log_error``."""
     state: dict = {"recorder_killed": how}
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
     try:
-        line_open = _ends_mid_line(log_path)
-        write_fully(log_fd, takeover_marker(recorder_pid, how, line_open))
+        log_fd = open_to_append(log_path)  # a link put in the log's place is refused, not followed
+    except OSError as exc:
+        # Still read to the end: the job must not die of SIGPIPE because its log is gone.
+        log_fd = None
+        state["log_error"] = f"{log_path}: {why(exc)}"
+    try:
+        if log_fd is not None:
+            write_fully(log_fd, takeover_marker(recorder_pid, how, _ends_mid_line(log_path)))
         status = _pump(read_fd, log_fd, log_path, job_pid, state)
     finally:
-        os.close(log_fd)
+        if log_fd is not None:
+            os.close(log_fd)
         os.close(read_fd)
     if status is None:
         status = _reap(job_pid, block=True)
@@ -49,9 +56,10 @@ def record_rest(log_path: Path, read_fd: int, job_pid: int, recorder_pid: int, h
     return state
 
 
-def _pump(read_fd: int, log_fd: int, log_path: Path, job_pid: int, state: dict) -> int | None:
-    """Read until the end of output (or LINGER_S after the job exited); the job's wait status if
-    it was reaped meanwhile."""
+def _pump(read_fd: int, log_fd: int | None, log_path: Path, job_pid: int, state: dict) -> int | None:
+    """Read until the end of output (or LINGER_S after the job exited), appending it to
+    ``log_fd`` (None: no log, the output is only drained); the job's wait status if it was
+    reaped meanwhile."""
     poller = select.poll()
     poller.register(read_fd, select.POLLIN)
     status = None
@@ -66,9 +74,10 @@ def _pump(read_fd: int, log_fd: int, log_path: Path, job_pid: int, state: dict) 
                 chunk = b""
             if not chunk:
                 break
-            _, error = write_fully(log_fd, chunk)
-            if error is not None and "log_error" not in state:
-                state["log_error"] = f"{log_path}: {error.strerror}"
+            if log_fd is not None:
+                _, error = write_fully(log_fd, chunk)
+                if error is not None and "log_error" not in state:
+                    state["log_error"] = f"{log_path}: {error.strerror}"
         if status is None and (status := _reap(job_pid, block=False)) is not None:
             gone_at = time.monotonic()
     return status
