@@ -73,3 +73,17 @@ def test_f13_the_same_failure_on_several_ranks_is_told_by_its_earliest_occurrenc
 ])
 def test_f6_credentials_in_common_argv_forms_are_masked(args: list[str], masked: list[str]) -> None:
     assert mask_args(args) == masked
+
+
+def test_f1_the_write_check_of_the_log_folder_follows_no_planted_link(tmp_path: Path) -> None:
+    """`monitor run` checks that it can write its log folder with a file of its own: a link planted at
+    a name it would use must not make it create the link's target (a root run in a shared folder)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    victim = tmp_path / "victim"
+    (logs / ".monitor-write-test").symlink_to(victim)
+    out = subprocess.run([sys.executable, "-m", "monitor", "run", "--headless", "--no-preflight", "--log-dir", str(logs),
+                          "--", sys.executable, "-c", "print('ok')"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert not victim.exists()
+    assert not [p for p in logs.iterdir() if p.name.startswith(".monitor-write-test.")]

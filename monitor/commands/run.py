@@ -56,7 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+    import secrets
+
     from monitor.cli import UsageError
+    from monitor.files import create_new
     from monitor.runner.supervise import RunOptions, run as supervise
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -79,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
     catalogue = load_rules(args)  # a rule file with a typo stops here, before the launch
     try:
         args.log_dir.mkdir(parents=True, exist_ok=True)
-        probe = args.log_dir / ".monitor-write-test"
-        probe.touch()
+        # A file of our own, new and never through a link someone planted at a known name (F1).
+        probe, fd = create_new(args.log_dir / f".monitor-write-test.{secrets.token_hex(8)}" for _ in range(8))
+        os.close(fd)
         probe.unlink()
     except OSError as exc:
         raise UsageError(f"run: cannot write logs to {args.log_dir}: {exc.strerror}") from None
