@@ -128,3 +128,34 @@ def test_a_runs_templates_are_bounded_and_saved_small(tmp_path: Path) -> None:
     assert save_templates(log, templates) is None
     assert saved_templates(log) == templates
     assert (tmp_path / "run-20260101-000000.templates").stat().st_size < 1024 * 1024
+
+
+def _fake_package(site: Path, name: str, version: str) -> None:
+    for old in site.glob(f"{name}-*.dist-info"):
+        for file in old.iterdir():
+            file.unlink()
+        old.rmdir()
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def test_what_changed_since_the_good_run_is_listed_and_the_new_line_beats_the_bare_exit(tmp_path: Path) -> None:
+    """A good run, then a failing one with an environment variable set and a package upgraded
+    (a real distribution on the job's path, as pip would leave it)."""
+    logs, site = tmp_path / "logs", tmp_path / "site"
+    _fake_package(site, "accelerate", "0.1.0")
+    assert _run(logs, sys.executable, str(JOB), env={"PYTHONPATH": str(site)}) == 0
+    _fake_package(site, "accelerate", "0.2.0")
+    assert _run(logs, sys.executable, str(JOB), "--fail", env={"PYTHONPATH": str(site), "NCCL_P2P_DISABLE": "1"}) == 1
+    meta = json.loads(next(logs.glob("*.meta.json")).read_text())
+    assert meta["environment"]["packages"]["accelerate"] in ("0.1.0", "0.2.0") and "python" in meta["environment"]
+    # `monitor run`'s own end report, saved beside the log.
+    saved = json.loads(sorted(logs.glob("*.diagnosis.json"))[-1].read_text())
+    assert "accelerate 0.1.0 -> 0.2.0" in saved["changes"] and "NCCL_P2P_DISABLE=1 new" in saved["changes"]
+    assert saved["root_cause"]["rule"] == "new-since-good-run"  # not the bare "exited with code 1"
+    assert sorted(p.suffix for p in logs.glob("*.templates")) == [".templates", ".templates"]
+    # And `diagnose` of the folder afterwards says the same.
+    text, data = _diagnose(str(logs))
+    assert "accelerate 0.1.0 -> 0.2.0" in data["changes"] and "NCCL_P2P_DISABLE=1 new" in data["changes"]
+    assert "What changed since then:" in text.stdout and "accelerate 0.1.0 -> 0.2.0" in text.stdout

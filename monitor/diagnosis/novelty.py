@@ -189,17 +189,19 @@ def run_templates(logs: list[Path]) -> set[str]:
 def compare(diagnosis: Diagnosis, paths, good: set[str], good_name: str, changed: list[str]) -> Diagnosis:
     """``diagnosis`` with what is new since the good run: its new lines (the first lines of
     multi-line messages; their indented continuations are the same news), what changed, and
-    where no rule named anything, the first new error line (else warning) as the likely cause,
-    never above what a rule says."""
+    where no rule named anything (or only weakly: an exit status, a launcher's report), the first
+    new error line (else warning) as the likely cause, never above what a rule is surer of."""
     # Rulers and indented continuations (frames, a summary's fields) are parts of a message already listed.
     fresh = [n for n in new_lines(paths, good)
              if not parse_prefix(n.text).body[:1].isspace() and _WORD.search(n.template)]
     diagnosis = replace(diagnosis, against=good_name, new_lines=[n.to_json() for n in fresh], changes=list(changed))
-    if diagnosis.root_cause is not None:
-        return diagnosis
+    if diagnosis.root_cause is not None and diagnosis.confidence != "weak":
+        return diagnosis  # what a line the rules know says comes first
     first = next((n for n in fresh if n.level == "error"), None) or next((n for n in fresh if n.level == "warning"), None)
     if first is None:
         return diagnosis
+    if diagnosis.root_cause is not None and first.level != "error":
+        return diagnosis  # a new warning does not displace an error, however weak
     finding = _finding(first, good_name, changed)
     # The live watch told this line already (``NoveltyWatch``): it is now the root cause instead.
     told = [f for f in diagnosis.findings if not (f.rule == LIVE_RULE and (f.file, f.line) == (first.file, first.line))]

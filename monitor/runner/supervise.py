@@ -10,16 +10,20 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from monitor.diagnosis.changes import changes
+from monitor.diagnosis.novelty import Against, run_templates, save_templates, templates_of
 from monitor.files import why
 from monitor.flight_recorder import variables as flight_recorder
+from monitor.logs.runs import last_good, log_files, runs_in, side_record
 from monitor.metrics.sampler import Sampler
 from monitor.metrics.samples_file import SamplesFile, samples_path
 from monitor.model import Diagnosis, Finding, one_line
 from monitor.runner import explain, launchers, preflight, restart
+from monitor.runner.environment import EnvironmentProbe
 from monitor.runner.job import CaptureOptions, Job, JobStartError, new_log_path, side_file
 from monitor.runner.recorder import write_state
 from monitor.session.feeds import MORE_PATHS_EVERY_S, MetricsPump, SamplerFeed
@@ -206,10 +210,14 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
             return exc.exit_code, restart.RestartDecision(False, str(exc)), None
         forwarder.attach(job)
         say(f"recording to {log_path} (job pid {job.pid})")
+        environment = EnvironmentProbe(options.command, meta["cwd"])
+        environment.start()  # beside the job, never before it
+        good = _last_good_run(log_path)
         outlets = outlets or Outlets()
         publisher = _publisher(outlets)
         session, metrics = open_session(job, catalogue, checks, options.stall_after_s, recorder,
-                                        on_step=publisher, observers=outlets.observers())
+                                        on_step=publisher, observers=outlets.observers(),
+                                        against=good[0] if good else None)
         watcher = _start_checkpoint_watch(options.checkpoint_dirs, job, session.post)
         try:
             if not headless and not _run_tui(present, job, session, metrics):
@@ -222,7 +230,11 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
             if watcher:
                 watcher.stop()
             metrics.close()
+    meta["environment"] = environment.result()
+    if good is not None and good[1] and meta["environment"]:
+        session.against = replace(good[0], changes=tuple(changes(good[1], meta["environment"])))
     diagnosis = _explain(job, code, session)
+    _keep_templates(job)
     if publisher is not None:
         publisher.publish(session, exit_code=code)
     if recorder is not None:
@@ -232,6 +244,24 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
                               stopped_by_user=stopped, previous_category=previous)
     _report(job, diagnosis, code, decision, meta, options.max_restarts)
     return code, decision, diagnosis.root_cause.category if diagnosis.root_cause else None
+
+
+def _last_good_run(log_path: Path) -> tuple[Against, dict] | None:
+    """The newest earlier run of the log folder that exited 0 (what this run is compared with,
+    ``diagnosis/novelty.py``), with its recorded environment; None when there is none."""
+    runs = runs_in(log_path.parent)
+    this = next((run for run in runs if log_path in run.paths), None)
+    good = last_good(runs, this) if this is not None else None
+    if good is None:
+        return None
+    return (Against(good.name, frozenset(run_templates(log_files(good)))),
+            side_record(good, "meta").get("environment") or {})
+
+
+def _keep_templates(job: Job) -> None:
+    """The run's line templates beside its log (run-X.templates), for the runs after it."""
+    if error := save_templates(job.log_path, templates_of([job.log_path, *job.extra_log_paths()])):
+        say(error)
 
 
 def _flight_recorder(options: RunOptions, log_path: Path, attempt: int
@@ -264,15 +294,15 @@ def _publisher(outlets: Outlets):
 
 
 def open_session(job: Job, catalogue, checks: list[Finding] = (), stall_after: float | None = None,
-                 recorder: flight_recorder.RecorderPlan | None = None, *, on_step=None, observers=()
-                 ) -> tuple[JobSession, SamplerFeed]:
+                 recorder: flight_recorder.RecorderPlan | None = None, *, on_step=None, observers=(),
+                 against: Against | None = None) -> tuple[JobSession, SamplerFeed]:
     """The job's session (its logs, the preflight findings, its stop requests, a probe that
     takes the ranks' stacks and dumps when they seem to hang) and its metrics feed (the job's
     processes; each sample kept in ``run-X.metrics.jsonl``, findings posted to the session):
     what the screen shows and the end report explains."""
     probe = HangProbe(job.pids, job.log_path, lambda findings: session.post(findings), recorder)
     session = JobSession([job.log_path, *job.extra_log_paths()], catalogue, stall_after=stall_after,
-                         stop_requested=lambda: job.stop_requested, probe=probe, on_step=on_step)
+                         stop_requested=lambda: job.stop_requested, probe=probe, on_step=on_step, against=against)
     session.add([copy.copy(finding) for finding in checks])  # one copy per attempt: the session numbers them
     metrics = SamplerFeed(Sampler(job_pids=job.pids, watch_dirs=[str(job.log_path.parent)]), session.post,
                           samples_file=_samples_file(job.log_path), observers=observers)
