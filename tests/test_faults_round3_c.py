@@ -117,3 +117,30 @@ def test_f7_real_checkpoints_still_pass_through_the_bounded_reader(tmp_path: Pat
     ran = monitor("check-ckpt", str(tmp_path), cwd=tmp_path)
     assert ran.returncode == 0, ran.output
     assert ran.output.count("OK") == 3, ran.output
+
+
+# -- F8: a non-finite number in a dump -----------------------------------------------------------
+def _run_folder(tmp_path: Path, log: str = TRACEBACK) -> Path:
+    logs = tmp_path / "logs"
+    (logs / "run-20260101-000000.fr").mkdir(parents=True)
+    (logs / "run-20260101-000000.log").write_text(log)
+    return logs / "run-20260101-000000.fr"
+
+
+def test_f8_a_dump_with_inf_or_a_deep_ranks_string_is_one_problem_line(tmp_path: Path):
+    fr = _run_folder(tmp_path)
+    entry = {"process_group": ("0", "default_pg"), "collective_seq_id": 1, "profiling_name": "nccl:all_reduce"}
+    bad = {
+        "dump-rank0": {"entries": [{**entry, "collective_seq_id": float("inf")}]},
+        "dump-rank1": {"entries": [{**entry, "frames": [{"name": "f", "filename": "t.py", "line": float("-inf")}]}]},
+        "dump-rank2": {"entries": [], "pg_config": {"0": {"name": "0", "ranks": "-" * 100_000 + "1"}}},  # MemoryError
+        "dump-rank3": {"entries": [], "pg_config": {"0": {"name": "0", "ranks": "1+" * 100_000 + "1"}}},  # RecursionError
+    }
+    for name, raw in bad.items():
+        (fr / name).write_bytes(pickle.dumps(raw, protocol=2))
+    ran = monitor("diagnose", "logs", cwd=tmp_path)
+    assert_one_line_each(ran)
+    assert ran.returncode == 1, ran.output
+    assert "ValueError" in ran.output
+    for name in bad:
+        assert sum(f"{name}: not a flight-recorder dump" in line for line in ran.output.splitlines()) == 1, ran.output

@@ -114,7 +114,10 @@ def load(path: Path) -> RankDump:
         raise DumpError(f"{path}: not a readable flight-recorder dump ({type(exc).__name__}: {exc})") from None
     try:
         return _rank_dump(int(match.group(1)), path, raw)
-    except (KeyError, TypeError, ValueError, AttributeError, SyntaxError) as exc:
+    # OverflowError: int() of an infinity; RecursionError and MemoryError: literal_eval of a
+    # deeply nested ranks string (the parser's own limits).
+    except (KeyError, TypeError, ValueError, AttributeError, SyntaxError, OverflowError, RecursionError,
+            MemoryError) as exc:
         raise DumpError(f"{path}: not a flight-recorder dump ({type(exc).__name__}: {exc})") from None
 
 
