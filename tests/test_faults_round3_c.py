@@ -20,6 +20,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from monitor.flight_recorder import dumps
 
 ROOT = Path(__file__).resolve().parents[1]
 # Python, the monitor's imports and a bounded read fit well in this; the faults took gigabytes.
@@ -144,3 +145,38 @@ def test_f8_a_dump_with_inf_or_a_deep_ranks_string_is_one_problem_line(tmp_path:
     assert "ValueError" in ran.output
     for name in bad:
         assert sum(f"{name}: not a flight-recorder dump" in line for line in ran.output.splitlines()) == 1, ran.output
+
+
+# -- F9: a dump that expands ----------------------------------------------------------------------
+def _entry(seq: int, frames: int = 4) -> dict:
+    return {"process_group": ("0", "default_pg"), "collective_seq_id": seq, "profiling_name": "nccl:all_reduce",
+            "frames": [{"name": "f", "filename": "t.py", "line": 1}] * frames}
+
+
+def test_f9_a_dump_of_memo_references_costs_what_a_real_dump_does(tmp_path: Path):
+    fr = _run_folder(tmp_path, "hello\n")
+    # One entry referenced 2 million times (4 MB); one entry with a million frames; a memo index of
+    # 100 million (five bytes: the C unpickler allocates a memo array that long, 1.5 GB); 4.1
+    # million opcodes each making a dict; a bytearray claiming 3 GiB.
+    (fr / "dump-rank0").write_bytes(pickle.dumps({"entries": [_entry(1)] * 2_000_000}, protocol=2))
+    (fr / "dump-rank1").write_bytes(pickle.dumps({"entries": [_entry(1, frames=1_000_000)]}, protocol=2))
+    (fr / "dump-rank2").write_bytes(b"\x80\x02}r" + struct.pack("<I", 100_000_000) + b".")
+    (fr / "dump-rank3").write_bytes(b"\x80\x04" + b"}" * 4_100_000 + b".")
+    (fr / "dump-rank4").write_bytes(b"\x80\x05\x96" + struct.pack("<Q", 3 << 30))  # a 3 GiB bytearray, 11 bytes
+    ran = monitor("diagnose", "logs", cwd=tmp_path, timeout=60)
+    assert_one_line_each(ran)
+    assert ran.returncode == 0, ran.output
+    assert "dump-rank2: not a flight-recorder dump (ValueError: no 'entries')" in ran.output, ran.output
+    assert "dump-rank3: refused: it runs more than 4,000,000 opcodes" in ran.output, ran.output
+    assert "dump-rank4: not a readable flight-recorder dump" in ran.output, ran.output
+
+
+def test_f9_the_newest_entries_and_the_innermost_frames_are_kept(tmp_path: Path):
+    path = tmp_path / "dump-rank0"
+    entries = [_entry(seq) for seq in range(dumps.MAX_ENTRIES + 10)]
+    entries[-1]["frames"] = [{"name": f"f{n}", "filename": "t.py", "line": n} for n in range(dumps.MAX_FRAMES + 10)]
+    path.write_bytes(pickle.dumps({"entries": entries}, protocol=2))
+    dump = dumps.load(path)
+    assert len(dump.entries) == dumps.MAX_ENTRIES
+    assert dump.entries[0].seq == 10 and dump.entries[-1].seq == dumps.MAX_ENTRIES + 9  # torch's ring keeps the newest
+    assert [f.line for f in dump.entries[-1].frames] == list(range(dumps.MAX_FRAMES))  # innermost first
