@@ -180,3 +180,53 @@ def test_f9_the_newest_entries_and_the_innermost_frames_are_kept(tmp_path: Path)
     assert len(dump.entries) == dumps.MAX_ENTRIES
     assert dump.entries[0].seq == 10 and dump.entries[-1].seq == dumps.MAX_ENTRIES + 9  # torch's ring keeps the newest
     assert [f.line for f in dump.entries[-1].frames] == list(range(dumps.MAX_FRAMES))  # innermost first
+
+
+# -- F10: rule files that are not files, or nested too deep ---------------------------------------
+RULE = """[[rule]]
+id = "my-rule"
+category = "python_exception"
+severity = "error"
+role = "root"
+title = "mine"
+patterns = ['hello (?P<x>\\d+)']
+remedy = "x"
+[[rule.advice]]
+text = "adv"
+when = "{when}"
+[rule.examples]
+match = ["hello 1"]
+"""
+
+
+def _rules(tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    return folder
+
+
+def test_f10_a_rule_file_that_is_a_device_a_fifo_or_too_big_is_one_line(tmp_path: Path):
+    (tmp_path / "x.log").write_text("hello\n")
+    (_rules(tmp_path, "zero") / "zero.toml").symlink_to("/dev/zero")
+    os.mkfifo(_rules(tmp_path, "fifo") / "fifo.toml")
+    with (_rules(tmp_path, "big") / "big.toml").open("wb") as file:
+        file.truncate(1 << 30)  # a regular file, sparse: 1 GiB of NULs
+    for folder, expected in (("zero", "zero.toml:1: rule file is not a regular file"),
+                             ("fifo", "fifo.toml:1: rule file is not a regular file"),
+                             ("big", "big.toml:1: rule file is larger than")):
+        ran = monitor("diagnose", "--rules", folder, "x.log", cwd=tmp_path, timeout=30)
+        assert_one_line_each(ran)
+        assert ran.returncode == 2, (folder, ran.output)
+        assert expected in ran.output and len(ran.output.strip().splitlines()) == 1, ran.output
+
+
+def test_f10_a_when_nested_too_deep_names_its_file_and_line(tmp_path: Path):
+    (tmp_path / "x.log").write_text("hello 1\n")
+    for name, when in (("parser", "not " * 200_000 + "x"), ("ast", "1+" * 100_000 + "x"),
+                       ("evaluation", "not " * 1_500 + "x")):
+        (_rules(tmp_path, name) / "deep.toml").write_text(RULE.format(when=when))
+        ran = monitor("diagnose", "--rules", name, "x.log", cwd=tmp_path, timeout=60)
+        assert_one_line_each(ran)
+        assert ran.returncode == 2, (name, ran.output)
+        assert "deep.toml:11:" in ran.output and "too deeply nested" in ran.output, ran.output
+        assert len(ran.output.strip().splitlines()) == 1, ran.output
