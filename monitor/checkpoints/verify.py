@@ -12,12 +12,14 @@
   every (file, offset, length) the metadata lists must exist inside its ``.distcp`` file.
 
 Pickles are walked by an unpickler that never imports anything: every global becomes an inert
-placeholder, so a checkpoint cannot run code here.
+placeholder, so a checkpoint cannot run code here. Nor can it cost more than its bounds: a
+file's pickles are read through one ``_BoundedReader``, which refuses a read beyond the bytes
+left (a byte string, frame or line the file merely claims is never allocated), and a pickle
+may run at most ``MAX_OPCODES`` opcodes (each makes at most one object).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import pickle
@@ -33,6 +35,14 @@ CHUNK = 1 << 20
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 # A safetensors header larger than this is corruption, not metadata (safetensors caps it at 100 MB).
 MAX_SAFETENSORS_HEADER = 100_000_000
+# What one file's pickles may make us read: they hold structure only, the tensors lie elsewhere
+# (torch's data.pkl is a few MB for the largest models). Also the cap on data.pkl's uncompressed
+# size, checked before it is inflated (a zip bomb declares gigabytes).
+MAX_PICKLE_BYTES = 256 << 20
+# Opcodes one pickle may run: torch's data.pkl runs 30 per tensor, so 130,000 tensors. An
+# opcode makes at most one object (an empty set, 216 bytes), so a pickle of 1-byte opcodes (a
+# 200 KB zip inflating to 200 million EMPTY_DICTs) makes no more than 1 GB of them.
+MAX_OPCODES = 4_000_000
 SUFFIXES = {".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".tar", ".pkl"}
 
 SAFETENSORS_DTYPE_BYTES = {
@@ -98,11 +108,70 @@ class _Inert:
         pass
 
 
-class _InertUnpickler(pickle.Unpickler):
-    """Unpickles structure only: globals become ``_Inert`` subclasses, storages are recorded."""
+_OVER_BOUND = f"more than the {binary_size(MAX_PICKLE_BYTES)} a checkpoint's pickle may hold"
+
+
+class _PickleTooBig(Exception):
+    """A pickle that asks for more than its bounds; the message says which."""
+
+
+class _BoundedReader:
+    """The file a pickle is read from, giving out at most ``MAX_PICKLE_BYTES`` in all.
+
+    The unpickler reads what an opcode declares (a byte string's length, a frame, a line of
+    protocol 0) in one request: a request beyond what is left is refused before anything is
+    read or allocated, whatever the file claims."""
 
     def __init__(self, file) -> None:
+        self._file = file
+        self._left = MAX_PICKLE_BYTES
+
+    def read(self, size: int = -1) -> bytes:
+        if size < 0 or size > self._left:
+            raise _PickleTooBig(_OVER_BOUND)
+        data = self._count(self._file.read(size))
+        if len(data) < size:
+            raise EOFError  # the Python unpickler would go on with a short string
+        return data
+
+    def readline(self) -> bytes:
+        line = self._file.readline(self._left + 1)
+        if len(line) > self._left:
+            raise _PickleTooBig(_OVER_BOUND)
+        return self._count(line)
+
+    def _count(self, data: bytes) -> bytes:
+        self._left -= len(data)
+        return data
+
+
+class _Opcodes(dict):
+    """One unpickler's opcodes, counted as they are run."""
+
+    def __init__(self, table: dict) -> None:
+        super().__init__(table)
+        self._left = MAX_OPCODES
+
+    def __getitem__(self, opcode: int):
+        self._left -= 1
+        if self._left < 0:
+            raise _PickleTooBig(f"more than {MAX_OPCODES:,} opcodes")
+        return super().__getitem__(opcode)
+
+    def __missing__(self, opcode: int):
+        raise pickle.UnpicklingError(f"invalid load key, {bytes([opcode])!r}.")
+
+
+class _InertUnpickler(pickle._Unpickler):
+    """Unpickles structure only: globals become ``_Inert`` subclasses, storages are recorded.
+
+    The Python unpickler, not the C one: its opcodes can be counted and replaced, and its memo
+    is a dict (the C one allocates an array as long as the highest index a pickle names:
+    LONG_BINPUT 100,000,000, five bytes, costs 1.5 GB)."""
+
+    def __init__(self, file: _BoundedReader) -> None:
         super().__init__(file)
+        self.dispatch = _Opcodes(self._opcodes)
         self.storages: list[tuple] = []
         self._classes: dict[tuple[str, str], type] = {}
 
@@ -117,11 +186,20 @@ class _InertUnpickler(pickle.Unpickler):
             self.storages.append(pid)
         return _Inert()
 
+    def _load_bytearray8(self) -> None:
+        # The stock opcode allocates the declared length before reading: read it first instead.
+        (size,) = struct.unpack("<Q", self.read(8))
+        self.append(bytearray(self.read(size)))
 
-def _unpickle(file) -> tuple[object, list[tuple]]:
-    unpickler = _InertUnpickler(file)
+    _opcodes = {**pickle._Unpickler.dispatch, pickle.BYTEARRAY8[0]: _load_bytearray8}
+
+
+def _unpickle(source: _BoundedReader) -> tuple[object, list[tuple]]:
+    unpickler = _InertUnpickler(source)
     try:
         obj = unpickler.load()
+    except _PickleTooBig as exc:
+        raise CorruptCheckpoint(f"the pickle asks for {exc}: corrupt or hostile, not read further") from None
     except EOFError:
         raise CorruptCheckpoint("the pickle ends early (file truncated)") from None
     except pickle.UnpicklingError as exc:
@@ -152,6 +230,9 @@ def _check_zip(path: Path, deep: bool) -> str:
         if not pickles:
             raise CorruptCheckpoint("a zip file without data.pkl: not a torch checkpoint")
         prefix = pickles[0][: -len("data.pkl")]
+        declared = archive.getinfo(pickles[0]).file_size
+        if declared > MAX_PICKLE_BYTES:
+            raise CorruptCheckpoint(f"{pickles[0]} inflates to {binary_size(declared)}, {_OVER_BOUND} (a zip bomb?)")
         for info in members if deep else ():
             try:
                 with archive.open(info) as member:
@@ -159,7 +240,8 @@ def _check_zip(path: Path, deep: bool) -> str:
                         pass
             except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
                 raise CorruptCheckpoint(f"member {info.filename} is corrupt ({exc})") from None
-        _, storages = _unpickle(io.BytesIO(archive.read(pickles[0])))
+        with archive.open(pickles[0]) as stream:
+            _, storages = _unpickle(_BoundedReader(stream))
         total = sum(info.file_size for info in members)
     for storage in storages:
         key = str(storage[2]) if len(storage) > 2 else "?"
@@ -171,17 +253,18 @@ def _check_zip(path: Path, deep: bool) -> str:
 
 def _check_legacy(path: Path, size: int) -> str:
     with path.open("rb") as file:
-        magic, _ = _unpickle(file)
+        pickles = _BoundedReader(file)  # the five pickles before the storages share the bound
+        magic, _ = _unpickle(pickles)
         if magic != LEGACY_MAGIC:
             # A plain pickle (torch.save of the old days without the header, or pickle.dump).
             if file.tell() != size:
                 raise CorruptCheckpoint(f"{size - file.tell()} bytes after the pickle: not a "
                                         "plain pickle, not a torch legacy checkpoint")
             return f"pickle, {binary_size(size)}"
-        _unpickle(file)  # protocol version
-        _unpickle(file)  # system info
-        _, storages = _unpickle(file)
-        keys, _ = _unpickle(file)
+        _unpickle(pickles)  # protocol version
+        _unpickle(pickles)  # system info
+        _, storages = _unpickle(pickles)
+        keys, _ = _unpickle(pickles)
         element_bytes = {str(s[2]): STORAGE_BYTES.get(_storage_class_name(s[1]), 1)
                          for s in storages if len(s) > 2}
         if not isinstance(keys, list):
@@ -247,7 +330,7 @@ def _check_safetensors(path: Path, size: int) -> str:
 
 def _check_distributed(directory: Path) -> str:
     with (directory / ".metadata").open("rb") as file:
-        metadata, _ = _unpickle(file)
+        metadata, _ = _unpickle(_BoundedReader(file))
     items = getattr(metadata, "storage_data", None)
     if not isinstance(items, dict):
         raise CorruptCheckpoint(".metadata holds no storage table: not a torch distributed checkpoint")

@@ -29,6 +29,12 @@ _ALLOWED = (
 )
 
 
+# Deeper than any comparison a person writes; ``Condition._eval`` recurses once per level.
+MAX_DEPTH = 50
+# How much of an expression an error quotes: a line, whatever its length.
+_QUOTED = 80
+
+
 class ConditionError(ValueError):
     """A ``when`` expression that is not valid or uses something other than arithmetic."""
 
@@ -52,18 +58,15 @@ class Condition:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        try:
-            tree = ast.parse(text.strip(), mode="eval")
-        except SyntaxError as exc:
-            raise ConditionError(f"invalid when expression {text!r}: {exc.msg}") from None
+        tree = _parse(text)
         for node in ast.walk(tree):
             if not isinstance(node, _ALLOWED):
                 raise ConditionError(
-                    f"when expression {text!r} may only use numbers, field names, "
+                    f"when expression {_quoted(text)} may only use numbers, field names, "
                     f"+ - * / comparisons and and/or/not (found {type(node).__name__})"
                 )
             if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)):
-                raise ConditionError(f"when expression {text!r}: only numeric constants")
+                raise ConditionError(f"when expression {_quoted(text)}: only numeric constants")
         self._tree = tree
         self.names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
 
@@ -100,3 +103,30 @@ class Condition:
                 left = right
             return True
         raise _Missing(type(node).__name__)  # unreachable: the whitelist was checked
+
+
+def _parse(text: str) -> ast.Expression:
+    """The tree of a ``when`` expression at most ``MAX_DEPTH`` deep."""
+    too_deep = ConditionError(f"when expression {_quoted(text)} is too deeply nested (more than {MAX_DEPTH} levels)")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ConditionError(f"invalid when expression {_quoted(text)}: {exc.msg}") from None
+    except (RecursionError, MemoryError):  # how CPython's parser says an expression is too deep
+        raise too_deep from None
+    if _depth(tree) > MAX_DEPTH:
+        raise too_deep
+    return tree
+
+
+def _depth(tree: ast.AST) -> int:
+    deepest, todo = 0, [(tree, 1)]
+    while todo:  # not recursive: the tree may be as deep as the parser allows
+        node, depth = todo.pop()
+        deepest = max(deepest, depth)
+        todo.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+def _quoted(text: str) -> str:
+    return repr(text) if len(text) <= _QUOTED else repr(text[:_QUOTED]) + "..."

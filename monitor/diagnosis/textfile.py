@@ -3,6 +3,8 @@ the file and the line."""
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from pathlib import Path
 
@@ -13,11 +15,16 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+# The shipped rule files are tens of KB: a bound far above them, so that a path naming a big
+# file costs no more than this.
+MAX_TEXT_BYTES = 16 << 20
+
 
 def read_text_file(path: Path, what: str, error: type[Exception]) -> str:
-    """The UTF-8 text of ``path``; raises ``error`` naming the line of a byte that is not UTF-8."""
+    """The UTF-8 text of ``path``, a regular file of at most ``MAX_TEXT_BYTES``; raises ``error``
+    naming the line of a byte that is not UTF-8."""
     try:
-        data = path.read_bytes()
+        data = _read_regular_file(path, what, error)
     except OSError as exc:
         raise error(f"{path}:1: cannot read {what}: {(exc.strerror or str(exc)).lower()}") from None
     try:
@@ -25,6 +32,18 @@ def read_text_file(path: Path, what: str, error: type[Exception]) -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise error(f"{path}:{line}: {what} is not UTF-8 (byte 0x{data[exc.start]:02x})") from None
+
+
+def _read_regular_file(path: Path, what: str, error: type[Exception]) -> bytes:
+    # Opened without blocking (a FIFO would wait for a writer) and read only if it is a regular
+    # file: /dev/zero never ends.
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise error(f"{path}:1: {what} is not a regular file")
+        data = file.read(MAX_TEXT_BYTES + 1)
+    if len(data) > MAX_TEXT_BYTES:
+        raise error(f"{path}:1: {what} is larger than {MAX_TEXT_BYTES >> 20} MiB")
+    return data
 
 
 def read_toml_file(path: Path, what: str, error: type[Exception]) -> tuple[str, dict]:

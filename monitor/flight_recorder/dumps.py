@@ -2,8 +2,9 @@
 
 A dump is one pickle per rank of builtins only (dicts, lists, tuples, strings, numbers): an
 unpickler that refuses every class loads it and can run no code, whatever the file holds (a
-pickle naming ``os.system`` is refused with one line naming the file). The rank is the number
-at the end of the file's name (torch writes ``<prefix><rank>``).
+pickle naming ``os.system`` is refused with one line naming the file). What it may cost is
+bounded too: the file's size, the opcodes run, the entries and each entry's frames kept.
+The rank is the number at the end of the file's name (torch writes ``<prefix><rank>``).
 """
 
 from __future__ import annotations
@@ -14,16 +15,30 @@ import os
 import pickle
 import re
 import stat
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitor.stacks.compare import is_user_code
 
-# Dumps of 2000 entries with frames are a few MB; this bounds what one file may cost.
-MAX_DUMP_BYTES = 256 << 20
+# Dumps of 2000 entries with frames are a few MB. A pickle's bytes stand for many times their
+# size in objects (a reference to an entry is two bytes, an Entry with its frames a few hundred),
+# so what one file may cost is bounded by its size and by what is kept of it:
+MAX_DUMP_BYTES = 64 << 20
+# torch keeps its newest TORCH_FR_BUFFER_SIZE entries (the monitor sets 2000): five times that, the
+# newest, as a smaller buffer would have kept them.
+MAX_ENTRIES = 10_000
+# Innermost first; the call site is the innermost frame in the user's code.
+MAX_FRAMES = 64
+# A dump of 2000 entries of 30 frames runs about 850,000 opcodes. An opcode makes at most one
+# object (a dict, 64 bytes: sets are refused), so a dump of 1-byte opcodes makes no more than
+# 300 MB of them.
+MAX_OPCODES = 4_000_000
 # A pickle starts with PROTO (0x80) and its version; torch writes protocol 2 (checked on 2.13).
 _PICKLE_START = re.compile(rb"\x80[\x02-\x05]")
 _RANK_AT_END = re.compile(r"(\d+)$")
+# Plain data has no sets (216 bytes each, the largest object one opcode makes): refused.
+_SET_OPCODES = (pickle.EMPTY_SET[0], pickle.ADDITEMS[0], pickle.FROZENSET[0])
 
 
 class DumpError(Exception):
@@ -90,9 +105,42 @@ def find_dumps(folder: Path) -> list[Path]:
     return found
 
 
-class _BuiltinsOnly(pickle.Unpickler):
+class _Opcodes(dict):
+    """One unpickler's opcodes, counted as they are run."""
+
+    def __init__(self, table: dict) -> None:
+        super().__init__(table)
+        self._left = MAX_OPCODES
+
+    def __getitem__(self, opcode: int):
+        self._left -= 1
+        if self._left < 0:
+            raise DumpError(f"it runs more than {MAX_OPCODES:,} opcodes")
+        return super().__getitem__(opcode)
+
+    def __missing__(self, opcode: int):
+        raise pickle.UnpicklingError(f"invalid load key, {bytes([opcode])!r}.")
+
+
+class _BuiltinsOnly(pickle._Unpickler):
+    """The Python unpickler, not the C one: its opcodes can be counted and replaced, and its memo
+    is a dict (the C one allocates an array as long as the highest index a pickle names: five
+    bytes ask for gigabytes)."""
+
+    def __init__(self, file) -> None:
+        super().__init__(file)
+        self.dispatch = _Opcodes(self._opcodes)
+
     def find_class(self, module: str, name: str):
         raise DumpError(f"it names {module}.{name}; a flight-recorder dump holds only plain data")
+
+    def _load_bytearray8(self) -> None:
+        # The stock opcode allocates the declared length before reading: read it first instead.
+        (size,) = struct.unpack("<Q", self.read(8))
+        self.append(bytearray(self.read(size)))
+
+    _opcodes = {opcode: load for opcode, load in pickle._Unpickler.dispatch.items() if opcode not in _SET_OPCODES}
+    _opcodes[pickle.BYTEARRAY8[0]] = _load_bytearray8
 
 
 def load(path: Path) -> RankDump:
@@ -110,11 +158,16 @@ def load(path: Path) -> RankDump:
         raw = _BuiltinsOnly(io.BytesIO(data)).load()
     except DumpError as exc:
         raise DumpError(f"{path}: refused: {exc}") from None
-    except Exception as exc:  # a truncated or corrupt pickle raises anything from EOFError on
+    except EOFError:
+        raise DumpError(f"{path}: not a readable flight-recorder dump (it ends early: cut while written?)") from None
+    except Exception as exc:  # a corrupt pickle raises anything from struct.error on
         raise DumpError(f"{path}: not a readable flight-recorder dump ({type(exc).__name__}: {exc})") from None
     try:
         return _rank_dump(int(match.group(1)), path, raw)
-    except (KeyError, TypeError, ValueError, AttributeError, SyntaxError) as exc:
+    # OverflowError: int() of an infinity; RecursionError and MemoryError: literal_eval of a
+    # deeply nested ranks string (the parser's own limits).
+    except (KeyError, TypeError, ValueError, AttributeError, SyntaxError, OverflowError, RecursionError,
+            MemoryError) as exc:
         raise DumpError(f"{path}: not a flight-recorder dump ({type(exc).__name__}: {exc})") from None
 
 
@@ -125,7 +178,7 @@ def _rank_dump(rank: int, path: Path, raw: dict) -> RankDump:
     for key, config in (raw.get("pg_config") or {}).items():
         ranks = config.get("ranks", [])
         groups[str(config.get("name", key))] = [int(r) for r in (ast.literal_eval(ranks) if isinstance(ranks, str) else ranks)]
-    return RankDump(rank=rank, path=str(path), groups=groups, entries=[_entry(e) for e in raw["entries"]])
+    return RankDump(rank=rank, path=str(path), groups=groups, entries=[_entry(e) for e in raw["entries"][-MAX_ENTRIES:]])
 
 
 def _entry(e: dict) -> Entry:
@@ -137,5 +190,5 @@ def _entry(e: dict) -> Entry:
         input_dtypes=list(e.get("input_dtypes") or []), state=str(e.get("state", "")),
         retired=bool(e.get("retired")), is_p2p=p2p, timeout_ms=e.get("timeout_ms"),
         frames=[CallSite(str(f.get("name", "?")), str(f.get("filename", "?")), int(f.get("line") or 0))
-                for f in e.get("frames") or []],
+                for f in (e.get("frames") or [])[:MAX_FRAMES]],
     )
