@@ -140,18 +140,19 @@ def _lines(path):
             while budget > 0 and (chunk := stream.read(min(CHUNK, budget))) or rest:
                 budget -= len(chunk)
                 data = rest + chunk
-                lines = data.split(b"\n")
-                keys = data.translate(_DIGITS).split(b"\n")  # the same cuts: digits are no newlines
-                rest = lines.pop() if chunk else b""
-                if chunk:
-                    keys.pop()
-                for key in dict.fromkeys(keys).keys() - seen:
-                    index = keys.index(key)
-                    for part in lines[index].decode("utf-8", "replace").split("\r"):
-                        if part.strip():
-                            yield number + index + 1, part
-                seen.update(keys)
-                number += len(lines)
+                end = data.rfind(b"\n") + 1 if chunk else len(data)
+                data, rest = data[:end], data[end:] if chunk else b""
+                keys = data.translate(_DIGITS).split(b"\n")  # one key a line: digits are no newlines
+                fresh = set(keys)
+                fresh -= seen
+                if fresh:
+                    seen |= fresh
+                    lines = data.split(b"\n")
+                    for index in sorted(keys.index(key) for key in fresh):
+                        for part in lines[index].decode("utf-8", "replace").split("\r"):
+                            if part.strip():
+                                yield number + index + 1, part
+                number += len(keys) - (1 if data.endswith(b"\n") else 0)
     except OSError:
         return
 
