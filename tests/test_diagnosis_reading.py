@@ -138,7 +138,8 @@ def test_cli_diagnose_exit_codes_and_json(tmp_path, capsys):
     assert main(base + ["--json", str(failed)]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["root_cause"]["rule"] == "cuda-oom" and data["root_cause"]["rank"] == 3
-    assert set(data) == {"root_cause", "findings", "files", "problems", "notes", "empty"}
+    assert set(data) == {"root_cause", "findings", "files", "problems", "notes", "empty", "against", "new_since_good_run",
+                         "changes"}
     assert main(base + [str(tmp_path / "missing.log")]) == 2
     assert "missing.log: no such file" in capsys.readouterr().err
     # One path of several missing (a log rotated away): the rest is still diagnosed, the missing
