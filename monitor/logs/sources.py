@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.logs.reader import is_log_like
+from monitor.logs.reader import is_link_loop, is_log_like
 
 # A compressed (rotated) log cannot be followed; its text was read while it was the live file.
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip")
@@ -63,7 +63,7 @@ def list_log_files(root: str) -> list[str]:
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)
-            if is_log_name(path):
+            if is_log_name(path) or is_link_loop(path):  # a loop is said, as by diagnose
                 found.append(path)
     return found
 

@@ -1,0 +1,130 @@
+"""Faults of round 3 (docs of the review: faults-round3-2026-11-25.md), each shown with real files,
+real processes and real signals: a symlink loop in a folder (F11), a glob over symlink loops
+(F21), an undecodable byte in a file name (F12), a non-UTF-8 byte in the job's argv (F15), and a
+silent job that then exits well (F16)."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from monitor.diagnosis.catalogue import load_catalogue
+from monitor.logs import sources
+from monitor.logs.follow import Follower
+from monitor.logs.sources import parse_source
+from monitor.session.job_session import JobSession
+from monitor.stacks import files
+from monitor.stacks.model import Capture, Frame, ProcessStack, Thread
+from monitor.text import safe_json, safe_text
+
+from test_session_stall import Clock, step, write
+from test_stacks import needs_ptrace
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACEBACK = 'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\nValueError: bad batch\n'
+
+
+@pytest.fixture(scope="module")
+def catalogue():
+    return load_catalogue(include_user=False)
+
+
+def monitor(*args: str, cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``python -m monitor ARGS``, its output as bytes (a raw byte must be seen as it is)."""
+    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, cwd=cwd,
+                          env={**os.environ, "COLUMNS": "400", "PYTHONPATH": str(ROOT)})
+
+
+class Watch:
+    """``monitor watch --headless ARGS`` in a process of its own (``script``: run before it), its
+    stderr read on a thread so that a test waiting for a line never blocks past its time."""
+
+    def __init__(self, *args: str, cwd: Path, script: str = "") -> None:
+        code = f"{script}\nimport sys\nfrom monitor.cli import main\nsys.exit(main({['watch', '--headless', *args]!r}))"
+        self.process = subprocess.Popen([sys.executable, "-c", code], cwd=cwd, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        env={**os.environ, "COLUMNS": "400", "PYTHONPATH": str(ROOT)})
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        self.err = b""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stderr:
+            self.lines.put(line)
+
+    def wait_for(self, words: bytes, timeout: float = 20) -> bytes:
+        """stderr up to the line holding ``words``."""
+        deadline = time.monotonic() + timeout
+        while words not in self.err:
+            try:
+                self.err += self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                self.process.kill()
+                raise AssertionError(f"no line with {words!r} in {timeout} s: {self.err!r}") from None
+        return self.err
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> tuple[int, bytes, bytes]:
+        """Signal it; its exit code, stdout and all of its stderr."""
+        self.process.send_signal(sig)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(f"still running {timeout} s after signal {sig}") from None
+        self._reader.join(5)
+        while not self.lines.empty():
+            self.err += self.lines.get()
+        return self.process.returncode, self.process.stdout.read(), self.err
+
+
+# -- F11: a symlink loop in a folder -------------------------------------------------------------
+def _folder_with_a_self_link(tmp_path: Path) -> Path:
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "r.log").write_text(TRACEBACK)
+    (folder / "self").symlink_to("self")
+    return folder
+
+
+def test_f11_diagnose_lists_a_self_link_under_problems(tmp_path: Path):
+    folder = _folder_with_a_self_link(tmp_path)
+    done = monitor("diagnose", str(folder))
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert "Traceback" not in err, err
+    assert "ValueError: bad batch" in out
+    problems = out.split("Problems reading the input", 1)[1]
+    assert f"{folder}/self: cannot read: too many levels of symbolic links" in problems
+    assert done.returncode == 2  # as a dangling log: an input not read
+
+
+def test_f11_a_self_link_beside_several_runs(tmp_path: Path):
+    folder = _folder_with_a_self_link(tmp_path)
+    (folder / "r.log").rename(folder / "run-20260101-000000.log")
+    (folder / "run-20260102-000000.log").write_text(TRACEBACK)
+    done = monitor("diagnose", "--json", str(folder))
+    assert done.returncode == 1 and not done.stderr, done.stderr
+    assert json.loads(done.stdout)["root_cause"]["title"].startswith("ValueError")
+
+
+def test_f11_watch_says_a_self_link_in_one_line(tmp_path: Path):
+    folder = _folder_with_a_self_link(tmp_path)
+    watch = Watch(str(folder), cwd=tmp_path)
+    watch.wait_for(b"watching")
+    time.sleep(1)
+    rc, out, err = watch.stop()
+    assert b"Traceback (most recent call last)" not in err, err
+    assert f"{folder}/self: cannot read: too many levels of symbolic links".encode() in err.lower()
+    assert rc == 1 and b"ValueError" in out
