@@ -128,3 +128,30 @@ def test_f11_watch_says_a_self_link_in_one_line(tmp_path: Path):
     assert b"Traceback (most recent call last)" not in err, err
     assert f"{folder}/self: cannot read: too many levels of symbolic links".encode() in err.lower()
     assert rc == 1 and b"ValueError" in out
+
+
+# -- F12: an undecodable byte in a file name ------------------------------------------------------
+def test_f12_safe_text_shows_undecodable_bytes_escaped():
+    name = os.fsdecode(b"r\x9b2Jx.log")
+    assert safe_text(name) == "r\\x9b2Jx.log"
+    assert safe_text("lone \ud800 surrogate") == "lone \ufffd surrogate"
+    assert "\\udc9b" in safe_json({"file": name})  # JSON keeps the data, escaped
+
+
+def test_f12_a_c1_byte_in_a_file_name_never_reaches_the_terminal(tmp_path: Path):
+    folder = tmp_path / "d2"
+    folder.mkdir()
+    with open(os.path.join(os.fsencode(folder), b"r\x9b2Jx.log"), "wb") as handle:
+        handle.write(TRACEBACK.encode())
+    # The report shows the byte as \x9b; the JSON keeps the name's data, escaped (\udc9b).
+    for args, shown in ((("diagnose", str(folder)), b"r\\x9b2Jx.log:3"),
+                        (("diagnose", "--json", str(folder)), b"r\\udc9b2Jx.log")):
+        done = monitor(*args)
+        assert done.returncode == 1, done.stderr
+        assert b"\x9b" not in done.stdout + done.stderr
+        assert shown in done.stdout
+    watch = Watch(str(folder), cwd=tmp_path)
+    watch.wait_for(b"watching")
+    time.sleep(1)
+    rc, out, err = watch.stop()
+    assert rc == 1 and b"\x9b" not in out + err and b"r\\x9b2Jx.log:3" in out
