@@ -155,3 +155,65 @@ def test_f12_a_c1_byte_in_a_file_name_never_reaches_the_terminal(tmp_path: Path)
     time.sleep(1)
     rc, out, err = watch.stop()
     assert rc == 1 and b"\x9b" not in out + err and b"r\\x9b2Jx.log:3" in out
+
+
+# -- F15: a non-UTF-8 byte in the job's argv --------------------------------------------------------
+def _capture(command: str) -> Capture:
+    frames = [Frame("load_batch", "/work/job/train.py", 4), Frame("<module>", "/work/job/train.py", 7)]
+    return Capture(taken=1.0, trigger="stall", host="h", processes=[
+        ProcessStack(pid=7, rank=0, command=command, threads=[Thread("MainThread", 7, frames)])])
+
+
+def test_f15_stacks_files_are_written_for_a_command_that_is_not_utf8(tmp_path: Path):
+    log = tmp_path / "run-1.log"
+    command = "python3 job.py " + os.fsdecode(b"data/caf\xe9.txt")
+    assert files.save(log, _capture(command), None) is None
+    json_path, text_path = files.stacks_paths(log)
+    assert files.read(json_path)[0][0].processes[0].command == command  # the data, whole
+    assert "python3 job.py data/caf" in text_path.read_text()
+
+
+@needs_ptrace
+def test_f15_the_hang_probe_keeps_its_finding_for_a_job_with_a_latin1_argument(tmp_path: Path):
+    from monitor.session.hang_probe import HangProbe
+
+    script = tmp_path / "job.py"
+    script.write_text("import time\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    job = subprocess.Popen([sys.executable, str(script), b"data/caf\xe9.txt"], stdout=subprocess.PIPE)
+    posted = []
+    try:
+        assert job.stdout.readline() == b"ready\n"
+        probe = HangProbe(lambda: [job.pid], tmp_path / "run-1.log", posted.extend)
+        assert probe.trigger("stall")
+        probe.join(30)
+    finally:
+        job.kill()
+        job.wait()
+    assert [f.rule for f in posted] == ["stacks"], [f.title for f in posted]
+    assert "every rank is in <module> (job.py:3)" in posted[0].title
+    assert "job.py data/caf" in (tmp_path / "run-1.stacks.txt").read_text()
+
+
+def test_f15_a_side_file_that_fails_never_takes_the_finding_with_it(tmp_path: Path, monkeypatch):
+    from monitor.session import hang_probe
+
+    def broken_save(*args):
+        raise UnicodeEncodeError("utf-8", "\udce9", 0, 1, "surrogates not allowed")
+
+    taken = object()
+
+    class Look:
+        capture, finding, dumps_asked = _capture("python3 job.py"), taken, []
+
+        def __init__(self, *args) -> None:
+            pass
+
+    monkeypatch.setattr(hang_probe, "Look", Look)
+    monkeypatch.setattr(hang_probe.files, "save", broken_save)
+    posted = []
+    probe = hang_probe.HangProbe(lambda: [1], tmp_path / "run-1.log", posted.extend)
+    probe.trigger("stall")
+    probe.join(10)
+    assert posted[0] is taken
+    (warning,) = posted[1:]
+    assert warning.fields["kind"] == "not-saved" and "UnicodeEncodeError" in warning.title
