@@ -217,3 +217,30 @@ def test_f15_a_side_file_that_fails_never_takes_the_finding_with_it(tmp_path: Pa
     assert posted[0] is taken
     (warning,) = posted[1:]
     assert warning.fields["kind"] == "not-saved" and "UnicodeEncodeError" in warning.title
+
+
+# -- F16: a silent job that then exits well -------------------------------------------------------
+def test_f16_a_clean_exit_clears_the_stall(tmp_path: Path, catalogue):
+    log = tmp_path / "job.log"
+    log.touch()
+    clock = Clock()
+    session = JobSession([str(log)], catalogue, stall_after=3, clock=clock, wall_clock=lambda: 5000.0)
+    write(log, "start")
+    step(session, clock, 0.1)
+    stall = next(f for f in step(session, clock, 4).new_findings if f.rule == "possible-hang")
+    session.close()
+    session.job_ended(None)
+    assert session.stall.active is None and stall not in session.findings
+    (note,) = session.findings
+    assert note.rule == "possible-hang-passed" and "then the job exited well" in note.title
+    assert session.diagnosis().root_cause is None
+
+
+def test_f16_monitor_run_saves_no_hang_for_a_silent_job_that_succeeds(tmp_path: Path):
+    done = monitor("run", "--headless", "--no-preflight", "--stall-after", "1", "--",
+                   sys.executable, "-c", "import time; print('start', flush=True); time.sleep(3)", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (saved,) = (tmp_path / "logs").glob("*.diagnosis.json")
+    diagnosis = json.loads(saved.read_text())
+    assert diagnosis["root_cause"] is None
+    assert [f["rule"] for f in diagnosis["findings"]] == ["possible-hang-passed"]
