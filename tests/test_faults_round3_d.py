@@ -130,6 +130,96 @@ def test_f11_watch_says_a_self_link_in_one_line(tmp_path: Path):
     assert rc == 1 and b"ValueError" in out
 
 
+# -- F21: a glob over symlink loops ---------------------------------------------------------------
+def _folder_with_loops(tmp_path: Path) -> Path:
+    run = tmp_path / "d" / "run1"
+    run.mkdir(parents=True)
+    (run / "rank0.log").write_text("step 1\n")
+    (run / "up").symlink_to("..")
+    (run / "self").symlink_to(".")
+    return tmp_path / "d"
+
+
+def test_f21_a_recursive_glob_does_not_follow_symlink_loops(tmp_path: Path):
+    _folder_with_loops(tmp_path)
+    # In a process of its own: an expansion that follows the loops never ends.
+    code = "from monitor.logs.sources import parse_source; print(parse_source('d/**/*.log').expand())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=10, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.stdout == "['d/run1/rank0.log']\n", done.stderr
+
+
+def test_f21_the_glob_names_what_glob_names(tmp_path: Path, monkeypatch):
+    """Outside ``**`` a glob still goes through a symlinked folder (``logs/latest``), hidden
+    names are left out unless named, and ``**`` matches no folder as well as many."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "rank0.log").write_text("x\n")
+    logs = tmp_path / "logs"
+    (logs / "a" / "b").mkdir(parents=True)
+    (logs / ".hidden").mkdir()
+    (logs / "latest").symlink_to(real)
+    for name in ("top.log", "a/one.log", "a/b/two.log", ".hidden/three.log", "a/.dot.log", "a/notes.md"):
+        (logs / name).write_text("x\n")
+    monkeypatch.chdir(tmp_path)
+    assert parse_source("logs/*/rank0.log").expand() == ["logs/latest/rank0.log"]
+    assert parse_source("logs/**/*.log").expand() == ["logs/a/b/two.log", "logs/a/one.log", "logs/top.log"]
+    assert parse_source("logs/.hidden/*.log").expand() == ["logs/.hidden/three.log"]
+    assert parse_source(str(logs / "a" / "**" / "*.log")).expand() == [str(logs / "a/b/two.log"),
+                                                                         str(logs / "a/one.log")]
+    monkeypatch.chdir(logs / "a")
+    assert parse_source("**/*.log").expand() == ["b/two.log", "one.log"]
+
+
+def test_f21_a_glob_too_wide_is_cut_and_said_once(tmp_path: Path, monkeypatch):
+    for index in range(30):
+        folder = tmp_path / "wide" / f"n{index:02d}"
+        folder.mkdir(parents=True)
+        (folder / "rank.log").write_text("x\n")
+    monkeypatch.setattr(sources, "GLOB_MAX_ENTRIES", 40)  # the 30 folders, and 10 of their files
+    follower = Follower([str(tmp_path / "wide" / "**" / "*.log")], poll=True, poll_interval=0.01)
+    try:
+        assert 0 < len(follower.files) < 30
+        said = follower.read(timeout=0.05).problems
+        assert len(said) == 1 and "more than 40" in said[0] and "narrower" in said[0], said
+        time.sleep(0.05)
+        assert not follower.read(timeout=0.05).problems  # not walked and said again at each rescan
+    finally:
+        follower.close()
+
+
+def test_f21_watch_over_symlink_loops_starts_and_stops(tmp_path: Path):
+    _folder_with_loops(tmp_path)
+    watch = Watch("d/**/*.log", cwd=tmp_path)
+    assert b"watching 1 file(s)" in watch.wait_for(b"watching", timeout=15)
+    rc, out, _ = watch.stop(signal.SIGINT)
+    assert rc == 0 and b"No failure found" in out
+
+
+# Start-up made slow as a huge tree would make it (the walk itself is bounded).
+SLOW_START = textwrap.dedent("""\
+    import time
+    from monitor.logs import sources
+    def slow(self):
+        print("expanding", file=__import__("sys").stderr, flush=True)
+        time.sleep(30)
+        return []
+    sources.Source.expand = slow
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_f21_a_signal_stops_the_start_up(tmp_path: Path, sig):
+    _folder_with_loops(tmp_path)
+    watch = Watch("d/**/*.log", cwd=tmp_path, script=SLOW_START)
+    watch.wait_for(b"expanding")
+    started = time.monotonic()
+    rc, _, err = watch.stop(sig, timeout=10)
+    assert time.monotonic() - started < 5
+    assert rc == (130 if sig == signal.SIGINT else -signal.SIGTERM), err
+    assert b"Traceback" not in err
+
+
 # -- F12: an undecodable byte in a file name ------------------------------------------------------
 def test_f12_safe_text_shows_undecodable_bytes_escaped():
     name = os.fsdecode(b"r\x9b2Jx.log")
