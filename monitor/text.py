@@ -23,6 +23,16 @@ _ESCAPES = regex.compile(
 # U+2028/U+2029 (line and paragraph separators) break a line on some terminals.
 _CONTROLS = regex.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 
+# A file name's bytes that are not UTF-8 arrive as lone surrogates (os's surrogateescape), and
+# printed they become those raw bytes again: 0x9b is CSI on a terminal with 8-bit controls.
+_SURROGATES = regex.compile(r"[\ud800-\udfff]")
+
+
+def _undecodable(match) -> str:
+    """An undecodable byte shown as ``\\x9b`` (the name can still be found); any other lone
+    surrogate as U+FFFD."""
+    code = ord(match.group())
+    return f"\\x{code - 0xdc00:02x}" if 0xdc80 <= code <= 0xdcff else "\ufffd"
 
 
 def clean(raw: bytes | str) -> str:
@@ -54,14 +64,16 @@ def safe_text(text: str, keep_newlines: bool = False) -> str:
         return text
     if "\x1b" in text or "\x9b" in text:
         text = _ESCAPES.sub("", text)
+    text = _SURROGATES.sub(_undecodable, text)
     if keep_newlines:
         return "\n".join(_CONTROLS.sub("", line) for line in text.split("\n"))
     return _CONTROLS.sub("", text.replace("\n", " "))
 
 
 # What json.dumps(ensure_ascii=False) leaves raw that a terminal acts on: C1 controls (0x9b is
-# CSI) and the Unicode line separators. Escaped as \uXXXX, the JSON stays the same data.
-_JSON_RAW = regex.compile(r"[\x7f-\x9f\u2028\u2029]")
+# CSI), the Unicode line separators, and lone surrogates (an undecodable byte of a file name).
+# Escaped as \uXXXX, the JSON stays the same data.
+_JSON_RAW = regex.compile(r"[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 def safe_json(data, **options) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from monitor.diagnosis.catalogue import Catalogue
@@ -40,9 +41,10 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: lis
         if path.is_dir() and not found:
             problems.append(f"{path}: no log files in this directory")
         for file in found:
-            if file.resolve() in read:
+            # realpath, not resolve: a symlink loop is read (and said unreadable), not raised on
+            if (real := Path(os.path.realpath(file))) in read:
                 continue  # named twice (a file and its folder): read once
-            read.add(file.resolve())
+            read.add(real)
             name = str(file)
             try:
                 if fast:

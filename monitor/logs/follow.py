@@ -30,7 +30,7 @@ from monitor.logs.tracked_file import (
     rotations_by_base,
 )
 from monitor.logs.fs_events import OVERFLOW, RESCAN, FileEvents, open_file_events
-from monitor.logs.sources import Source, parse_source
+from monitor.logs.sources import GlobTooWide, Source, parse_source
 
 POLL_S = 0.5
 SAFETY_POLL_S = 2.0
@@ -83,6 +83,7 @@ class Follower:
         self._fds = DescriptorCache(max_open or _default_max_open())
         self._problems: list[str] = []
         self._new_files: list[str] = []
+        self._too_wide: set[Source] = set()  # globs not walked again at each rescan
         self._events: FileEvents | None = None
         if not poll:
             self._start_events()
@@ -209,8 +210,14 @@ class Follower:
 
     def _discover(self) -> None:
         for source in self.sources:
+            if source in self._too_wide:
+                continue  # walked to its bounds once: its new files come by their events only
             try:
                 paths = source.expand()
+            except GlobTooWide as cut:
+                self._too_wide.add(source)
+                self._problems.append(str(cut))
+                paths = cut.found
             except OSError:
                 continue
             for path in paths:

@@ -6,6 +6,7 @@ the line lengths) and ``clean``. A rank comes from the line's prefix, else the f
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
 import stat
@@ -60,15 +61,26 @@ def is_log_like(path: Path) -> bool:
     return Path(name).suffix in LOG_SUFFIXES or name in LOG_NAMES
 
 
+def is_link_loop(path: str | os.PathLike) -> bool:
+    """A symlink that leads back to itself (``ln -s self d/self``): neither a file nor a folder.
+    A folder's walk lists it with its logs, so that reading it says why it cannot be read (it
+    may have been meant for a folder of logs) instead of leaving it out unsaid."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
 def find_logs(path: str | os.PathLike) -> list[Path]:
-    """The log-like files under a directory (recursive, sorted), or the file itself."""
+    """The log-like files under a directory (recursive, sorted) with its symlink loops, or the file itself."""
     root = Path(path)
     if not root.is_dir():
         return [root]
     found = []
     for directory, subdirs, files in os.walk(root):
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
-        found.extend(Path(directory) / f for f in sorted(files) if is_log_like(Path(f)))
+        found.extend(path for f in sorted(files) if is_log_like(path := Path(directory) / f) or is_link_loop(path))
     return found
 
 

@@ -73,14 +73,14 @@ def runs_in(folder: Path) -> list[Run]:
             name = stem.group(1)
             # run-X.* only: run-X-2 (the next job in the same second) is another run.
             run = runs.setdefault(name, Run(name, specs=[glob.escape(str(folder / name)) + ".*"]))
-        elif entry.is_dir() and _ATTEMPT.match(entry.name):
+        elif _is_dir(entry) and _ATTEMPT.match(entry.name):
             run = runs.setdefault(entry.name, Run(entry.name, specs=[str(path)]))
-        elif entry.is_dir() and (attempts := _attempts(path)):
+        elif _is_dir(entry) and (attempts := _attempts(path)):
             for attempt in attempts:
                 name = f"{entry.name}/{attempt.name}"
                 runs[name] = Run(name, [attempt], [str(attempt)])
             continue
-        elif entry.is_dir() or is_log_like(path):
+        elif _is_dir(entry) or is_log_like(path):
             run = runs.setdefault(OTHER, Run(OTHER))
             run.specs.append(str(path))
         else:
@@ -127,11 +127,19 @@ def choose(folder: Path, runs: list[Run], name: str | None = None) -> Choice:
     ), len(runs))
 
 
+def _is_dir(entry: os.DirEntry) -> bool:
+    """Whether the entry is a folder; a symlink loop is none (``is_dir`` raises ELOOP for it)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
 def _attempts(folder: Path) -> list[Path]:
     """torchrun ``--log-dir`` layout: ``<run_id>/attempt_<n>/<rank>/std{out,err}.log``."""
     try:
         return sorted(
-            (Path(e.path) for e in os.scandir(folder) if e.is_dir() and _ATTEMPT.match(e.name)),
+            (Path(e.path) for e in os.scandir(folder) if _is_dir(e) and _ATTEMPT.match(e.name)),
             key=lambda p: int(p.name.split("_")[1]),
         )
     except OSError:

@@ -91,17 +91,26 @@ class HangProbe:
                 if kind not in _NOT_PROBLEMS:
                     self._say_once(kind, advice("title-stacks-not-taken", problem=look.capture.problem),
                                    look.capture.problem)
-            if error := files.save(self.log_path, look.capture, look.finding):
-                self._say_once("not-saved", advice("title-stacks-not-saved", error=error), error)
             self.latest = (look.capture, look.finding)
             self.captures += 1
             if look.finding is not None:
                 self._post([look.finding])
+            self._save(look)
             if look.dumps_asked:
                 self._post(look.read_dumps(self._dump_wait_s))
         except Exception as exc:  # a fault of the monitor: one line, never a traceback, the job untouched
             self._say_once("failed", advice("title-stacks-failed", error=f"{type(exc).__name__}: {exc}"),
                            advice("monitor-fault"))
+
+    def _save(self, look: Look) -> None:
+        """The stacks files beside the log, written after the finding is posted: a side file that
+        cannot be written, even by a fault of ours, is said in one line and takes nothing with it."""
+        try:
+            error = files.save(self.log_path, look.capture, look.finding)
+        except Exception as exc:  # a fault of the monitor in a side file: the finding stands
+            error = f"{type(exc).__name__}: {exc}"
+        if error:
+            self._say_once("not-saved", advice("title-stacks-not-saved", error=error), error)
 
     def _say_once(self, kind: str, title: str, remedy: str) -> None:
         """A warning finding about the probe itself, once per kind of trouble."""

@@ -26,8 +26,10 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
     ``sampler``: the metrics Sampler (default: this machine's, watching the logs' folders)."""
     out = out or sys.stdout
     stop = stop or threading.Event()
-    restore = _stop_on_signals(stop)
+    # Until the session is up (a glob walked, big files scanned), Ctrl-C and SIGTERM end the
+    # start-up as they end any command: there is nothing to summarise yet.
     session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True, against=against)
+    restore = _stop_on_signals(stop)
     pump = MetricsPump(SamplerFeed(sampler or watch_sampler(paths), session.post), warn=say).start()
     try:
         for problem in session.problems:

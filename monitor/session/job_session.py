@@ -9,7 +9,7 @@ follow of a file therefore finds what ``diagnose`` finds on the finished file.
 Findings from outside the logs join the same engine, so they are counted, ordered and weighed
 for the root cause like the others (``diagnosis/root_cause.py``):
 - the stall (``possible-hang``, origin ``stall``): added while no stream has printed for the
-  threshold and no error explains the silence, withdrawn when output resumes;
+  threshold and no error explains the silence, withdrawn when output resumes or the job exits well;
 - metric signals and checkpoint checks, from their own threads: ``post`` (thread-safe);
 - the checks before the launch and how the job exited, from the session's thread: ``add``;
 - what the ranks' stacks and flight-recorder dumps say (``HangProbe``): taken when the session
@@ -139,7 +139,10 @@ class JobSession:
         """How the job exited (``runner.explain.exit_finding``; None: a clean exit). It is the
         root cause only when nothing else is; otherwise it only confirms the cause."""
         if exit_finding is None:
-            if self._probation is not None:  # the silence was no hang: the job finished well
+            # The job finished well: a silence was no hang. It passes as when output resumes,
+            # and what was seen during it is withdrawn at once.
+            self._stall_passed(self.stall.end(), self._clock(), exited=True)
+            if self._probation is not None:
                 self._withdraw(self._probation[1])
                 self._probation = None
             return
@@ -347,18 +350,8 @@ class JobSession:
         self._node_findings = {key: self._node_findings.get(key, finding) for key, finding in found.items()}
 
     def _update_stall(self, step: SessionUpdate, now: float) -> None:
-        cleared = self.stall.observe(step.lines, now)
-        if cleared is not None:
-            self._withdraw([cleared])
-            # Kept in the history, as passed: someone away from the screen still learns there was one.
-            note = resolved_note(cleared, self._wall_clock())
-            self.engine.add_external(note)
+        if note := self._stall_passed(self.stall.observe(step.lines, now), now):
             step.new_findings.append(note)
-            on_trial = [f for found in self._evidence.values() for f in found if f.fields.get("trigger") == "stall"]
-            if on_trial:
-                self._probation = (now + PROBATION_S, on_trial)
-            if self.probe is not None:
-                self.probe.rearm()
         if self.stall.active is None and not step.lines and self._silence_unexplained():
             finding = self.stall.check(now, self._wall_clock())
             if finding is not None:
@@ -366,6 +359,22 @@ class JobSession:
                 step.new_findings.append(finding)
                 if self.probe is not None:
                     self.probe.trigger("stall")
+
+    def _stall_passed(self, cleared: Finding | None, now: float, exited: bool = False) -> Finding | None:
+        """The stall ``cleared`` (if any; ended by output, or by a clean exit) is withdrawn and
+        kept in the history as passed (the note returned): someone away from the screen still
+        learns there was one. What the stacks showed during it goes on probation."""
+        if cleared is None:
+            return None
+        self._withdraw([cleared])
+        note = resolved_note(cleared, self._wall_clock(), exited)
+        self.engine.add_external(note)
+        on_trial = [f for found in self._evidence.values() for f in found if f.fields.get("trigger") == "stall"]
+        if on_trial:
+            self._probation = (now + PROBATION_S, on_trial)
+        if self.probe is not None:
+            self.probe.rearm()
+        return note
 
     def _look_inside(self, step: SessionUpdate, now: float) -> None:
         """Take the stacks on the first timeout or idle GPUs; judge evidence on probation."""

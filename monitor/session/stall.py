@@ -3,7 +3,7 @@
 NCCL's watchdog reports a hung collective only when the process-group timeout runs out (10
 minutes by default for NCCL, 30 for gloo). Silence shows it much earlier: when no stream has
 printed for ``threshold`` seconds, a ``possible-hang`` warning names the last line of each rank
-and the ranks that went silent first. Output resuming clears it.
+and the ranks that went silent first. Output resuming, or the job exiting well, clears it.
 
 The threshold is ``stall_after`` if given, else ``max(60 s, 10 x the typical gap)``, where the
 typical gap is the median pause between bursts of output (pauses under a second are the lines
@@ -59,6 +59,11 @@ class StallDetector:
         self._last_arrival = now
         for line in lines:
             self.last[line.rank if line.rank is not None else line.file] = LastWords(now, line)
+        return self.end()
+
+    def end(self) -> Finding | None:
+        """The silence is over (output resumed, or the job exited well): the stall finding it
+        cleared, if one was active."""
         cleared, self.active = self.active, None
         return cleared
 
@@ -101,15 +106,17 @@ class StallDetector:
         )
 
 
-def resolved_note(stall: Finding, wall_now: float) -> Finding:
-    """What stays of a stall once output resumed: an info note of when and how long."""
+def resolved_note(stall: Finding, wall_now: float, exited: bool = False) -> Finding:
+    """What stays of a stall once output resumed (or, ``exited``, the job exited well): an info
+    note of when and how long."""
     started = stall.first_seen if stall.first_seen is not None else wall_now
+    silent = f"{wall_now - started:.0f}"
     return Finding(
         rule=RESOLVED_RULE, category=Category.HANG, severity="info", role="confirm", origin="stall",
-        title=advice("title-stall-passed", silent=f"{wall_now - started:.0f}"),
+        title=advice("title-stall-exited" if exited else "title-stall-passed", silent=silent),
         rank=stall.rank, ranks=list(stall.ranks), file=stall.file, line=stall.line, evidence=list(stall.evidence),
-        fields={**stall.fields, "resumed_after_s": f"{wall_now - started:.0f}"}, first_seen=started,
-        remedy=advice("stall-passed"),
+        fields={**stall.fields, "resumed_after_s": silent}, first_seen=started,
+        remedy=advice("stall-exited" if exited else "stall-passed"),
     )
 
 

@@ -70,7 +70,9 @@ def save(log_path: Path, capture: Capture, finding: Finding | None) -> str | Non
     except OSError:
         previous = None
     data = updated_json(previous, capture, finding)
-    return replace_file(json_path, data) or replace_file(text_path, render_all(data).encode())
+    # A command line with bytes that are not UTF-8 (a Latin-1 file name) holds lone surrogates:
+    # the JSON escapes them, the text to read shows them as "?".
+    return replace_file(json_path, data) or replace_file(text_path, render_all(data).encode(errors="replace"))
 
 
 def read(path: Path) -> list[tuple[Capture, Finding | None]]:
