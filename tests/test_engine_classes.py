@@ -6,6 +6,7 @@ and other frameworks' and older versions' wordings of known failures."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -179,5 +180,5 @@ def test_a_root_cause_whose_lines_name_no_rank_takes_the_launchers_first_failure
     root = result["root_cause"]
     assert (root["category"], root["rank"], root["rank_source"]) == ("python_exception", 3, "summary")
     text = subprocess.run([sys.executable, "-m", "monitor", "diagnose", str(tmp_path / "job.log")],
-                          capture_output=True, text=True, timeout=60, env={**__import__("os").environ, "COLUMNS": "200"}).stdout
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"}).stdout
     assert "rank 3 (from the launcher's summary: the first failure it observed)" in text
