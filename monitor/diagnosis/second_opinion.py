@@ -19,7 +19,7 @@ from pathlib import Path
 
 import regex
 
-from monitor.model import Diagnosis, Finding
+from monitor.model import Category, Diagnosis, Finding
 
 FORMAT = "monitor-second-opinion/1"
 RULE_ID = "learned-opinion"
@@ -167,7 +167,7 @@ def unsure(diagnosis: Diagnosis) -> bool:
     """Whether the rules left room for a second opinion: no root cause, only an uncaught exception
     no rule names, or only weak evidence."""
     root = diagnosis.root_cause
-    return root is None or root.rule == "python-exception" or diagnosis.confidence == "weak"
+    return root is None or root.category == Category.PYTHON_EXCEPTION or diagnosis.confidence == "weak"
 
 
 def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str]) -> Diagnosis:
