@@ -23,7 +23,7 @@ ALLOWED = {
     "units": set(),
     "model": {"text"},
     "progress": set(),
-    "logs": {"text", "model", "files"},
+    "logs": {"text", "model", "files", "progress"},  # progress: the furthest step a run reached
     "diagnosis": {"text", "model", "units", "logs", "files"},  # files: the learned model written whole
     "metrics": {"text", "model", "units", "files", "diagnosis", "logs"},  # diagnosis.advice: remedies as data; logs.nodes: this node's name; files: a run's recording created new
     "checkpoints": {"text", "model", "units", "diagnosis"},  # diagnosis.advice: remedies as data

@@ -70,9 +70,9 @@ def test_a_folder_without_a_good_run_says_so_in_one_line(tmp_path: Path) -> None
     assert _run(logs, sys.executable, str(JOB), "--fail") == 1
     assert _run(logs, sys.executable, str(JOB), "--fail") == 1
     text, data = _diagnose(str(logs))
-    assert [note for note in data["notes"] if "exited 0" in note] == [
-        f"{logs}: no run before {data['files'][0].split('/')[-1].removesuffix('.log')} exited 0 (as `monitor run` "
-        "recorded it): nothing to compare with"]
+    assert [note for note in data["notes"] if "ended well" in note] == [
+        f"{logs}: no run before {data['files'][0].split('/')[-1].removesuffix('.log')} ended well (exited 0 as "
+        "`monitor run` recorded it, or got to a further step): nothing to compare with"]
     assert data["against"] is None
 
 
@@ -159,3 +159,21 @@ def test_what_changed_since_the_good_run_is_listed_and_the_new_line_beats_the_ba
     text, data = _diagnose(str(logs))
     assert "accelerate 0.1.0 -> 0.2.0" in data["changes"] and "NCCL_P2P_DISABLE=1 new" in data["changes"]
     assert "What changed since then:" in text.stdout and "accelerate 0.1.0 -> 0.2.0" in text.stdout
+
+
+def test_slurm_outputs_that_record_no_exit_are_compared_with_the_one_that_got_further(tmp_path: Path) -> None:
+    """Two SLURM outputs of the same training: the older got to step 900, the newer died at step 40
+    with a line the older never printed. Nothing recorded how either ended."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    older = logs / "slurm-1001.out"
+    older.write_text("".join(f"step {s} loss {2.0 / (s + 1):.4f}\n" for s in range(0, 901, 20)))
+    newer = logs / "slurm-1002.out"
+    newer.write_text("".join(f"step {s} loss {2.0 / (s + 1):.4f}\n" for s in range(0, 41, 20))
+                     + "ERROR trainer: fetched 0 rows from the feature store for shard 12\n")
+    os.utime(older, (1_700_000_000, 1_700_000_000))
+    text, data = _diagnose(str(logs))
+    assert data["against"] == "slurm-1001"
+    assert [line["text"] for line in data["new_since_good_run"]] == [
+        "ERROR trainer: fetched 0 rows from the feature store for shard 12"]
+    assert data["root_cause"]["rule"] == "new-since-good-run"

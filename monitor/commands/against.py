@@ -64,7 +64,8 @@ def good_run(paths: list[str], args: argparse.Namespace) -> tuple[GoodRun | None
         return None, None  # one run, or none: nothing to compare with, and nothing to say
     good = last_good(runs, failed)
     if good is None:
-        return None, f"{chosen}: no run before {failed.name} exited 0 (as `monitor run` recorded it): nothing to compare with"
+        return None, (f"{chosen}: no run before {failed.name} ended well (exited 0 as `monitor run` recorded it, "
+                      "or got to a further step): nothing to compare with")
     return GoodRun(good.name, list(log_files(good)), side_record(good, "meta").get("environment") or {}, failed_env), None
 
 

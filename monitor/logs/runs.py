@@ -184,12 +184,53 @@ def side_record(run: Run, kind: str) -> dict:
     return {}
 
 
-def ended_well(run: Run) -> bool:
-    """Whether the run's job exited 0, as `monitor run` recorded it (a run it did not record: no)."""
-    return any(side_record(run, kind).get("exit_code") == 0 for kind in ("job", "meta"))
+# How much of each log's end is read for the furthest step a run reached, and how many earlier
+# runs are looked at: a folder of many runs costs a bounded time.
+STEP_TAIL_BYTES = 1024 * 1024
+MAX_RUNS_LOOKED_AT = 20
+
+
+def exit_code(run: Run) -> int | None:
+    """The run's job's exit code as `monitor run` recorded it, or None (a run it did not record)."""
+    for kind in ("job", "meta"):
+        if isinstance(code := side_record(run, kind).get("exit_code"), int):
+            return code
+    return None
+
+
+def furthest_step(run: Run) -> int | None:
+    """The highest training step the end of the run's logs reports (``progress.parse``)."""
+    from monitor.progress.parse import parse_progress
+
+    best = None
+    for path in log_files(run):
+        try:
+            with open(path, "rb") as stream:
+                stream.seek(max(0, os.fstat(stream.fileno()).st_size - STEP_TAIL_BYTES))
+                tail = stream.read(STEP_TAIL_BYTES).decode("utf-8", "replace")
+        except OSError:
+            continue
+        for line in tail.splitlines():
+            if (event := parse_progress(line)) is not None and event.step is not None:
+                best = event.step if best is None else max(best, event.step)
+    return best
 
 
 def last_good(runs: list[Run], before: Run) -> Run | None:
-    """The newest run older than ``before`` (``runs`` oldest first) whose job ended well."""
+    """The newest run older than ``before`` (``runs`` oldest first) that ended well: exited 0 as
+    `monitor run` recorded it, or, where nothing recorded how it ended (a SLURM output), got to a
+    further step than ``before``."""
     older = runs[:runs.index(before)] if before in runs else []
-    return next((run for run in reversed(older) if ended_well(run)), None)
+    unknown = object()
+    reached = unknown  # ``before``'s furthest step, read only when a run without a record needs it
+    for run in list(reversed(older))[:MAX_RUNS_LOOKED_AT]:
+        code = exit_code(run)
+        if code == 0:
+            return run
+        if code is None:
+            if reached is unknown:
+                reached = furthest_step(before)
+            step = furthest_step(run)
+            if step is not None and (reached is None or step > reached):
+                return run
+    return None

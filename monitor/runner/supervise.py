@@ -254,7 +254,8 @@ def _last_good_run(log_path: Path) -> tuple[Against, dict] | None:
     good = last_good(runs, this) if this is not None else None
     if good is None:
         if this is not None and runs.index(this) > 0:
-            say(f"no earlier run in {log_path.parent} exited 0: nothing to compare this one with")
+            say(f"no earlier run in {log_path.parent} ended well (exited 0, or got to a further step): "
+                "nothing to compare this one with")
         return None
     return (Against(good.name, frozenset(run_templates(log_files(good)))),
             side_record(good, "meta").get("environment") or {})
