@@ -182,3 +182,24 @@ def test_a_root_cause_whose_lines_name_no_rank_takes_the_launchers_first_failure
     text = subprocess.run([sys.executable, "-m", "monitor", "diagnose", str(tmp_path / "job.log")],
                           capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"}).stdout
     assert "rank 3 (from the launcher's summary: the first failure it observed)" in text
+
+
+def test_mp_spawns_header_names_the_process_of_the_traceback_that_follows(tmp_path: Path) -> None:
+    """torch.multiprocessing.spawn (ProcessRaisedException): "-- Process {index} terminated with the
+    following error:" before the child's own traceback, which carries no rank."""
+    result = _diagnose(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 40, in <module>\n'
+        "    mp.spawn(worker, nprocs=4)\n"
+        "torch.multiprocessing.spawn.ProcessRaisedException: \n"
+        "\n"
+        "-- Process 2 terminated with the following error:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/site-packages/torch/multiprocessing/spawn.py", line 90, in _wrap\n'
+        "    fn(i, *args)\n"
+        '  File "/home/u/train.py", line 22, in worker\n'
+        "    batch = next(loader)\n"
+        "KeyError: 'labels'\n"
+    ))
+    root = result["root_cause"]
+    assert (root["fields"]["exc_type"], root["rank"], root["rank_source"]) == ("KeyError", 2, "launcher")

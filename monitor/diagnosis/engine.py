@@ -60,6 +60,7 @@ class Engine:
         self._finding_rule: dict[int, Rule | None] = {}
         self._record_skip: dict[int, set[int]] = {}  # per finding, advice its record rules out
         self._pending: dict[tuple, Record] = {}
+        self._spawned: dict[tuple, int] = {}  # per stream, the process mp.spawn says the next traceback is of
         self._pending_per_file: dict[str, int] = {}
         self._disabled: set[int] = set()
         self._log_seen: set[int] = set()  # prefilter.log_patterns found in the logs so far
@@ -145,8 +146,14 @@ class Engine:
                 return
             self._complete(key, new)
         kind = records.starter_kind(body) if starter else None
-        if kind is not None:
+        if kind == "spawned":
+            # torch.multiprocessing.spawn's "-- Process N terminated with the following error:": the
+            # traceback that follows is process N's (its rank, under mp.spawn's usual use).
+            self._spawned[key] = int(records.SPAWNED.match(body.strip())[1])
+        elif kind is not None:
             record = records.start(kind, line, body, rank, arrival)
+            if rank is None and kind == "traceback" and (index := self._spawned.pop(key, None)) is not None:
+                record.rank, record.rank_from = index, "launcher"
             record.rule_hits.append(rule_hits)
             self._pending[key] = record
             self._pending_per_file[line.file] = self._pending_per_file.get(line.file, 0) + 1
@@ -598,6 +605,8 @@ def _record_rank_source(record: Record) -> str:
     """What gave a record its rank: a prefix on its line, or (no prefix) its file's name."""
     if record.rank is None:
         return ""
+    if record.rank_from:
+        return record.rank_from
     return "prefix" if parse_prefix(record.lines[0].text).rank is not None else "file"
 
 

@@ -31,6 +31,8 @@ _LIBRARY = regex.compile(
 CASCADE_TYPES = {
     "DistBackendError", "ChildFailedError", "KeyboardInterrupt", "SignalException", "SystemExit",
     "BrokenPipeError",
+    # torch.multiprocessing.spawn in the parent: a child raised (its own traceback follows) or died.
+    "ProcessRaisedException", "ProcessExitedException",
 }
 # Shown as warnings: stopping by signal is not in itself a failure of the program.
 WARNING_TYPES = {"KeyboardInterrupt", "SignalException", "SystemExit"}

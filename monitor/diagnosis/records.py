@@ -40,6 +40,7 @@ STARTER_LITERALS = (
     "ChildFailedError",
     "Last error:",
     'File "',
+    "terminated with the following error",
     # An exception's last line standing alone (``pyexc.parse_exception_line``).
     "rror: ",
     "xception: ",
@@ -62,6 +63,9 @@ _CHAIN = ("During handling of the above exception", "The above exception was the
 _CPP_START = regex.compile(r"^(?:terminate called after throwing an instance of|Exception raised from .* \(most recent call first\):)")
 _CPP_CONT = regex.compile(r"^(?:\s*what\(\):|\s*frame #\d+:|\s*<omitting python frames>|Exception raised from )")
 _RULER = regex.compile(r"^\s*={10,}\s*$")
+# torch.multiprocessing.spawn (ProcessRaisedException): "-- Process {index} terminated with the
+# following error:" before the child's traceback.
+SPAWNED = regex.compile(r"^-- Process (\d+) terminated with the following error:$")
 # A frame of CPython's traceback (``traceback.StackSummary.format``: '  File "{}", line {}, in {}'):
 # where a paste or an interleaved stream lost the ``Traceback`` header, the first frame starts the
 # record. faulthandler's frames ('line {} in {}', no comma) are no traceback of an exception.
@@ -93,6 +97,8 @@ class Record:
     arrival: int = 0
     # The first time written in its file after the record started (``Finding.before``).
     time_after: float | None = None
+    # What gave it its rank when not its lines (``engine``: "launcher", mp.spawn's process index).
+    rank_from: str = ""
 
     @property
     def last_line(self) -> int:
@@ -114,6 +120,8 @@ def starter_kind(body: str) -> str | None:
         return "summary"
     if stripped.rstrip() == "Last error:":
         return "last_error"
+    if SPAWNED.match(stripped):
+        return "spawned"  # no record: it names the process of the traceback that follows
     return None
 
 
