@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rich.text import Text
 from textual import on
+from textual.actions import SkipAction
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Container, Vertical
@@ -450,10 +451,11 @@ class MonitorApp(App[int]):
     def action_filter(self) -> None:
         if self.screen is not self.screen_stack[0]:
             return  # the help or the quit question is up: a priority key must not act behind it
+        if isinstance(self.focused, Input):
+            # A "/" typed in a regex (the filter's or the find's): skipped, the key goes to the box
+            # behind the keys read before it, so in a burst it stays where it was typed.
+            raise SkipAction()
         filter_input = self.query_one("#filter-input", Input)
-        if filter_input.has_focus:
-            filter_input.insert_text_at_cursor("/")  # a "/" typed in the regex
-            return
         filter_input.display = True
         # Focused now, not on the next turn (what focus() does): the keys already read behind the "/"
         # are routed to the focused widget.
