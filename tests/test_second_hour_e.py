@@ -60,3 +60,25 @@ async def test_a_slash_is_text_in_the_find_box_and_stays_in_place_in_a_burst():
         await pilot.pause(0.2)
         assert app.query_one("#filter-input").value == "a/b/c"
         assert view.line_filter.pattern == "a/b/c"
+
+
+# ----- item 5: each finding's detail opens at its top
+async def test_the_next_finding_opens_at_what_to_do_not_where_the_last_was_scrolled():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        detail = app.query_one("#finding-detail")
+        await pilot.press("c", "d", "pagedown", "pagedown")
+        await pilot.pause()
+        assert detail.scroll_y > 0
+        await pilot.press("escape", "n")  # the next finding
+        await pilot.pause()
+        assert detail.scroll_y == 0
+        await pilot.press("d", "pagedown", "escape")
+        await pilot.pause()
+        scrolled = detail.scroll_y
+        assert scrolled > 0
+        # The same finding redrawn (its count grew) keeps the place the user scrolled to.
+        app.query_one("#findings").show(app.query_one("#findings").findings, app._root)
+        await pilot.pause()
+        assert detail.scroll_y == scrolled
