@@ -4,7 +4,10 @@ root cause of a big log outside the loaded lines. At 80x24, as the walk-through 
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from rich.console import Console
 from textual import events
 
 from monitor.session.feeds import LogBatch
@@ -82,3 +85,73 @@ async def test_the_next_finding_opens_at_what_to_do_not_where_the_last_was_scrol
         app.query_one("#findings").show(app.query_one("#findings").findings, app._root)
         await pilot.pause()
         assert detail.scroll_y == scrolled
+
+
+# ----- item 13: less's keys
+def numbered_lines(count: int, file: str = "logs/rank0.log") -> list:
+    from monitor.model import LogLine
+
+    return [LogLine(file, n, f"[rank0]: step {n} loss 1.0" + (" Watchdog caught" if n % 50 == 0 else ""), 0)
+            for n in range(1, count + 1)]
+
+
+async def test_less_keys_move_through_the_log():
+    lines = numbered_lines(300)
+    app = make_app(ScriptedLogFeed([LogBatch(lines=lines)]))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 300)
+        view = app.query_one(LogView)
+        bottom = view.max_scroll_y
+        assert view.follow and view.scroll_y == bottom
+        await pilot.press("g")
+        assert not view.follow and view.scroll_y == 0
+        await pilot.press("j", "j")
+        assert view.scroll_y == 2
+        await pilot.press("k")
+        assert view.scroll_y == 1
+        await pilot.press("ctrl+f")
+        page = view.scroll_y - 1
+        assert page >= view.scrollable_content_region.height - 1
+        await pilot.press("ctrl+b")
+        assert view.scroll_y == 1
+        await pilot.press("G")
+        assert view.follow and view.scroll_y == bottom
+
+
+async def test_n_is_the_next_match_while_a_find_is_active_and_find_is_smart_case():
+    lines = numbered_lines(300)
+    app = make_app(ScriptedLogFeed([LogBatch(lines=lines)]))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, 300)
+        view = app.query_one(LogView)
+        await pilot.press("f", *"watchdog", "enter")  # lower case: any case, as less -i / lnav
+        matches = [i for i in range(len(app.store)) if "Watchdog" in app.store.text(i)]
+        assert view.cursor_index == matches[0]
+        await pilot.press("n", "n")
+        assert view.cursor_index == matches[2]
+        await pilot.press("N")
+        assert view.cursor_index == matches[1]
+        await pilot.press("f", *"WATCHDOG", "enter")  # a capital letter: exact case
+        assert "(none)" in str(app.query_one("#log-status").render())
+        await pilot.press("escape")
+        assert not view.find_text
+
+
+async def test_help_says_which_keys_differ_from_less():
+    from monitor.tui.screens import HelpScreen
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        await pilot.press("question_mark")
+        help_screen = app.screen
+        assert isinstance(help_screen, HelpScreen)
+        console = Console(width=200, record=True, file=io.StringIO())
+        for static in help_screen.query("Static"):
+            console.print(static.content)
+        text = console.export_text()
+        for keys in ("G / g", "j / k", "ctrl+f / ctrl+b"):
+            assert keys in text
+        assert "Unlike less" in text
+        for differs in ("/ filters", "f finds", "space pauses", "n / N", "q quits"):
+            assert differs in text, differs

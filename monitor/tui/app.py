@@ -504,8 +504,12 @@ class MonitorApp(App[int]):
         view.follow = not view.follow
 
     def action_finding(self, direction: int) -> None:
-        """Move to the next/previous finding by position in the log."""
+        """Move to the next/previous finding by position in the log; in the log with a find
+        active, to the next/previous match (less's n / N)."""
         view = self.query_one(LogView)
+        if view.find_text and view.has_focus:
+            self.action_find_next(direction)
+            return
         placed = sorted(
             (index, finding)
             for finding in self._findings

@@ -64,7 +64,16 @@ class LogView(ScrollView, can_focus=True):
     LogView > .logview--cursor { background: $accent 30%; }
     LogView > .logview--gutter { color: $error; }
     """
-    BINDINGS = [Binding("end", "scroll_end", "Follow", show=False)]
+    BINDINGS = [
+        Binding("end", "scroll_end", "Follow", show=False),
+        # less's keys, for the hands that know them (the help says which keys differ from less).
+        Binding("G", "scroll_end", "Follow", show=False),
+        Binding("g", "scroll_home", "First line", show=False),
+        Binding("j", "scroll_down", "Down", show=False),
+        Binding("k", "scroll_up", "Up", show=False),
+        Binding("ctrl+f", "page_down", "Page down", show=False),
+        Binding("ctrl+b", "page_up", "Page up", show=False),
+    ]
 
     follow: reactive[bool] = reactive(True)
 
