@@ -155,3 +155,38 @@ async def test_help_says_which_keys_differ_from_less():
         assert "Unlike less" in text
         for differs in ("/ filters", "f finds", "space pauses", "n / N", "q quits"):
             assert differs in text, differs
+
+
+# ----- item 4: the gutter and the rank badges stay while scrolled sideways
+def wide_lines() -> list:
+    from monitor.model import LogLine
+
+    lines = [LogLine(f"logs/rank{n % 2}.log", n // 2 + 1, f"[rank{n % 2}]: step {n} " + "x" * 150, n % 2)
+             for n in range(30)]
+    lines.append(LogLine("logs/rank1.log", 16, "[rank1]: " + "y" * 200 + " needle at the far right", 1))
+    return lines
+
+
+async def test_sideways_scroll_keeps_the_badges_and_esc_home_end_bring_it_back():
+    lines = wide_lines()
+    app = make_app(ScriptedLogFeed([LogBatch(lines=lines)]))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, len(lines))
+        view = app.query_one(LogView)
+        await pilot.press("f", *"needle", "enter")
+        assert view.scroll_x > 0
+        row = view.row_of(view.cursor_index) - int(view.scroll_offset.y)
+        shown = view.render_line(row).text
+        assert shown.startswith(" r1 ") and "needle" in shown  # pinned as lnav does, the match in view
+        for y in range(view.scrollable_content_region.height):
+            assert view.render_line(y).text[1:3] in ("r0", "r1")
+        await pilot.press("escape")  # the find cleared: back to the start of the lines
+        assert view.scroll_x == 0 and not view.find_text
+        await pilot.press("right", "right", "right")
+        assert view.scroll_x > 0 and view.render_line(0).text[1:3] in ("r0", "r1")
+        await pilot.press("end")
+        assert view.scroll_x == 0 and view.follow
+        await pilot.press("right", "right", "home")
+        assert view.scroll_x == 0 and view.scroll_y == 0
+        await pilot.press("right", "escape")  # Esc with nothing else to clear
+        assert view.scroll_x == 0

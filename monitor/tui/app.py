@@ -446,6 +446,9 @@ class MonitorApp(App[int]):
             self._set_filter(replace(view.line_filter, pattern=""))
             self._update_status()  # drops a "bad regex" message
             view.focus()
+            return
+        if event.key == "escape" and view.has_focus:
+            view.show_line_starts()
 
     # ----- actions
     def action_filter(self) -> None:
