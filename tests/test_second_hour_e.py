@@ -190,3 +190,84 @@ async def test_sideways_scroll_keeps_the_badges_and_esc_home_end_bring_it_back()
         assert view.scroll_x == 0 and view.scroll_y == 0
         await pilot.press("right", "escape")  # Esc with nothing else to clear
         assert view.scroll_x == 0
+
+
+# ----- item 1: c and Enter on a root cause before the lines loaded of a big log
+def big_log_with_early_root(path, filler: int) -> int:
+    """A log over ATTACH_BYTES whose root cause (an OOM) lies near its start; returns its line."""
+    with open(path, "w") as handle:
+        for i in range(100):
+            handle.write(f"[rank{i % 4}]: step {i // 4} loss 1.0 lr 3e-4 grad_norm 0.91 tokens/s 12345\n")
+        handle.write("[rank2]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 2 has a "
+                     "total capacity of 79.11 GiB of which 1.19 GiB is free.\n")
+        for i in range(filler):
+            handle.write(f"[rank{i % 4}]: eval batch {i} of the held-out set, nothing wrong here at all\n")
+    return 101
+
+
+async def wait_for(pilot, condition, what: str) -> None:
+    for _ in range(200):
+        await pilot.pause(0.05)
+        if condition():
+            return
+    raise AssertionError(f"never happened: {what}")
+
+
+async def test_c_on_a_root_cause_before_the_loaded_lines_reads_them_back_and_jumps_there(tmp_path):
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.session import job_session
+    from monitor.tui import watch_app
+
+    log = tmp_path / "train.log"
+    root_line = big_log_with_early_root(log, 150_000)  # ~11 MB: the screen gets only the tail
+    assert log.stat().st_size >= 10 << 20
+    app = watch_app([log], catalogue=load_catalogue(include_user=False), bell=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, job_session.ATTACH_TAIL_LINES)
+        await wait_for(pilot, lambda: app._root is not None, "the root cause")
+        assert app._root.file == str(log) and app._root.line == root_line
+        assert app.store.find(str(log), root_line) is None  # not among the lines loaded
+        view = app.query_one(LogView)
+        await pilot.press("c")
+        await wait_for(pilot, lambda: app.store.find(str(log), root_line) is not None, "the root's line read back")
+        await pilot.pause(0.1)
+        root_index = app.store.find(str(log), root_line)
+        assert view.cursor_index == root_index and view.marks[root_index] == "root"
+        assert "OutOfMemoryError" in view.render_line(view.row_of(root_index) - int(view.scroll_offset.y)).text
+        numbers = [app.store.line(i).line for i in range(app.store.first, len(app.store))]
+        assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)  # in file order, none twice
+        assert numbers[0] == 1 and numbers[-1] == root_line + 150_000  # the lines before it, and the tail kept
+        # The lines between the two are said to be in the file only (not silently skipped).
+        status = str(app.query_one("#log-status").render())
+        assert "not loaded" in status
+        # L goes on from before what was read back: here nothing is left before line 1.
+        await pilot.press("L")
+        await pilot.pause(0.3)
+        assert app.store.line(app.store.first).line == 1
+
+
+async def test_enter_on_a_root_cause_before_the_loaded_lines_jumps_there_too(tmp_path):
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.session import job_session
+    from monitor.tui import watch_app
+
+    log = tmp_path / "train.log"
+    with open(log, "w") as handle:  # the root far from both ends: lines read back on either side
+        for i in range(60_000):
+            handle.write(f"[rank{i % 4}]: step {i // 4} loss 1.0 lr 3e-4 grad_norm 0.91 tokens/s 12345\n")
+    root_line = 60_000 + big_log_with_early_root(tmp_path / "part", 100_000)
+    with open(log, "a") as handle, open(tmp_path / "part") as part:
+        handle.write(part.read())
+    app = watch_app([log], catalogue=load_catalogue(include_user=False), bell=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, job_session.ATTACH_TAIL_LINES)
+        await wait_for(pilot, lambda: app._root is not None, "the root cause")
+        app.query_one("#finding-table").focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.store.find(str(log), root_line) is not None, "the root's line read back")
+        await pilot.pause(0.1)
+        view = app.query_one(LogView)
+        assert view.cursor_index == app.store.find(str(log), root_line)
+        numbers = [app.store.line(i).line for i in range(app.store.first, len(app.store))]
+        assert numbers[0] < root_line < numbers[-1] and numbers.index(root_line) + 1 < numbers.index(root_line + 1) + 1
+        assert root_line + 1 in numbers  # what came just after it, too

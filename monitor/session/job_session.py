@@ -41,7 +41,7 @@ from monitor.diagnosis.novelty import Against, NoveltyWatch, compare
 from monitor.diagnosis.second_opinion import review
 from monitor.logs.follow import Follower
 from monitor.logs.ranks import FileRanks
-from monitor.logs.reader import UnreadableLog, last_lines
+from monitor.logs.reader import UnreadableLog, last_lines, line_end
 from monitor.model import SEVERITY_ORDER, TIMEOUT_CATEGORIES, Diagnosis, Finding, LogLine
 from monitor.session.hang_probe import NOT_TAKEN_RULE, HangProbe
 from monitor.session.stall import StallDetector, resolved_note
@@ -227,6 +227,23 @@ class JobSession:
                 self.attached[path] = (begins, lines[0].line)
                 found += lines
         return found
+
+    def lines_around(self, path: str, line: int, count: int) -> list[LogLine]:
+        """Up to ``count`` lines of an attached file around its line ``line`` (half after it, as
+        many as come before those shown), when that line lies before the lines shown so far (a
+        finding the fast scan found): [] otherwise. ``earlier_lines`` goes on from before them;
+        the lines between them and those shown are left in the file. Reads the file only."""
+        begins, first = self.attached.get(path, (0, 1))
+        if not 1 <= line < first:
+            return []
+        last = min(first - 1, line + count // 2)
+        end = line_end(path, last)
+        if end is None:
+            return []
+        lines, begins = last_lines(path, end, last, count, window=EARLIER_WINDOW)
+        if lines:
+            self.attached[path] = (begins, lines[0].line)
+        return lines
 
     def flush(self) -> None:
         """Complete every record in progress (the source has ended)."""
