@@ -271,3 +271,62 @@ async def test_enter_on_a_root_cause_before_the_loaded_lines_jumps_there_too(tmp
         numbers = [app.store.line(i).line for i in range(app.store.first, len(app.store))]
         assert numbers[0] < root_line < numbers[-1] and numbers.index(root_line) + 1 < numbers.index(root_line + 1) + 1
         assert root_line + 1 in numbers  # what came just after it, too
+
+
+# ----- item 14: a stall's end worded by what came back
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def stalled_session(tmp_path):
+    """A 4-rank job in one file that trained, then went silent past the threshold."""
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.session.job_session import JobSession
+
+    log = tmp_path / "job.log"
+    log.touch()
+    clock = Clock()
+    session = JobSession([str(log)], load_catalogue(include_user=False), stall_after=0.8, clock=clock,
+                         wall_clock=lambda: 5000.0)
+    for index in range(5):
+        with open(log, "a") as handle:
+            handle.write("".join(f"[rank{r}]: step {index} loss=0.5\n" for r in range(4)))
+        clock.now += 0.03
+        session.step(timeout=0)
+    clock.now += 1.0
+    assert any(f.rule == "possible-hang" for f in session.step(timeout=0).new_findings)
+    return log, clock, session
+
+
+def resumed_with(tmp_path, *lines: str):
+    log, clock, session = stalled_session(tmp_path)
+    with open(log, "a") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+    clock.now += 0.1
+    try:
+        (note,) = [f for f in session.step(timeout=0).new_findings if f.rule == "possible-hang-passed"]
+    finally:
+        session.close()
+    return note
+
+
+def test_a_silence_that_ends_in_an_error_is_not_a_hang_that_passed(tmp_path):
+    note = resumed_with(tmp_path, "[rank0]: RuntimeError: [gloo/transport/tcp/pair.cc:598] Gloo recv timed out")
+    assert "passed" not in note.title and "resumed" not in note.title
+    assert "then rank 0 printed an error: RuntimeError: [gloo/transport/tcp/pair.cc:598] Gloo recv timed out" in note.title
+    assert "hang" in note.remedy
+
+
+def test_a_silence_that_one_rank_of_four_ends_says_the_others_are_still_silent(tmp_path):
+    note = resumed_with(tmp_path, "[rank0]: step 5 loss=0.5")
+    assert "passed" not in note.title
+    assert "then only rank 0 printed again; ranks 1,2,3 still silent" in note.title
+
+
+def test_a_silence_every_rank_ends_passed(tmp_path):
+    note = resumed_with(tmp_path, *(f"[rank{r}]: step 5 loss=0.5" for r in range(4)))
+    assert "then output resumed (possible hang passed)" in note.title

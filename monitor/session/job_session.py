@@ -367,7 +367,7 @@ class JobSession:
         self._node_findings = {key: self._node_findings.get(key, finding) for key, finding in found.items()}
 
     def _update_stall(self, step: SessionUpdate, now: float) -> None:
-        if note := self._stall_passed(self.stall.observe(step.lines, now), now):
+        if note := self._stall_passed(self.stall.observe(step.lines, now), now, resumed=step.lines):
             step.new_findings.append(note)
         if self.stall.active is None and not step.lines and self._silence_unexplained():
             finding = self.stall.check(now, self._wall_clock())
@@ -377,14 +377,16 @@ class JobSession:
                 if self.probe is not None:
                     self.probe.trigger("stall")
 
-    def _stall_passed(self, cleared: Finding | None, now: float, exited: bool = False) -> Finding | None:
-        """The stall ``cleared`` (if any; ended by output, or by a clean exit) is withdrawn and
-        kept in the history as passed (the note returned): someone away from the screen still
-        learns there was one. What the stacks showed during it goes on probation."""
+    def _stall_passed(self, cleared: Finding | None, now: float, exited: bool = False,
+                      resumed: list[LogLine] = ()) -> Finding | None:
+        """The stall ``cleared`` (if any; ended by output, the lines ``resumed``, or by a clean
+        exit) is withdrawn and kept in the history as a note worded by what ended it (the note
+        returned): someone away from the screen still learns there was one. What the stacks
+        showed during it goes on probation."""
         if cleared is None:
             return None
         self._withdraw([cleared])
-        note = resolved_note(cleared, self._wall_clock(), exited)
+        note = resolved_note(cleared, self._wall_clock(), exited, resumed)
         self.engine.add_external(note)
         on_trial = [f for found in self._evidence.values() for f in found if f.fields.get("trigger") == "stall"]
         if on_trial:
