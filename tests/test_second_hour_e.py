@@ -5,6 +5,12 @@ root cause of a big log outside the loaded lines. At 80x24, as the walk-through 
 from __future__ import annotations
 
 import io
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
 
 import pytest
 from rich.console import Console
@@ -330,3 +336,41 @@ def test_a_silence_that_one_rank_of_four_ends_says_the_others_are_still_silent(t
 def test_a_silence_every_rank_ends_passed(tmp_path):
     note = resumed_with(tmp_path, *(f"[rank{r}]: step 5 loss=0.5" for r in range(4)))
     assert "then output resumed (possible hang passed)" in note.title
+
+
+# ----- item 3 as a user types it: tmux at 80x24
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_typed_in_a_terminal_a_slash_stays_in_the_find_and_in_a_burst_in_the_filter(tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text("".join(f"[rank{r}]: step {s} loss 1.0\n" for s in range(20) for r in range(2))
+                   + "[rank1]: RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer\n")
+    session = f"second-hour-e-{os.getpid()}"
+    socket = str(tmp_path / "tmux.sock")
+    tmux = ["tmux", "-S", socket]
+    command = f"cd {shlex.quote(os.getcwd())} && TERM=xterm-256color {shlex.quote(sys.executable)} -m monitor watch --no-bell {shlex.quote(str(log))}"
+    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "24", command], check=True)
+
+    def screen() -> str:
+        return subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+
+    def wait_for_text(text: str) -> str:
+        for _ in range(100):
+            shown = screen()
+            if text in shown:
+                return shown
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} never shown:\n{shown}")
+
+    try:
+        wait_for_text("following")
+        subprocess.run([*tmux, "send-keys", "-t", session, "f"], check=True)
+        time.sleep(0.5)
+        subprocess.run([*tmux, "send-keys", "-t", session, "-l", "tcp/pair"], check=True)
+        subprocess.run([*tmux, "send-keys", "-t", session, "Enter"], check=True)
+        shown = wait_for_text("find /tcp/pair/")
+        assert "1 of 1" in shown
+        subprocess.run([*tmux, "send-keys", "-t", session, "Escape"], check=True)
+        subprocess.run([*tmux, "send-keys", "-t", session, "-l", "/a/b"], check=True)  # one burst
+        wait_for_text("/a/b/")
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
