@@ -70,7 +70,8 @@ def test_stall_names_the_rank_that_went_silent_first_and_clears_on_output(tmp_pa
     # It stays in the history as passed (#14: someone away never learnt there was one), never a cause.
     (passed,) = [f for f in update.new_findings if f.rule == "possible-hang-passed"]
     assert (passed.severity, passed.role, passed.rank) == ("info", "confirm", 1)
-    assert passed.title.startswith("No output for ") and "then output resumed" in passed.title
+    # Worded by what came back (#31): rank 0 printed again, rank 1 (silent first) did not.
+    assert passed.title.startswith("No output for ") and "then only rank 0 printed again; rank 1 still silent" in passed.title
     assert passed in session.findings and session.diagnosis().root_cause is None
     session.close()
 

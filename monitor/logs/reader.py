@@ -173,3 +173,22 @@ def last_lines(path: str, end: int, lines: int, count: int, window: int = 1 << 2
     first = lines - len(raws) + 1
     begins = end - sum(len(raw) + 1 for raw in raws)
     return [make_line(path, first + i, LineAssembler().feed(raw + b"\n")[0], ranks) for i, raw in enumerate(raws)], begins
+
+
+def line_end(path: str, line: int) -> int | None:
+    """The byte just after line ``line`` (from 1) of ``path``, lines counted by their newlines as
+    ``last_lines`` counts them; None when the file holds fewer lines or cannot be read."""
+    seen = offset = 0
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(CHUNK_BYTES):
+                newlines = chunk.count(b"\n")
+                if seen + newlines >= line:
+                    pos = -1
+                    for _ in range(line - seen):
+                        pos = chunk.index(b"\n", pos + 1)
+                    return offset + pos + 1
+                seen, offset = seen + newlines, offset + len(chunk)
+    except OSError:
+        return None
+    return None

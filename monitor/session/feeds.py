@@ -116,6 +116,11 @@ class SessionFeed:
         in the order of their times."""
         return in_time_order(self.session.earlier_lines(count))
 
+    def around(self, file: str, line: int, count: int) -> list[LogLine]:
+        """Lines around ``file``:``line`` when it lies before those shown of a file opened big
+        (see ``JobSession.lines_around``): [] otherwise."""
+        return self.session.lines_around(file, line, count)
+
     def close(self) -> None:
         if self._close_session:
             self.session.close()

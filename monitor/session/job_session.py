@@ -41,7 +41,7 @@ from monitor.diagnosis.novelty import Against, NoveltyWatch, compare
 from monitor.diagnosis.second_opinion import review
 from monitor.logs.follow import Follower
 from monitor.logs.ranks import FileRanks
-from monitor.logs.reader import UnreadableLog, last_lines
+from monitor.logs.reader import UnreadableLog, last_lines, line_end
 from monitor.model import SEVERITY_ORDER, TIMEOUT_CATEGORIES, Diagnosis, Finding, LogLine
 from monitor.session.hang_probe import NOT_TAKEN_RULE, HangProbe
 from monitor.session.stall import StallDetector, resolved_note
@@ -228,6 +228,23 @@ class JobSession:
                 found += lines
         return found
 
+    def lines_around(self, path: str, line: int, count: int) -> list[LogLine]:
+        """Up to ``count`` lines of an attached file around its line ``line`` (half after it, as
+        many as come before those shown), when that line lies before the lines shown so far (a
+        finding the fast scan found): [] otherwise. ``earlier_lines`` goes on from before them;
+        the lines between them and those shown are left in the file. Reads the file only."""
+        begins, first = self.attached.get(path, (0, 1))
+        if not 1 <= line < first:
+            return []
+        last = min(first - 1, line + count // 2)
+        end = line_end(path, last)
+        if end is None:
+            return []
+        lines, begins = last_lines(path, end, last, count, window=EARLIER_WINDOW)
+        if lines:
+            self.attached[path] = (begins, lines[0].line)
+        return lines
+
     def flush(self) -> None:
         """Complete every record in progress (the source has ended)."""
         self._taken(self.engine.flush())
@@ -350,7 +367,7 @@ class JobSession:
         self._node_findings = {key: self._node_findings.get(key, finding) for key, finding in found.items()}
 
     def _update_stall(self, step: SessionUpdate, now: float) -> None:
-        if note := self._stall_passed(self.stall.observe(step.lines, now), now):
+        if note := self._stall_passed(self.stall.observe(step.lines, now), now, resumed=step.lines):
             step.new_findings.append(note)
         if self.stall.active is None and not step.lines and self._silence_unexplained():
             finding = self.stall.check(now, self._wall_clock())
@@ -360,14 +377,16 @@ class JobSession:
                 if self.probe is not None:
                     self.probe.trigger("stall")
 
-    def _stall_passed(self, cleared: Finding | None, now: float, exited: bool = False) -> Finding | None:
-        """The stall ``cleared`` (if any; ended by output, or by a clean exit) is withdrawn and
-        kept in the history as passed (the note returned): someone away from the screen still
-        learns there was one. What the stacks showed during it goes on probation."""
+    def _stall_passed(self, cleared: Finding | None, now: float, exited: bool = False,
+                      resumed: list[LogLine] = ()) -> Finding | None:
+        """The stall ``cleared`` (if any; ended by output, the lines ``resumed``, or by a clean
+        exit) is withdrawn and kept in the history as a note worded by what ended it (the note
+        returned): someone away from the screen still learns there was one. What the stacks
+        showed during it goes on probation."""
         if cleared is None:
             return None
         self._withdraw([cleared])
-        note = resolved_note(cleared, self._wall_clock(), exited)
+        note = resolved_note(cleared, self._wall_clock(), exited, resumed)
         self.engine.add_external(note)
         on_trial = [f for found in self._evidence.values() for f in found if f.fields.get("trigger") == "stall"]
         if on_trial:

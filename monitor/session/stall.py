@@ -18,12 +18,16 @@ from collections import deque
 from dataclasses import dataclass
 
 from monitor.diagnosis.advice import advice
+from monitor.diagnosis.novelty import level
+from monitor.logs.ranks import parse_prefix
 from monitor.model import Category, Finding, LogLine, rank_words
 
 MIN_STALL_S = 60.0
 GAP_FACTOR = 10.0
 BURST_GAP_S = 1.0
 MAX_EVIDENCE_RANKS = 16
+# Longest a line that ended a silence is quoted in the note's title (characters).
+MAX_QUOTED = 160
 RULE = "possible-hang"
 RESOLVED_RULE = "possible-hang-passed"
 
@@ -106,17 +110,31 @@ class StallDetector:
         )
 
 
-def resolved_note(stall: Finding, wall_now: float, exited: bool = False) -> Finding:
-    """What stays of a stall once output resumed (or, ``exited``, the job exited well): an info
-    note of when and how long."""
+def resolved_note(stall: Finding, wall_now: float, exited: bool = False, resumed: list[LogLine] = ()) -> Finding:
+    """What stays of a stall once it ended: an info note of when and how long, worded by what
+    ended it: the job exited well (``exited``); among the ``resumed`` lines an error (the silence
+    ended in a failure, not in work resuming); only some of its ranks printed again (the others
+    still silent); else output resumed, a possible hang passed."""
     started = stall.first_seen if stall.first_seen is not None else wall_now
     silent = f"{wall_now - started:.0f}"
+    error = next((line for line in resumed if level(line.text) == "error"), None)
+    back = sorted({line.rank for line in resumed if line.rank is not None})
+    still = [rank for rank in stall.ranks if rank not in back]
+    if exited:
+        title, remedy = advice("title-stall-exited", silent=silent), advice("stall-exited")
+    elif error is not None:
+        who = _who(error.rank if error.rank is not None else error.file)
+        line = parse_prefix(error.text).body.strip()[:MAX_QUOTED]
+        title, remedy = advice("title-stall-error", silent=silent, who=who, line=line), advice("stall-error")
+    elif back and still:
+        title = advice("title-stall-partly", silent=silent, back=rank_words(back), still=rank_words(still))
+        remedy = advice("stall-partly")
+    else:
+        title, remedy = advice("title-stall-passed", silent=silent), advice("stall-passed")
     return Finding(
-        rule=RESOLVED_RULE, category=Category.HANG, severity="info", role="confirm", origin="stall",
-        title=advice("title-stall-exited" if exited else "title-stall-passed", silent=silent),
+        rule=RESOLVED_RULE, category=Category.HANG, severity="info", role="confirm", origin="stall", title=title,
         rank=stall.rank, ranks=list(stall.ranks), file=stall.file, line=stall.line, evidence=list(stall.evidence),
-        fields={**stall.fields, "resumed_after_s": silent}, first_seen=started,
-        remedy=advice("stall-exited" if exited else "stall-passed"),
+        fields={**stall.fields, "resumed_after_s": silent}, first_seen=started, remedy=remedy,
     )
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rich.text import Text
 from textual import on
+from textual.actions import SkipAction
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Container, Vertical
@@ -27,7 +28,7 @@ from monitor.session.feeds import LogBatch, LogFeed, MetricsFeed
 from monitor.tui.findings_panel import WIDE, FindingsPanel, JobTimeline, describe
 from monitor.tui.log_store import LEVEL_ERROR, LEVEL_INFO, LEVEL_WARNING, FilterError, LineFilter, LogStore
 from monitor.tui.log_view import LogView
-from monitor.tui.messages import EarlierLines, LogsArrived, MetricsSampled
+from monitor.tui.messages import EarlierLines, LinesAround, LogsArrived, MetricsSampled
 from monitor.tui.metrics_panel import MetricsPanel
 from monitor.tui.progress_panel import ProgressPanel
 from monitor.tui.screens import HelpScreen, QuitScreen
@@ -36,6 +37,8 @@ from monitor.tui.stacks_screen import StacksScreen
 POLL_S = 0.2
 # Lines read back per L from before those shown of a log opened big.
 EARLIER_LINES = 10_000
+# Lines read back around a finding's line that lies before those shown (c, Enter): half after it.
+AROUND_LINES = 2_000
 # At most this many screen updates a second from the log: a burst of lines is one update.
 REFRESH_S = 0.25
 # How often the app checks whether its job was asked to stop (a signal) or has ended.
@@ -122,6 +125,8 @@ class MonitorApp(App[int]):
         self._log_worker: Worker | None = None
         self._unplaced = False  # some finding's line has not arrived yet
         self._found: tuple[int, int] | None = None  # the find's match under the cursor: (k, of n)
+        # Lines left in the files between lines read back around a finding and those shown after.
+        self._not_loaded = 0
         self.finished_note = ""
         self.failed = False
         self.files: list[str] = []  # every file followed so far
@@ -336,9 +341,10 @@ class MonitorApp(App[int]):
             self.query_one(MetricsPanel).show_ended(note)
             self.query_one(ProgressPanel).end()
         self.sub_title = f"{self.sub_title} · {note}" if note else self.sub_title
-        if self._root is not None:
+        if self._root is not None and (index := self.store.find(self._root.file, self._root.line)) is not None:
+            self._go_to(self._root, index)  # among the lines shown only: nothing is read back unasked
+        elif self._root is not None:
             self.query_one(FindingsPanel).select(self._root)
-            self.action_root_cause()
         self.notify(note or "the job's output ended", title="finished", timeout=10, markup=False)
         self._update_status()
 
@@ -360,6 +366,8 @@ class MonitorApp(App[int]):
             status.append(f" (the newest {len(self.store) - self.store.first:,} kept; all are in the files)", style="dim")
         if self.files:
             status.append(f" from {len(self.files)} file{'s' if len(self.files) != 1 else ''}")
+        if self._not_loaded:
+            status.append(f" ({self._not_loaded:,} between not loaded; in the file)", style="dim")
         line_filter = view.line_filter
         if line_filter.active:
             status.append(f"  showing {view.row_count:,}", style="bold")
@@ -445,15 +453,19 @@ class MonitorApp(App[int]):
             self._set_filter(replace(view.line_filter, pattern=""))
             self._update_status()  # drops a "bad regex" message
             view.focus()
+            return
+        if event.key == "escape" and view.has_focus:
+            view.show_line_starts()
 
     # ----- actions
     def action_filter(self) -> None:
         if self.screen is not self.screen_stack[0]:
             return  # the help or the quit question is up: a priority key must not act behind it
+        if isinstance(self.focused, Input):
+            # A "/" typed in a regex (the filter's or the find's): skipped, the key goes to the box
+            # behind the keys read before it, so in a burst it stays where it was typed.
+            raise SkipAction()
         filter_input = self.query_one("#filter-input", Input)
-        if filter_input.has_focus:
-            filter_input.insert_text_at_cursor("/")  # a "/" typed in the regex
-            return
         filter_input.display = True
         # Focused now, not on the next turn (what focus() does): the keys already read behind the "/"
         # are routed to the focused widget.
@@ -502,8 +514,12 @@ class MonitorApp(App[int]):
         view.follow = not view.follow
 
     def action_finding(self, direction: int) -> None:
-        """Move to the next/previous finding by position in the log."""
+        """Move to the next/previous finding by position in the log; in the log with a find
+        active, to the next/previous match (less's n / N)."""
         view = self.query_one(LogView)
+        if view.find_text and view.has_focus:
+            self.action_find_next(direction)
+            return
         placed = sorted(
             (index, finding)
             for finding in self._findings
@@ -591,13 +607,57 @@ class MonitorApp(App[int]):
         if not message.lines:
             self.notify("no earlier lines: each file is shown from its first line", markup=False)
             return
-        old = self.store
-        self.store = old.with_earlier(message.lines)
-        added = len(self.store) - (len(old) - old.first)
+        added = self._put_in_front(message.lines)
         self.query_one(LogView).replace_store(self.store, cursor=added)
         self._mark_lines()
         self._update_status()
         self.notify(f"{added:,} earlier lines read back", markup=False)
+
+    def _put_in_front(self, lines: list) -> int:
+        """The store rebuilt with ``lines`` (read back from the files) before those it holds; how
+        many of them it kept."""
+        old = self.store
+        self.store = old.with_earlier(lines)
+        return len(self.store) - (len(old) - old.first)
+
+    def _show_in_log(self, finding: Finding) -> None:
+        """The log's cursor on the finding's line. A line before those shown (a big log is shown by
+        its tail) is read back from its file first, on a thread; the move comes with the lines."""
+        if not finding.file:
+            return
+        index = self.store.find(finding.file, finding.line)
+        if index is not None:
+            self.query_one(LogView).jump_to(index)
+            return
+        around = getattr(self.log_feed, "around", None)
+        if around is None:
+            self._not_shown(finding)
+            return
+        self.run_worker(lambda: self.post_message(LinesAround(finding, around(finding.file, finding.line, AROUND_LINES))),
+                        thread=True, group="earlier", exclusive=True, exit_on_error=False)
+
+    def _not_shown(self, finding: Finding) -> None:
+        self.notify(f"{safe_text(finding.file)}:{finding.line} is not among the lines shown; it is in the file",
+                    markup=False)
+
+    def on_lines_around(self, message: LinesAround) -> None:
+        finding, lines = message.finding, message.lines
+        if self._torn_down():
+            return
+        if not lines:
+            self._not_shown(finding)
+            return
+        shown_from = self.store.first_line(finding.file)
+        self._put_in_front(lines)
+        if shown_from is not None:
+            self._not_loaded += max(0, shown_from - lines[-1].line - 1)
+        index = self.store.find(finding.file, finding.line)
+        self.query_one(LogView).replace_store(self.store, cursor=index if index is not None else self.store.first)
+        self._mark_lines()
+        self._update_status()
+        note = f"; lines {lines[-1].line + 1:,}-{shown_from - 1:,} stay in the file" \
+            if shown_from is not None and shown_from > lines[-1].line + 1 else ""
+        self.notify(f"{len(lines):,} lines around {safe_text(finding.file)}:{finding.line} read back{note}", markup=False)
 
     def action_wrap(self) -> None:
         self.query_one(LogView).toggle_wrap()
@@ -611,20 +671,18 @@ class MonitorApp(App[int]):
         if self._root is None:
             self.notify("no root cause found (yet)", markup=False)
             return
-        self._go_to(self._root, self.store.find(self._root.file, self._root.line))
+        self.query_one(FindingsPanel).select(self._root)
+        self._show_in_log(self._root)
+        self._update_status()
 
-    def _go_to(self, finding: Finding, index: int | None) -> None:
+    def _go_to(self, finding: Finding, index: int) -> None:
         self.query_one(FindingsPanel).select(finding)
-        if index is not None:
-            self.query_one(LogView).jump_to(index)
+        self.query_one(LogView).jump_to(index)
         self._update_status()
 
     @on(FindingsPanel.Selected)
     def _finding_chosen(self, event: FindingsPanel.Selected) -> None:
-        finding = event.finding
-        index = self.store.find(finding.file, finding.line) if finding.file else None
-        if index is not None:
-            self.query_one(LogView).jump_to(index)
+        self._show_in_log(event.finding)
         self._update_status()
 
     def action_toggle_theme(self) -> None:

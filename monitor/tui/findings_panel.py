@@ -118,6 +118,7 @@ class FindingsPanel(Container):
         self._keys: list[str] = []
         self._shown: dict[str, tuple] = {}
         self._columns = COLUMNS
+        self._detail_key: str | None = None  # the finding the detail shows
 
     def compose(self):
         table = DataTable(cursor_type="row", zebra_stripes=False, id="finding-table")
@@ -247,9 +248,15 @@ class FindingsPanel(Container):
         detail = self.query_one("#finding-text", Static)
         if finding is None:
             detail.update(Text("no findings yet", style="dim"))
+            self._detail_key = None
             return
         is_root = self.root is not None and finding.id == self.root.id
         detail.update(describe(finding, is_root, self.first_time(finding)))
+        if finding.id != self._detail_key:
+            # Another finding opens at its top, "what to do" first; the same one redrawn (its
+            # count grew) stays where the user scrolled it.
+            self._detail_key = finding.id
+            self.query_one("#finding-detail").scroll_home(animate=False, immediate=True)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()

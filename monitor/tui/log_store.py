@@ -185,6 +185,13 @@ class LogStore:
             store.append(self.line(index))
         return store
 
+    def first_line(self, file: str) -> int | None:
+        """The line number of the oldest kept line of ``file``, or None when none is kept."""
+        file_id = self._file_ids.get(file)
+        if file_id is None or not self._by_file[file_id]:
+            return None
+        return self._numbers[self._by_file[file_id][0] - self.first]
+
     def text(self, index: int) -> str:
         """The line's text ("" for a line no longer kept)."""
         local = index - self.first

@@ -64,7 +64,16 @@ class LogView(ScrollView, can_focus=True):
     LogView > .logview--cursor { background: $accent 30%; }
     LogView > .logview--gutter { color: $error; }
     """
-    BINDINGS = [Binding("end", "scroll_end", "Follow", show=False)]
+    BINDINGS = [
+        Binding("end", "scroll_end", "Follow", show=False),
+        # less's keys, for the hands that know them (the help says which keys differ from less).
+        Binding("G", "scroll_end", "Follow", show=False),
+        Binding("g", "scroll_home", "First line", show=False),
+        Binding("j", "scroll_down", "Down", show=False),
+        Binding("k", "scroll_up", "Up", show=False),
+        Binding("ctrl+f", "page_down", "Page down", show=False),
+        Binding("ctrl+b", "page_up", "Page up", show=False),
+    ]
 
     follow: reactive[bool] = reactive(True)
 
@@ -162,9 +171,12 @@ class LogView(ScrollView, can_focus=True):
         self.jump_to(cursor)
 
     def set_find(self, text: str) -> None:
-        """Highlight ``text`` (a regex, smart case) in every shown line; "" clears. Raises FilterError."""
+        """Highlight ``text`` (a regex, smart case) in every shown line; "" clears (and brings back
+        the lines' starts, scrolled away to show a match). Raises FilterError."""
         self._find = compile_pattern(text) if text else None
         self.find_text = text
+        if not text:
+            self.show_line_starts()
         self._cache.clear()
         self.refresh()
         self.post_message(self.StatusChanged())
@@ -194,12 +206,16 @@ class LogView(ScrollView, can_focus=True):
         match = self._find.search(self.store.text(index)[:MAX_DRAWN].expandtabs(4)) if self._find else None
         if match is None or self.wrap:
             return
-        width = self.scrollable_content_region.width
-        start, end = match.start() + self._badge_width() + 1, match.end() + self._badge_width() + 1
-        if end <= width:
-            self.scroll_to(x=0, animate=False)
+        # The text's part of the row: the gutter and badges stay pinned at the left.
+        width = self.scrollable_content_region.width - self._badge_width() - 1
+        if match.end() <= width:
+            self.show_line_starts()
         else:
-            self.scroll_to(x=max(0, start - width // 3), animate=False)
+            self.scroll_to(x=max(0, match.start() - width // 3), animate=False)
+
+    def show_line_starts(self) -> None:
+        """Scroll back to the start of the lines (Esc, Home, End, a find cleared)."""
+        self.scroll_to(x=0, animate=False)
 
     def set_marks(self, marks: dict[int, str]) -> None:
         if marks == self.marks:
@@ -232,6 +248,7 @@ class LogView(ScrollView, can_focus=True):
         self.post_message(self.StatusChanged())
 
     def action_scroll_end(self) -> None:
+        self.show_line_starts()
         self.follow = True
 
     def action_scroll_up(self) -> None:
@@ -244,7 +261,7 @@ class LogView(ScrollView, can_focus=True):
 
     def action_scroll_home(self) -> None:
         self.follow = False
-        super().action_scroll_home()
+        self.scroll_home(animate=False)  # the first line's start, also when scrolled sideways
 
     def _on_mouse_scroll_up(self, event) -> None:
         self.follow = False
@@ -389,7 +406,10 @@ class LogView(ScrollView, can_focus=True):
                 return strip.crop(0, end).crop_extend(0, width, self._style(""))
             indent = Strip.blank(prefix, self._style(""))
             return Strip.join([indent, strip.crop(start, end)]).crop_extend(0, width, self._style(""))
-        return strip.crop_extend(scroll_x, scroll_x + width, self._style(""))
+        # Only the text scrolls sideways: the gutter and badges stay pinned (as lnav's left columns).
+        prefix = self._badge_width() + 1
+        text = strip.crop_extend(prefix + scroll_x, scroll_x + width, self._style(""))
+        return Strip.join([strip.crop(0, prefix), text])
 
     def _render_index(self, index: int) -> Strip:
         store = self.store

@@ -26,3 +26,12 @@ class EarlierLines(Message):
     def __init__(self, lines: list) -> None:
         super().__init__()
         self.lines = lines
+
+
+class LinesAround(Message):
+    """Lines around a finding's line that lay before those shown, read back from its file."""
+
+    def __init__(self, finding, lines: list) -> None:
+        super().__init__()
+        self.finding = finding
+        self.lines = lines

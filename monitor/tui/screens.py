@@ -22,7 +22,10 @@ KEYS = (
     ("L", "a log opened big shows its last lines: read back 10,000 earlier ones"),
     ("z", "wrap long lines at the screen's width (the rank badge stays), or show each on one row (Left/Right scroll)"),
     ("End / Home", "follow the end / go to the first line (pauses)"),
-    ("n / N", "next / previous finding in the log"),
+    ("G / g", "as less: follow the end / go to the first line"),
+    ("j / k", "as less: one line down / up"),
+    ("ctrl+f / ctrl+b", "as less: a page down / up (so do PageDown / PageUp)"),
+    ("n / N", "in the log with a find active: next / previous match (as less); otherwise next / previous finding"),
     ("c", "jump to the root cause"),
     ("d", "into the finding's detail (what to do comes first): arrows, PageUp / PageDown scroll it; Esc back to the log"),
     ("s", "`monitor run`: every rank's Python stack now (py-spy), side by side, the odd ranks marked"),
@@ -56,6 +59,14 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll():
             yield Static(Text("monitor: keys", style="bold"))
             yield Static(table)
+            yield Static(Text.assemble(
+                ("\nUnlike less: ", "bold"),
+                "/ filters (hides the lines that do not match); f finds (every line kept). "
+                "space pauses following; PageDown or ctrl+f pages. "
+                "n / N go to the next finding unless a find is active in the log. "
+                "q quits at once (asks first while a job started by `monitor run` runs). "
+                "Find and filter are smart case (any case unless the regex holds a capital letter).",
+            ))
             yield Static(Text(
                 "\nRank badges: each rank has its own colour. Gutter: ★ root cause, ● error, ▲ warning.\n"
                 "Findings' first time: the log line's own time; ~HH:MM:SS when the line has none (when the monitor saw it).\n"
