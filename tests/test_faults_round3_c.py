@@ -3,14 +3,15 @@ pickle or zip member claims gigabytes (F7), flight-recorder dumps with a non-fin
 or made of memo references (F9), and rule files that are devices, FIFOs or nested too deep (F10).
 
 Each runs the real command in its own process and measures what that process cost (its peak
-RSS from wait4), under an address-space limit so that a regression fails here instead of
-taking the machine's memory."""
+RSS from wait4: the largest of the command and the reader processes it starts), under an
+address-space limit so that a regression fails here instead of taking the machine's memory."""
 
 from __future__ import annotations
 
 import os
 import pickle
 import resource
+import signal
 import struct
 import subprocess
 import sys
@@ -23,8 +24,9 @@ from pathlib import Path
 from monitor.flight_recorder import dumps
 
 ROOT = Path(__file__).resolve().parents[1]
-# Python, the monitor's imports and a bounded read fit well in this; the faults took gigabytes.
-MAX_RSS_KB = 400_000
+# Issue #32: no input makes the monitor use more than 200 MB. The faults took gigabytes; what
+# still made many objects (4 million sets: 930 MB) is now bounded by the reader process's limit.
+MAX_RSS_KB = 200_000
 # A fault reaches this instead of the machine's memory (the test then fails on its output).
 ADDRESS_SPACE = 3 << 30
 TRACEBACK = 'Traceback (most recent call last):\n  File "t.py", line 1, in <module>\nValueError: x\n'
@@ -37,24 +39,37 @@ class Ran:
     maxrss_kb: int
 
 
+# Between the test and the command, a small Python that runs it and reports its rusage: a process's
+# ru_maxrss starts at the size of the process it was forked from (kept across exec), and pytest
+# has grown to hundreds of MB once other test modules imported torch.
+MEASURE = ("import os, subprocess, sys\n"
+           "child = subprocess.Popen(sys.argv[1:])\n"
+           "_, status, usage = os.wait4(child.pid, 0)\n"
+           "sys.stdout.write(f'\\n@maxrss {usage.ru_maxrss}\\n')\n"
+           "sys.exit(os.waitstatus_to_exitcode(status))\n")
+
+
 def monitor(*args: str, cwd: Path, timeout: float = 120) -> Ran:
-    """``python -m monitor ARGS`` in its own process: exit code, stdout+stderr, peak RSS."""
+    """``python -m monitor ARGS`` in its own process: exit code, stdout+stderr, peak RSS (the
+    command's and that of the reader processes it starts, whichever is the largest)."""
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
     env = {**os.environ, "COLUMNS": "400", "PYTHONPATH": str(ROOT)}
     with tempfile.TemporaryFile() as out:
-        process = subprocess.Popen([sys.executable, "-m", "monitor", *args], cwd=cwd, env=env, stdout=out,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=limit)
-        timer = threading.Timer(timeout, process.kill)  # a FIFO that blocks must not block the tests
+        process = subprocess.Popen([sys.executable, "-c", MEASURE, sys.executable, "-m", "monitor", *args], cwd=cwd,
+                                   env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   preexec_fn=limit, start_new_session=True)
+        # A FIFO that blocks must not block the tests.
+        timer = threading.Timer(timeout, lambda: os.killpg(process.pid, signal.SIGKILL))
         timer.start()
         try:
-            _, status, usage = os.wait4(process.pid, 0)
+            process.wait()
         finally:
             timer.cancel()
-        process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
-        return Ran(process.returncode, out.read().decode(errors="replace"), usage.ru_maxrss)
+        output, _, maxrss = out.read().decode(errors="replace").rpartition("\n@maxrss ")
+        return Ran(process.returncode, output, int(maxrss) if maxrss.strip().isdigit() else 1 << 40)
 
 
 def assert_one_line_each(ran: Ran) -> None:
@@ -73,12 +88,19 @@ def test_f7_a_zip_bomb_checkpoint_is_refused_by_its_declared_size(tmp_path: Path
     assert_one_line_each(ran)
     assert ran.returncode == 1
     assert "BAD" in ran.output and "data.pkl" in ran.output and "512.0 MiB" in ran.output, ran.output
-    # Under the size cap, 200 million one-byte opcodes (EMPTY_DICT) in 200 KB: 13 GB of dicts.
+    # Under the size cap, 200 million one-byte opcodes (EMPTY_DICT) in 200 KB: 13 GB of dicts, or
+    # 300 MB before the opcode bound: the reader process's memory limit refuses it first.
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         with archive.open("archive/data.pkl", "w", force_zip64=True) as member:
             member.write(b"\x80\x02")
             for _ in range(200):
                 member.write(b"}" * (1 << 20))
+    ran = monitor("check-ckpt", str(bomb), cwd=tmp_path)
+    assert_one_line_each(ran)
+    assert ran.returncode == 1 and "BAD" in ran.output and "refused: reading it needs more than" in ran.output, ran.output
+    # 4.1 million opcodes that make nothing (None, popped): the opcode bound's clearer line.
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("archive/data.pkl", b"\x80\x02" + b"N0" * 2_050_000 + b"N.")
     ran = monitor("check-ckpt", str(bomb), cwd=tmp_path)
     assert_one_line_each(ran)
     assert ran.returncode == 1 and "more than 4,000,000 opcodes" in ran.output, ran.output
@@ -157,7 +179,8 @@ def test_f9_a_dump_of_memo_references_costs_what_a_real_dump_does(tmp_path: Path
     fr = _run_folder(tmp_path, "hello\n")
     # One entry referenced 2 million times (4 MB); one entry with a million frames; a memo index of
     # 100 million (five bytes: the C unpickler allocates a memo array that long, 1.5 GB); 4.1
-    # million opcodes each making a dict; a bytearray claiming 3 GiB.
+    # million opcodes each making a dict (300 MB: the reader process's memory limit refuses it); a
+    # bytearray claiming 3 GiB.
     (fr / "dump-rank0").write_bytes(pickle.dumps({"entries": [_entry(1)] * 2_000_000}, protocol=2))
     (fr / "dump-rank1").write_bytes(pickle.dumps({"entries": [_entry(1, frames=1_000_000)]}, protocol=2))
     (fr / "dump-rank2").write_bytes(b"\x80\x02}r" + struct.pack("<I", 100_000_000) + b".")
@@ -167,7 +190,7 @@ def test_f9_a_dump_of_memo_references_costs_what_a_real_dump_does(tmp_path: Path
     assert_one_line_each(ran)
     assert ran.returncode == 0, ran.output
     assert "dump-rank2: not a flight-recorder dump (ValueError: no 'entries')" in ran.output, ran.output
-    assert "dump-rank3: refused: it runs more than 4,000,000 opcodes" in ran.output, ran.output
+    assert "dump-rank3: refused: reading it needs more than 176 MB" in ran.output, ran.output
     assert "dump-rank4: not a readable flight-recorder dump" in ran.output, ran.output
 
 

@@ -21,15 +21,16 @@ ROOT = Path(monitor.__file__).parent
 ALLOWED = {
     "text": set(),
     "units": set(),
+    "untrusted": set(),  # the bounded reader process: its child starts with the standard library alone
     "model": {"text"},
     "progress": set(),
     "logs": {"text", "model", "files", "progress"},  # progress: the furthest step a run reached
     "diagnosis": {"text", "model", "units", "logs", "files"},  # files: the learned model written whole
     "metrics": {"text", "model", "units", "files", "diagnosis", "logs"},  # diagnosis.advice: remedies as data; logs.nodes: this node's name; files: a run's recording created new
-    "checkpoints": {"text", "model", "units", "diagnosis"},  # diagnosis.advice: remedies as data
+    "checkpoints": {"text", "model", "units", "diagnosis", "untrusted"},  # diagnosis.advice: remedies as data
     "files": set(),
     "stacks": {"text", "model", "units", "files", "diagnosis", "metrics"},  # secrets masked; ranks as metrics.job reads them
-    "flight_recorder": {"text", "model", "stacks", "diagnosis"},  # is_user_code: one idea of user code; advice
+    "flight_recorder": {"text", "model", "stacks", "diagnosis", "untrusted"},  # is_user_code: one idea of user code; advice
     "evidence": {"text", "model", "stacks", "flight_recorder", "diagnosis", "logs"},  # a job folder's nodes
     "session": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "stacks", "flight_recorder",
                 "progress"},  # progress: the status the Prometheus endpoint serves

@@ -13,9 +13,12 @@
 
 Pickles are walked by an unpickler that never imports anything: every global becomes an inert
 placeholder, so a checkpoint cannot run code here. Nor can it cost more than its bounds: a
-file's pickles are read through one ``_BoundedReader``, which refuses a read beyond the bytes
+file's pickles are read through one ``BoundedReader``, which refuses a read beyond the bytes
 left (a byte string, frame or line the file merely claims is never allocated), and a pickle
-may run at most ``MAX_OPCODES`` opcodes (each makes at most one object).
+may run at most ``MAX_OPCODES`` opcodes (each makes at most one object). Both give the clear
+refusal for the usual hostile file; what the objects made may cost (4 million empty sets are
+900 MB) is bounded by the operating system: every format is read in a child process limited
+to less than 200 MB and 30 s (``monitor.untrusted.run_bounded``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from monitor.units import binary_size
+from monitor.untrusted import BoundedReader, BoundedUnpickler, Refused, TooBig, run_bounded
 
 CHUNK = 1 << 20
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
@@ -40,8 +44,9 @@ MAX_SAFETENSORS_HEADER = 100_000_000
 # size, checked before it is inflated (a zip bomb declares gigabytes).
 MAX_PICKLE_BYTES = 256 << 20
 # Opcodes one pickle may run: torch's data.pkl runs 30 per tensor, so 130,000 tensors. An
-# opcode makes at most one object (an empty set, 216 bytes), so a pickle of 1-byte opcodes (a
-# 200 KB zip inflating to 200 million EMPTY_DICTs) makes no more than 1 GB of them.
+# opcode makes at most one object (an empty set, 216 bytes): a pickle of 1-byte opcodes (a
+# 200 KB zip inflating to 200 million EMPTY_DICTs) is refused here, or earlier, by the reader
+# process's memory limit (untrusted.MEMORY_BYTES).
 MAX_OPCODES = 4_000_000
 SUFFIXES = {".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".tar", ".pkl"}
 
@@ -111,67 +116,11 @@ class _Inert:
 _OVER_BOUND = f"more than the {binary_size(MAX_PICKLE_BYTES)} a checkpoint's pickle may hold"
 
 
-class _PickleTooBig(Exception):
-    """A pickle that asks for more than its bounds; the message says which."""
+class _InertUnpickler(BoundedUnpickler):
+    """Unpickles structure only: globals become ``_Inert`` subclasses, storages are recorded."""
 
-
-class _BoundedReader:
-    """The file a pickle is read from, giving out at most ``MAX_PICKLE_BYTES`` in all.
-
-    The unpickler reads what an opcode declares (a byte string's length, a frame, a line of
-    protocol 0) in one request: a request beyond what is left is refused before anything is
-    read or allocated, whatever the file claims."""
-
-    def __init__(self, file) -> None:
-        self._file = file
-        self._left = MAX_PICKLE_BYTES
-
-    def read(self, size: int = -1) -> bytes:
-        if size < 0 or size > self._left:
-            raise _PickleTooBig(_OVER_BOUND)
-        data = self._count(self._file.read(size))
-        if len(data) < size:
-            raise EOFError  # the Python unpickler would go on with a short string
-        return data
-
-    def readline(self) -> bytes:
-        line = self._file.readline(self._left + 1)
-        if len(line) > self._left:
-            raise _PickleTooBig(_OVER_BOUND)
-        return self._count(line)
-
-    def _count(self, data: bytes) -> bytes:
-        self._left -= len(data)
-        return data
-
-
-class _Opcodes(dict):
-    """One unpickler's opcodes, counted as they are run."""
-
-    def __init__(self, table: dict) -> None:
-        super().__init__(table)
-        self._left = MAX_OPCODES
-
-    def __getitem__(self, opcode: int):
-        self._left -= 1
-        if self._left < 0:
-            raise _PickleTooBig(f"more than {MAX_OPCODES:,} opcodes")
-        return super().__getitem__(opcode)
-
-    def __missing__(self, opcode: int):
-        raise pickle.UnpicklingError(f"invalid load key, {bytes([opcode])!r}.")
-
-
-class _InertUnpickler(pickle._Unpickler):
-    """Unpickles structure only: globals become ``_Inert`` subclasses, storages are recorded.
-
-    The Python unpickler, not the C one: its opcodes can be counted and replaced, and its memo
-    is a dict (the C one allocates an array as long as the highest index a pickle names:
-    LONG_BINPUT 100,000,000, five bytes, costs 1.5 GB)."""
-
-    def __init__(self, file: _BoundedReader) -> None:
-        super().__init__(file)
-        self.dispatch = _Opcodes(self._opcodes)
+    def __init__(self, file: BoundedReader) -> None:
+        super().__init__(file, MAX_OPCODES)
         self.storages: list[tuple] = []
         self._classes: dict[tuple[str, str], type] = {}
 
@@ -186,19 +135,17 @@ class _InertUnpickler(pickle._Unpickler):
             self.storages.append(pid)
         return _Inert()
 
-    def _load_bytearray8(self) -> None:
-        # The stock opcode allocates the declared length before reading: read it first instead.
-        (size,) = struct.unpack("<Q", self.read(8))
-        self.append(bytearray(self.read(size)))
 
-    _opcodes = {**pickle._Unpickler.dispatch, pickle.BYTEARRAY8[0]: _load_bytearray8}
+def _bounded(file) -> BoundedReader:
+    """What one file's pickles are read through: together at most ``MAX_PICKLE_BYTES``."""
+    return BoundedReader(file, MAX_PICKLE_BYTES, _OVER_BOUND)
 
 
-def _unpickle(source: _BoundedReader) -> tuple[object, list[tuple]]:
+def _unpickle(source: BoundedReader) -> tuple[object, list[tuple]]:
     unpickler = _InertUnpickler(source)
     try:
         obj = unpickler.load()
-    except _PickleTooBig as exc:
+    except TooBig as exc:
         raise CorruptCheckpoint(f"the pickle asks for {exc}: corrupt or hostile, not read further") from None
     except EOFError:
         raise CorruptCheckpoint("the pickle ends early (file truncated)") from None
@@ -241,7 +188,7 @@ def _check_zip(path: Path, deep: bool) -> str:
             except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
                 raise CorruptCheckpoint(f"member {info.filename} is corrupt ({exc})") from None
         with archive.open(pickles[0]) as stream:
-            _, storages = _unpickle(_BoundedReader(stream))
+            _, storages = _unpickle(_bounded(stream))
         total = sum(info.file_size for info in members)
     for storage in storages:
         key = str(storage[2]) if len(storage) > 2 else "?"
@@ -253,7 +200,7 @@ def _check_zip(path: Path, deep: bool) -> str:
 
 def _check_legacy(path: Path, size: int) -> str:
     with path.open("rb") as file:
-        pickles = _BoundedReader(file)  # the five pickles before the storages share the bound
+        pickles = _bounded(file)  # the five pickles before the storages share the bound
         magic, _ = _unpickle(pickles)
         if magic != LEGACY_MAGIC:
             # A plain pickle (torch.save of the old days without the header, or pickle.dump).
@@ -330,7 +277,7 @@ def _check_safetensors(path: Path, size: int) -> str:
 
 def _check_distributed(directory: Path) -> str:
     with (directory / ".metadata").open("rb") as file:
-        metadata, _ = _unpickle(_BoundedReader(file))
+        metadata, _ = _unpickle(_bounded(file))
     items = getattr(metadata, "storage_data", None)
     if not isinstance(items, dict):
         raise CorruptCheckpoint(".metadata holds no storage table: not a torch distributed checkpoint")
@@ -367,43 +314,61 @@ def check_checkpoint(path: Path, deep: bool = True) -> CheckResult:
     """Check one checkpoint file; never raises for a bad or unreadable file.
 
     ``deep=False`` skips streaming a zip's members through their CRCs (the one check whose cost
-    grows with the file): quick enough to run before a launch."""
+    grows with the file): quick enough to run before a launch. What the file's format says is
+    read in a child process the operating system bounds (``untrusted.run_bounded``): whatever
+    the file holds, the monitor beside a training job never grows with it."""
     path = Path(path)
     if path.is_dir():
         if not (path / ".metadata").is_file():
             return CheckResult(path, "bad", "unknown", "a directory without .metadata: not a distributed checkpoint")
+        kind = "torch-distributed"
+    else:
         try:
-            return CheckResult(path, "ok", "torch-distributed", _check_distributed(path))
-        except CorruptCheckpoint as exc:
-            return CheckResult(path, "bad", "torch-distributed", str(exc))
+            info = path.stat()
+            if not stat.S_ISREG(info.st_mode):
+                return CheckResult(path, "bad", "unknown", "not a regular file")
+            size = info.st_size
+            with path.open("rb") as file:
+                head = file.read(64)
+        except FileNotFoundError:
+            return CheckResult(path, "missing", "unknown", "no such file")
         except OSError as exc:
-            return CheckResult(path, "bad", "torch-distributed", f"read error: {exc}")
+            return CheckResult(path, "bad", "unknown", f"cannot read: {exc.strerror}")
+        if size == 0:
+            return CheckResult(path, "bad", "unknown", "empty file (0 bytes): the save did not happen or was cut off")
+        if head.startswith(b"version https://git-lfs"):
+            return CheckResult(path, "bad", "unknown", "a git-lfs pointer, not the checkpoint: run `git lfs pull`")
+        kind = _kind(head, size)
+        if kind == "unknown":
+            if size < 8 and head[:1] in (b"P", b"\x80"):
+                return CheckResult(path, "bad", kind, f"only {size} bytes: truncated")
+            return CheckResult(path, "bad", kind, "not a torch or safetensors checkpoint (unknown format)")
     try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            return CheckResult(path, "bad", "unknown", "not a regular file")
-        size = info.st_size
-        with path.open("rb") as file:
-            head = file.read(64)
-    except FileNotFoundError:
-        return CheckResult(path, "missing", "unknown", "no such file")
-    except OSError as exc:
-        return CheckResult(path, "bad", "unknown", f"cannot read: {exc.strerror}")
-    if size == 0:
-        return CheckResult(path, "bad", "unknown", "empty file (0 bytes): the save did not happen or was cut off")
-    if head.startswith(b"version https://git-lfs"):
-        return CheckResult(path, "bad", "unknown", "a git-lfs pointer, not the checkpoint: run `git lfs pull`")
-    kind = _kind(head, size)
+        status, kind, detail = run_bounded(f"{__name__}:_check_in_child", str(path), kind, "deep" if deep else "")
+    except Refused as exc:
+        return CheckResult(path, "bad", kind, f"refused: {exc}: corrupt or hostile, not read further")
+    except (TypeError, ValueError):
+        return CheckResult(path, "bad", kind, "the reader process gave no answer")
+    return CheckResult(path, str(status), str(kind), str(detail))
+
+
+def _check_in_child(path: str, kind: str, deep: str) -> list[str]:
+    """In the bounded child: the format's check, as (status, kind, detail)."""
+    result = _check_format(Path(path), kind, bool(deep))
+    return [result.status, result.kind, result.detail]
+
+
+def _check_format(path: Path, kind: str, deep: bool) -> CheckResult:
     try:
-        if kind == "torch-zip":
+        if kind == "torch-distributed":
+            detail = _check_distributed(path)
+        elif kind == "torch-zip":
             detail = _check_zip(path, deep)
         elif kind == "torch-legacy":
-            detail = _check_legacy(path, size)
+            detail = _check_legacy(path, path.stat().st_size)
             kind = "pickle" if detail.startswith("pickle") else kind
         elif kind == "safetensors":
-            detail = _check_safetensors(path, size)
-        elif size < 8 and head[:1] in (b"P", b"\x80"):
-            return CheckResult(path, "bad", kind, f"only {size} bytes: truncated")
+            detail = _check_safetensors(path, path.stat().st_size)
         else:
             return CheckResult(path, "bad", kind, "not a torch or safetensors checkpoint (unknown format)")
     except CorruptCheckpoint as exc:
