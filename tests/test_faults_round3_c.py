@@ -190,7 +190,7 @@ def test_f9_a_dump_of_memo_references_costs_what_a_real_dump_does(tmp_path: Path
     assert_one_line_each(ran)
     assert ran.returncode == 0, ran.output
     assert "dump-rank2: not a flight-recorder dump (ValueError: no 'entries')" in ran.output, ran.output
-    assert "dump-rank3: refused: reading it needs more than 176 MB" in ran.output, ran.output
+    assert "dump-rank3: refused: reading it needs more than 128 MB" in ran.output, ran.output
     assert "dump-rank4: not a readable flight-recorder dump" in ran.output, ran.output
 
 
