@@ -562,16 +562,19 @@ class MonitorApp(App[int]):
         self._update_status()
 
     def action_copy_line(self) -> None:
-        """The line under the cursor (else the last one) to the clipboard (OSC 52)."""
-        view = self.query_one(LogView)
-        index = view.cursor_index if view.cursor_index is not None else len(self.store) - 1
-        text = self.store.text(index) if index >= self.store.first else ""
+        """The line the user sees to the clipboard (OSC 52): the selected line when it is in view,
+        else the last line in view; the toast says which."""
+        target = self.query_one(LogView).line_to_copy()
+        text = self.store.text(target[0]) if target is not None else ""
         if not text:
             self.notify("no line to copy", markup=False)
             return
+        index, selected = target
+        line = self.store.line(index)
+        which = "the selected line" if selected else "the last line in view"
         self.copy_to_clipboard(text)
-        self.notify(f"copied line {index + 1} ({len(text)} characters); a terminal without OSC 52 "
-                    "does not take it: select with Shift+drag there", markup=False)
+        self.notify(f"copied {which} ({safe_text(line.file)}:{line.line}, {len(text)} characters); a terminal "
+                    "without OSC 52 does not take it: select with Shift+drag there", markup=False)
 
     def action_copy_finding(self) -> None:
         """The selected finding, what to do included, to the clipboard (OSC 52)."""

@@ -223,6 +223,21 @@ class LogView(ScrollView, can_focus=True):
         self.marks = marks  # part of each cached line's key: lines whose mark changed redraw
         self.refresh()
 
+    def line_to_copy(self) -> tuple[int, bool] | None:
+        """What the user sees to copy: (the cursor's line, True) when it is on screen, else (the
+        last line in view, False); None when no line is shown. Following, the cursor may lie far
+        above what is shown, and a copy must never be a line the user cannot see."""
+        if not self.row_count:
+            return None
+        top = int(self.scroll_offset.y)
+        first_row = self._row_at_screen(top)[0]
+        last_row = min(self._row_at_screen(top + max(1, self.scrollable_content_region.height) - 1)[0],
+                       self.row_count - 1)
+        cursor_row = self.row_of(self.cursor_index) if self.cursor_index is not None else None
+        if cursor_row is not None and first_row <= cursor_row <= last_row:
+            return self.cursor_index, True
+        return self._index_at(last_row), False
+
     def row_of(self, index: int) -> int | None:
         if self._rows is None:
             return index - self.store.first if self.store.first <= index < len(self.store) else None
@@ -309,6 +324,9 @@ class LogView(ScrollView, can_focus=True):
         if self.wrap and self._text_width() != self._wrap_width:
             self._wrapped = None
             self._update_size()
+        if self.follow:
+            # A new height moves the end: a view that says "following" shows the newest lines.
+            self._scroll_end()
 
     def _text_width(self) -> int:
         return max(8, self.scrollable_content_region.width - self._badge_width() - 1)

@@ -31,7 +31,7 @@ KEYS = (
     ("s", "`monitor run`: every rank's Python stack now (py-spy), side by side, the odd ranks marked"),
     ("Enter", "in the findings table: show that finding in the log"),
     ("Tab", "move between log, findings, the finding's detail and filter"),
-    ("y / Y", "copy the line under the cursor / the selected finding with what to do (OSC 52: the terminal's clipboard;"
+    ("y / Y", "copy the selected line (else the last line in view: never one off screen) / the selected finding with what to do (OSC 52: the terminal's clipboard;"
                " where a terminal does not take it, Shift+drag selects text)"),
     ("x", "export the findings as JSON (as `monitor diagnose --json`) to monitor-findings-<time>.json here"),
     ("t", "dark / light theme"),
