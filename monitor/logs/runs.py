@@ -184,6 +184,41 @@ def side_record(run: Run, kind: str) -> dict:
     return {}
 
 
+def job_record(log: Path) -> dict:
+    """What `monitor run`'s recorder wrote beside its ``log`` (run-X.job.json: the job's pid, its
+    exit code once it ended); {} when there is none."""
+    return side_record(Run(log.stem, [log.with_name(f"{log.stem}.job.json")]), "job")
+
+
+def recorded_job_log(specs: list[str]) -> Path | None:
+    """The log of the one job `monitor run` recorded among what a watch follows (its run-X.log,
+    a folder holding its files, or the glob of them a folder of several runs is followed by),
+    when the recorder's run-X.job.json lies beside it; None when none does, or several jobs do."""
+    logs = set()
+    for spec in specs:
+        path = Path(spec)
+        if path.is_file():
+            candidates = [path]
+        elif path.is_dir():
+            candidates = [Path(entry.path) for entry in _entries(path)]
+        else:
+            candidates = [Path(name) for name in glob.glob(spec)]
+        for candidate in candidates:
+            if (stem := _RUN_STEM.match(candidate.name)) is None:
+                continue
+            log = candidate.with_name(f"{stem.group(1)}.log")
+            if log.is_file() and log.with_name(f"{stem.group(1)}.job.json").is_file():
+                logs.add(log)
+    return logs.pop() if len(logs) == 1 else None
+
+
+def _entries(folder: Path) -> list[os.DirEntry]:
+    try:
+        return list(os.scandir(folder))
+    except OSError:
+        return []
+
+
 # How much of each log's end is read for the furthest step a run reached, and how many earlier
 # runs are looked at: a folder of many runs costs a bounded time.
 STEP_TAIL_BYTES = 1024 * 1024

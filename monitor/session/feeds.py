@@ -78,11 +78,16 @@ class SessionFeed:
     on with it: ``monitor run`` waits for the job's end and explains it after the screen)."""
 
     def __init__(self, session, *, ended: Callable[[], str | None] | None = None,
-                 more_paths: Callable[[], list] | None = None, close_session: bool = True) -> None:
+                 more_paths: Callable[[], list] | None = None, close_session: bool = True,
+                 at_end: Callable[[object], str] | None = None) -> None:
         """``more_paths``: asked every few seconds for files to follow that appeared since the
-        start (a job's per-rank files under torchrun --log-dir)."""
+        start (a job's per-rank files under torchrun --log-dir). ``at_end``: called with the
+        session once, when the source has ended and all it wrote is read, before the findings
+        are handed out (a watched job's exit finding and end report); what it says is added
+        to the note."""
         self.session = session
         self._ended = ended
+        self._at_end = at_end
         self._more_paths = more_paths
         self._close_session = close_session
         self._next_more_paths = 0.0
@@ -99,7 +104,8 @@ class SessionFeed:
         if note is not None and not update.lines:
             # Everything the source wrote has been read: complete the records still open.
             self.session.flush()
-            batch.finished, batch.note = True, note
+            said = self._at_end(self.session) if self._at_end is not None else ""
+            batch.finished, batch.note = True, f"{note}; {said}" if said else note
         if self.session.version != self._version:
             self._version = self.session.version
             root = self.session.root_cause()

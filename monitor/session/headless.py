@@ -21,14 +21,18 @@ from monitor.text import safe_json, say
 
 def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = False,
                    stall_after: float | None = None, out=None, stop: threading.Event | None = None,
-                   sampler=None, against=None) -> int:
-    """Runs until ``stop`` is set, or SIGINT/SIGTERM (in the main thread); returns the exit code.
-    ``sampler``: the metrics Sampler (default: this machine's, watching the logs' folders)."""
+                   sampler=None, against=None, recorded=None) -> int:
+    """Runs until ``stop`` is set, or SIGINT/SIGTERM (in the main thread), or the job ``recorded``
+    (the job `monitor run` started whose log this is: ``commands.watch.RecordedJob``) has ended
+    and all it wrote is read; returns the exit code. ``sampler``: the metrics Sampler (default:
+    this machine's, watching the logs' folders)."""
     out = out or sys.stdout
     stop = stop or threading.Event()
     # Until the session is up (a glob walked, big files scanned), Ctrl-C and SIGTERM end the
     # start-up as they end any command: there is nothing to summarise yet.
-    session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True, against=against)
+    probe = recorded.hang_probe(lambda findings: session.post(findings)) if recorded is not None else None
+    session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True, against=against,
+                         probe=probe)
     restore = _stop_on_signals(stop)
     pump = MetricsPump(SamplerFeed(sampler or watch_sampler(paths), session.post), warn=say).start()
     try:
@@ -38,6 +42,7 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
         # that the watch is up and a SIGTERM now gets the summary.
         say(f"watching {len(session.follower.files)} file(s); Ctrl-C or SIGTERM ends the watch with a summary")
         while not stop.is_set():
+            ending = recorded.ending() if recorded is not None else None
             update = session.step(timeout=0.25)
             for problem in update.problems:
                 say(problem)
@@ -47,6 +52,10 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
             if update.cleared and not as_json:
                 out.write(f"cleared  {', '.join(update.cleared)}: no longer true (output resumed, or a newer look)\n")
                 out.flush()
+            if ending is not None and not update.lines:  # the job ended before this read: all is read
+                said = recorded.finish(session)
+                say(f"{ending}; {said}" if said else ending)
+                break
     finally:
         pump.stop()
         pump.feed.close()

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 
 def launch_watch(paths, *, catalogue, poll: bool = False, stall_after: float | None = None, scope: str = "",
-                 bell: bool = True, against=None) -> int:
+                 bell: bool = True, against=None, recorded=None) -> int:
     """Follow ``paths`` (files, folders, globs) live until the user quits; ``scope`` says on the
     status line which run of a folder is followed; ``bell``: ring it when a root cause appears;
-    ``against``: the last good run (``diagnosis.novelty.Against``) whose unseen lines are told."""
+    ``against``: the last good run (``diagnosis.novelty.Against``) whose unseen lines are told;
+    ``recorded``: the job `monitor run` started whose log this is (``commands.watch.RecordedJob``):
+    its stacks are taken, its end is shown and reported."""
     return _run(watch_app(paths, catalogue=catalogue, poll=poll, stall_after=stall_after, scope=scope, bell=bell,
-                          against=against))
+                          against=against, recorded=recorded))
 
 
 def launch_run(job, session, metrics, *, bell: bool = True) -> int:
@@ -31,15 +33,19 @@ def launch_demo(replayer, *, catalogue) -> int:
 
 
 def watch_app(paths, *, catalogue, poll: bool = False, stall_after: float | None = None, scope: str = "",
-              bell: bool = True, against=None):
+              bell: bool = True, against=None, recorded=None):
     from monitor.session.feeds import SamplerFeed, SessionFeed, watch_sampler
     from monitor.session.job_session import JobSession
     from monitor.tui.app import MonitorApp
 
-    session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True, against=against)
+    probe = recorded.hang_probe(lambda findings: session.post(findings)) if recorded is not None else None
+    session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True, against=against,
+                         probe=probe)
     metrics = SamplerFeed(watch_sampler(paths), session.post)
     title = "watching " + " ".join(str(p) for p in paths)
-    return MonitorApp(SessionFeed(session), metrics, title=title, scope=scope, bell=bell)
+    feed = SessionFeed(session) if recorded is None else SessionFeed(session, ended=recorded.ending,
+                                                                     at_end=recorded.finish)
+    return MonitorApp(feed, metrics, title=title, scope=scope, bell=bell, probe=probe)
 
 
 def run_app(job, session, metrics, *, bell: bool = True):

@@ -1,0 +1,116 @@
+"""A user's second hour (issue 31, item 10): a job that `monitor run` started and the user left
+running when quitting its screen. A `monitor watch` of its log knows the job from the recorder's
+run-X.job.json: `s` takes its stacks, the watch shows the job's end, and the end report
+(run-X.diagnosis.json) the monitor that left could not write is written then. Real processes:
+the job runs under the same recorder `monitor run` uses; the watch is typed in tmux at 80x24."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from monitor.runner.job import CaptureOptions, Job, new_log_path, side_file
+from tests.runner_helpers import wait_for
+
+# The job: a line, then it waits (in a function the stacks name) until the test lets it fail.
+JOB = """
+import os, sys, time
+print("[rank0]: step 1 loss 2.0", flush=True)
+def wait_for_go(go):
+    while not os.path.exists(go):
+        time.sleep(0.05)
+wait_for_go(sys.argv[1])
+raise ValueError("bad batch at step 2")
+"""
+
+
+def left_running(tmp_path: Path) -> tuple[Job, Path, Path]:
+    """A job started under `monitor run`'s recorder, nobody following its log any more (the
+    monitor that started it was quit with "Leave it running"); the file that lets it fail."""
+    go = tmp_path / "go"
+    log = new_log_path(tmp_path / "logs")
+    job = Job.start([sys.executable, "-c", JOB, str(go)], log, CaptureOptions(use_pty=False))
+    wait_for(lambda: "step 1" in log.read_text())
+    return job, log, go
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_a_watch_of_a_job_left_running_takes_its_stacks_and_shows_its_end(tmp_path):
+    job, log, go = left_running(tmp_path)
+    session = f"second-hour-g-{os.getpid()}"
+    tmux = ["tmux", "-S", str(tmp_path / "tmux.sock")]
+    command = (f"cd {shlex.quote(os.getcwd())} && TERM=xterm-256color {shlex.quote(sys.executable)} "
+               f"-m monitor watch --no-bell {shlex.quote(str(log))}; sleep 30")
+    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "24", command], check=True)
+
+    def screen() -> str:
+        return subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+
+    def wait_for_text(text: str, timeout: float = 15.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            shown = screen()
+            if text in shown:
+                return shown
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} never shown:\n{shown}")
+
+    try:
+        wait_for_text("step 1 loss")
+        subprocess.run([*tmux, "send-keys", "-t", session, "s"], check=True)
+        shown = wait_for_text("wait_for_go")  # the job's own frame, from the pids in run-X.job.json
+        assert "stacks need" not in shown
+        subprocess.run([*tmux, "send-keys", "-t", session, "Escape"], check=True)
+        go.touch()
+        shown = wait_for_text("job exited with code 1")
+        assert "ValueError" in shown
+        report = json.loads(wait_for(lambda: side_file(log, "diagnosis").is_file() and side_file(log, "diagnosis"))
+                            .read_text())
+        assert report["run"]["exit_code"] == 1
+        assert report["root_cause"]["title"].startswith("ValueError")
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+        go.touch()
+        job.wait(10)
+
+
+def test_a_headless_watch_of_a_job_left_running_ends_with_it_and_writes_its_report(tmp_path):
+    job, log, go = left_running(tmp_path)
+    watch = subprocess.Popen([sys.executable, "-m", "monitor", "watch", "--headless", str(log)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        time.sleep(1.0)
+        go.touch()
+        out, err = watch.communicate(timeout=20)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+        go.touch()
+        job.wait(10)
+    assert watch.returncode == 1, err
+    assert "job exited with code 1" in err
+    assert "Root cause: ValueError" in out
+    report = json.loads(side_file(log, "diagnosis").read_text())
+    assert report["run"]["exit_code"] == 1 and report["root_cause"]["title"].startswith("ValueError")
+
+
+def test_a_report_written_by_monitor_run_is_kept(tmp_path):
+    """The monitor that started the job wrote the end report: a later watch leaves it as it is."""
+    job, log, go = left_running(tmp_path)
+    go.touch()
+    job.wait(10)
+    report = side_file(log, "diagnosis")
+    report.write_text('{"written by": "monitor run"}')
+    watch = subprocess.run([sys.executable, "-m", "monitor", "watch", "--headless", str(log)], capture_output=True,
+                           text=True, timeout=20, stdin=subprocess.DEVNULL)
+    assert watch.returncode == 1, watch.stderr
+    assert "job exited with code 1" in watch.stderr
+    assert report.read_text() == '{"written by": "monitor run"}'
