@@ -14,7 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="Replay a bundled real multi-rank failure through the live monitor.",
         description=(
             "Replay a bundled recording of a real 4-rank torchrun job that crashed (rank 2 raised, the "
-            "others lost their peer) through the same follower, engine and screen as `monitor watch`. "
+            "others lost their peer) through the same follower, engine and screen as `monitor watch`; "
+            "silences over 2 s (the job's start-up) are cut to 2 s, the times shown stay the recording's. "
             "No GPU and no torch needed. Exit code as `monitor diagnose`: 1 when a failure was found."
         ),
     )

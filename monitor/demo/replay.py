@@ -20,6 +20,9 @@ from monitor.metrics.model import Sample
 from monitor.metrics.samples_file import read_samples
 
 BUNDLED = Path(__file__).with_name("recording") / "crash"
+# A silence longer than this in the recording (recorded seconds) is cut to it, as asciinema's
+# idle time limit does: the bundled job's 11 s of torch start-up would hold its failure back.
+IDLE_LIMIT_S = 2.0
 
 
 class RecordingFormatError(Exception):
@@ -77,17 +80,27 @@ def _read_lines(path: Path) -> list[tuple[float, str]]:
 
 
 class Replayer:
-    """Writes a recording's lines into ``target`` at their recorded times divided by ``speed``.
+    """Writes a recording's lines into ``target`` at their recorded times divided by ``speed``,
+    every silence longer than ``idle_limit`` recorded seconds cut to it.
 
     All files are created (empty) by ``start()`` so a follower sees them from the beginning;
-    ``done`` is set once the last line is written.
+    ``done`` is set once the last line is written. Times handed out (``elapsed``, ``line_time``)
+    are the recording's own: a cut silence is a jump in them, as in a log's stamps.
     """
 
     def __init__(self, recording: Recording, target: str | os.PathLike, speed: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, idle_limit: float = IDLE_LIMIT_S) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
         self.recording = recording
+        # (recorded time a cut silence ends at, recorded seconds cut up to there), in order.
+        self._cuts: list[tuple[float, float]] = []
+        cut, previous = 0.0, 0.0
+        for t in sorted({t for lines in recording.streams.values() for t, _ in lines}):
+            if t - previous > idle_limit:
+                cut += t - previous - idle_limit
+                self._cuts.append((t, cut))
+            previous = t
         self.target = Path(target)
         self.speed = speed
         self._clock = clock
@@ -112,11 +125,24 @@ class Replayer:
             return None
         return lines[line - 1][0]
 
+    @property
+    def duration(self) -> float:
+        """How long the whole replay takes at ×1 (the recording with its long silences cut)."""
+        return self._replayed(self.recording.duration)
+
+    def _replayed(self, recorded: float) -> float:
+        """The moment of the replay (seconds at ×1) a recorded time is written at."""
+        cut = next((total for end, total in reversed(self._cuts) if end <= recorded), 0.0)
+        return recorded - cut
+
     def elapsed(self) -> float:
-        """Seconds of the recording replayed so far."""
+        """Seconds of the recording replayed so far (its own time: past a cut silence's end,
+        the seconds cut count as gone)."""
         if self._started is None:
             return 0.0
-        return (self._clock() - self._started) * self.speed
+        replayed = (self._clock() - self._started) * self.speed
+        cut = next((total for end, total in reversed(self._cuts) if end - total <= replayed), 0.0)
+        return replayed + cut
 
     def start(self) -> None:
         for path in self.paths:
@@ -141,14 +167,14 @@ class Replayer:
         try:
             position = 0
             while position < len(events) and not self._stop.is_set():
-                due = events[position][0]
+                due = self._replayed(events[position][0])
                 wait = due / self.speed - (self._clock() - self._started)
                 if wait > 0 and self._stop.wait(wait):
                     break
                 touched = set()
                 # Everything due by now goes out in one go, then each touched file is flushed.
-                now = self.elapsed()
-                while position < len(events) and events[position][0] <= now:
+                now = (self._clock() - self._started) * self.speed
+                while position < len(events) and self._replayed(events[position][0]) <= now:
                     _, _, name, text = events[position]
                     handles[name].write(text.encode("utf-8") + b"\n")
                     touched.add(name)

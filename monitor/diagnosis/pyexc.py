@@ -40,9 +40,11 @@ WARNING_TYPES = {"KeyboardInterrupt", "SignalException", "SystemExit"}
 TITLE = "{exc_type} on rank {rank}"
 CASCADE_TITLE = "{exc_type} on rank {rank} (a consequence)"
 
+# What to do comes first (the headline already names the exception): at 80x24 the screen's
+# detail pane shows the remedy's first lines only.
 REMEDY = (
-    "Uncaught {exc_type} on rank {rank}: {message}\n"
     "Raised from {frame_file}:{frame_line} in {frame_func}: start there.\n"
+    "Uncaught {exc_type} on rank {rank}: {message}\n"
     # {other_ranks} only when the job has several ranks: a single process has no peers to blame.
     "Errors on {other_ranks} after this one are usually its consequences (they time out or get SIGTERM)."
 )
@@ -58,8 +60,8 @@ TEXTS = {
     "zh": (
         "{exc_type}（rank {rank}）",
         "{exc_type}（rank {rank}，是别处失败的后果）",
-        "未捕获的 {exc_type}（rank {rank}）：{message}\n"
         "在 {frame_file}:{frame_line} 的 {frame_func} 中抛出：从那里查起。\n"
+        "未捕获的 {exc_type}（rank {rank}）：{message}\n"
         "此后{other_ranks}上的报错通常是它的后果（它们会超时或收到 SIGTERM）。",
         "{exc_type}（rank {rank}）报告的是别处的失败（对端进程死了或超时，或启动器在停止作业）："
         "去所有 rank 上找最早的根因。",

@@ -345,7 +345,10 @@ class MonitorApp(App[int]):
             self._go_to(self._root, index)  # among the lines shown only: nothing is read back unasked
         elif self._root is not None:
             self.query_one(FindingsPanel).select(self._root)
-        self.notify(note or "the job's output ended", title="finished", timeout=10, markup=False)
+        if not note:
+            # A note is on the job row and the status line already: a toast would repeat it over
+            # the top rows just as the root cause comes.
+            self.notify("the job's output ended", title="finished", timeout=10, markup=False)
         self._update_status()
 
     # ----- the log's status line and filter

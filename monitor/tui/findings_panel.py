@@ -14,14 +14,16 @@ from textual.widgets.data_table import CellDoesNotExist
 
 from monitor.model import SEVERITY_ORDER, Finding
 from monitor.tui import text_format as fmt
+from monitor.tui.log_view import GUTTER_MARKS
 
 # The title before the category: in a panel too narrow for every column (45% of 120), what is
 # cut at the right edge is the category (the detail below names it), not what went wrong.
 COLUMNS = ("mark", "sev", "ranks", "count", "first", "title", "category")
 LABELS = dict(zip(COLUMNS, ("", "sev", "ranks", "n", "first", "title", "category")))
 WIDTHS = dict(zip(COLUMNS, (1, 5, None, None, 9, None, None)))
-# A narrow screen (80 columns: the table gets half) keeps what says what went wrong and where.
-NARROW_COLUMNS = ("mark", "sev", "ranks", "title")
+# A narrow screen (80 columns: the table gets half) keeps what says what went wrong and where;
+# the severity is the mark's (the log's gutter marks), so the title keeps ~30 characters.
+NARROW_COLUMNS = ("mark", "ranks", "title")
 # A wide screen short of the widest (the panel is 45% of it) also keeps when: the title stays
 # readable (at 120 columns with every column it showed ~20 characters).
 MEDIUM_COLUMNS = ("mark", "sev", "ranks", "first", "title")
@@ -213,7 +215,9 @@ class FindingsPanel(Container):
         # Every cell is a Text: DataTable reads plain strings as markup, and these come from logs and rules.
         finding = finding.for_display()
         cells = {
-            "mark": Text("★", style="bold red") if is_root else Text(""),
+            "mark": Text("★", style="bold red") if is_root else
+                    Text("") if "sev" in self._columns else
+                    Text(GUTTER_MARKS.get(finding.severity, ""), style=SEVERITY_STYLE.get(finding.severity, "")),
             "sev": Text(SEVERITY_LABEL.get(finding.severity, finding.severity),
                         style=SEVERITY_STYLE.get(finding.severity, "")),
             "ranks": Text(_where_in_job(finding)),
