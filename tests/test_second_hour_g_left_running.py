@@ -65,6 +65,7 @@ def test_a_watch_of_a_job_left_running_takes_its_stacks_and_shows_its_end(tmp_pa
 
     try:
         wait_for_text("step 1 loss")
+        wait_for_text("job    1 process, running")  # the job's processes, as `monitor run` shows them
         subprocess.run([*tmux, "send-keys", "-t", session, "s"], check=True)
         shown = wait_for_text("wait_for_go")  # the job's own frame, from the pids in run-X.job.json
         assert "stacks need" not in shown

@@ -169,15 +169,18 @@ class SamplerFeed:
             self.samples_file.close()
 
 
-def watch_sampler(paths):
+def watch_sampler(paths, job_pids: Callable[[], list[int]] | None = None):
     """This machine's metrics Sampler for a watch of ``paths`` (no job of ours): the disk space
-    of the folders the logs are in; and the GPUs of the nodes of a job folder among them."""
+    of the folders the logs are in; and the GPUs of the nodes of a job folder among them.
+    ``job_pids``: the processes of the job the logs are of, when they are known (a job that
+    `monitor run` started: the pids its recorder wrote down), sampled as `monitor run` does."""
     from pathlib import Path
 
     from monitor.metrics.sampler import Sampler
     from monitor.session.node_metrics import NodesSampler
 
-    local = Sampler(watch_dirs=sorted({str(p if Path(p).is_dir() else Path(p).parent) for p in paths}))
+    local = Sampler(job_pids=job_pids,
+                    watch_dirs=sorted({str(p if Path(p).is_dir() else Path(p).parent) for p in paths}))
     return NodesSampler(local, [str(p) for p in paths if Path(p).is_dir()])
 
 

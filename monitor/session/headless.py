@@ -34,7 +34,8 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
     session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True, against=against,
                          probe=probe)
     restore = _stop_on_signals(stop)
-    pump = MetricsPump(SamplerFeed(sampler or watch_sampler(paths), session.post), warn=say).start()
+    job_pids = recorded.pids if recorded is not None else None
+    pump = MetricsPump(SamplerFeed(sampler or watch_sampler(paths, job_pids), session.post), warn=say).start()
     try:
         for problem in session.problems:
             say(problem)

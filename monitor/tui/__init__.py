@@ -41,7 +41,7 @@ def watch_app(paths, *, catalogue, poll: bool = False, stall_after: float | None
     probe = recorded.hang_probe(lambda findings: session.post(findings)) if recorded is not None else None
     session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True, against=against,
                          probe=probe)
-    metrics = SamplerFeed(watch_sampler(paths), session.post)
+    metrics = SamplerFeed(watch_sampler(paths, recorded.pids if recorded is not None else None), session.post)
     title = "watching " + " ".join(str(p) for p in paths)
     feed = SessionFeed(session) if recorded is None else SessionFeed(session, ended=recorded.ending,
                                                                      at_end=recorded.finish)
