@@ -115,3 +115,26 @@ def test_a_report_written_by_monitor_run_is_kept(tmp_path):
     assert watch.returncode == 1, watch.stderr
     assert "job exited with code 1" in watch.stderr
     assert report.read_text() == '{"written by": "monitor run"}'
+
+
+def test_the_run_log_is_found_as_a_watch_is_given_it(tmp_path):
+    """A run-X.log, the folder holding it, or the glob a folder of several runs is followed by;
+    nothing for logs `monitor run` did not write, or for several of its jobs at once."""
+    import glob
+
+    from monitor.logs.runs import recorded_job_log
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "run-20261125-222353.log"
+    log.write_text("step 1\n")
+    assert recorded_job_log([str(log)]) is None  # no job.json: not recorded by `monitor run`
+    (logs / "run-20261125-222353.job.json").write_text('{"job_pid": 1}')
+    assert recorded_job_log([str(log)]) == log
+    assert recorded_job_log([str(logs)]) == log
+    assert recorded_job_log([glob.escape(str(logs / "run-20261125-222353")) + ".*"]) == log
+    (logs / "run-20261125-222400.log").write_text("step 1\n")
+    (logs / "run-20261125-222400.job.json").write_text('{"job_pid": 2}')
+    assert recorded_job_log([str(logs)]) is None  # --all-runs: two jobs, none of them is "the" job
+    (tmp_path / "rank0.log").write_text("step 1\n")
+    assert recorded_job_log([str(tmp_path / "rank0.log")]) is None
