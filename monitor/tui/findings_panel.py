@@ -215,9 +215,7 @@ class FindingsPanel(Container):
         # Every cell is a Text: DataTable reads plain strings as markup, and these come from logs and rules.
         finding = finding.for_display()
         cells = {
-            "mark": Text("★", style="bold red") if is_root else
-                    Text("") if "sev" in self._columns else
-                    Text(GUTTER_MARKS.get(finding.severity, ""), style=SEVERITY_STYLE.get(finding.severity, "")),
+            "mark": self._mark(finding, is_root),
             "sev": Text(SEVERITY_LABEL.get(finding.severity, finding.severity),
                         style=SEVERITY_STYLE.get(finding.severity, "")),
             "ranks": Text(_where_in_job(finding)),
@@ -227,6 +225,15 @@ class FindingsPanel(Container):
             "category": Text(finding.category),
         }
         return tuple(cells[column] for column in self._columns)
+
+    def _mark(self, finding: Finding, is_root: bool) -> Text:
+        """★ for the root cause; without the severity column, the severity as the log's gutter
+        marks it (● error, ▲ warning, · info)."""
+        if is_root:
+            return Text("★", style="bold red")
+        if "sev" in self._columns:
+            return Text("")
+        return Text(GUTTER_MARKS.get(finding.severity, ""), style=SEVERITY_STYLE.get(finding.severity, ""))
 
     def selected_key(self) -> str | None:
         table = self.table

@@ -28,11 +28,13 @@ KEYS = (
     ("n / N", "in the log with a find active: next / previous match (as less); otherwise next / previous finding"),
     ("c", "jump to the root cause"),
     ("d", "into the finding's detail (what to do comes first): arrows, PageUp / PageDown scroll it; Esc back to the log"),
-    ("s", "`monitor run`, or a watch of its log: every rank's Python stack now (py-spy), side by side, the odd ranks marked"),
+    ("s", "`monitor run`, or a watch of its log: every rank's Python stack now (py-spy), side by side, the odd"
+          " ranks marked"),
     ("Enter", "in the findings table: show that finding in the log"),
     ("Tab", "move between log, findings, the finding's detail and filter"),
-    ("y / Y", "copy the selected line (else the last line in view: never one off screen) / the selected finding with what to do (OSC 52: the terminal's clipboard;"
-               " where a terminal does not take it, Shift+drag selects text)"),
+    ("y / Y", "copy the selected line (else the last line in view: never one off screen) / the selected finding"
+               " with what to do (OSC 52: the terminal's clipboard; where a terminal does not take it, Shift+drag"
+               " selects text)"),
     ("x", "export the findings as JSON (as `monitor diagnose --json`) to monitor-findings-<time>.json here"),
     ("t", "dark / light theme"),
     ("ctrl+p", "command palette (all of the above by name)"),
