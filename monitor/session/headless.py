@@ -4,7 +4,8 @@ Each new finding is one line (``model.one_line``; ``--json``: one ``Finding.to_j
 object), flushed at once so a pipe or a log collector sees it immediately. The metrics are
 sampled as on the screen (``feeds.MetricsPump``), so an Xid or GPU memory near full is reported
 here too. Ctrl-C or SIGTERM ends the watch (never the job: we only read its files) with the
-summary and the root cause; the exit code is ``diagnose``'s.
+summary and the root cause; the exit code is ``diagnose``'s: 2 when a file named never appeared
+(as for a missing file there), with no summary when not one did.
 """
 
 from __future__ import annotations
@@ -52,8 +53,14 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
         pump.feed.close()
         session.close()
         restore()
-    diagnosis = session.diagnosis()
-    _summary(diagnosis, out, as_json)
+    never_appeared = session.follower.never_appeared
+    if len(never_appeared) < len(session.follower.files):  # else nothing was read: no summary to give
+        diagnosis = session.diagnosis()
+        _summary(diagnosis, out, as_json)
+    for path in never_appeared:
+        say(f"{path}: no such file; it never appeared")
+    if never_appeared:
+        return 2
     return 1 if diagnosis.failed else 0
 
 
