@@ -62,3 +62,57 @@ def test_watch_of_a_file_not_there_yet_follows_it_once_it_has_appeared(tmp_path)
     assert "waiting for it to appear" in said and "train.log has appeared" in said, said + err
     assert "ValueError on rank 1" in out
     assert proc.returncode == 1
+
+
+# -- item 6: text output wrapped to the terminal, never when piped ------------------------------
+LONG_MESSAGE = "target batch has 33 rows but the input has 32 " + "and the padding token is missing " * 4
+LONG_CRASH = f"""[rank1]: Traceback (most recent call last):
+[rank1]:   File "/job/train.py", line 125, in fail_now
+[rank1]:     raise ValueError(msg)
+[rank1]: ValueError: {LONG_MESSAGE.strip()}
+"""
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def in_tmux(tmp_path, command: str, *, until: str, keys: tuple[str, ...] = (), timeout: float = 30.0) -> str:
+    """``command`` run in a detached tmux session of 80x24; ``keys`` sent once ``until`` is on the
+    screen; returns the whole pane (its history too), soft-wrapped lines joined."""
+    session = f"second-hour-{os.getpid()}-{time.monotonic_ns()}"
+    tmux("new-session", "-d", "-s", session, "-x", "80", "-y", "24", "-c", str(ROOT),
+         f"env PYTHONPATH={ROOT} {command}; echo rc=$?; sleep 60")
+    try:
+        deadline = time.monotonic() + timeout
+        pane = ""
+        for wanted in (until, "rc="):
+            while wanted not in pane and time.monotonic() < deadline:
+                time.sleep(0.3)
+                pane = tmux("capture-pane", "-p", "-J", "-S", "-", "-t", session)
+            if keys and wanted == until:
+                time.sleep(0.5)
+                tmux("send-keys", "-t", session, *keys)
+        return pane
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_diagnose_into_a_pipe_does_not_hard_wrap(tmp_path):
+    (tmp_path / "job.log").write_text(LONG_CRASH)
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    result = subprocess.run(f"{sys.executable} -m monitor diagnose --no-user-rules {tmp_path / 'job.log'} | cat",
+                            shell=True, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert result.stdout.startswith("Root cause: ValueError on rank 1")
+    # A grep for the message finds the whole entry, on one line.
+    assert any(f"ValueError: {LONG_MESSAGE.strip()}" in line for line in result.stdout.splitlines()), result.stdout
+
+
+def test_headless_watch_summary_fits_an_80_column_terminal(tmp_path):
+    (tmp_path / "job.log").write_text(LONG_CRASH)
+    pane = in_tmux(tmp_path, f"{sys.executable} -m monitor watch --headless --no-user-rules {tmp_path / 'job.log'}",
+                   until="ValueError on rank 1", keys=("C-c",))
+    assert "Root cause: ValueError on rank 1" in pane, pane
+    report = pane.split("Root cause:", 1)[1].splitlines()
+    # A line longer than the terminal is one the terminal wrapped (-J joined it back).
+    assert max(map(len, report)) <= 80, "\n".join(line for line in report if len(line) > 80)

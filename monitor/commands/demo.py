@@ -88,9 +88,10 @@ def _removed_on_stop_signals(scratch: str):
 
 
 def _headless(replayer, catalogue) -> int:
+    import sys
     import time
 
-    from monitor.diagnosis.report import render_text
+    from monitor.diagnosis.report import write_report
     from monitor.model import one_line
     from monitor.session.job_session import IDLE_FLUSH_S, JobSession
 
@@ -116,5 +117,5 @@ def _headless(replayer, catalogue) -> int:
     finally:
         session.close()
     print()
-    print(render_text(diagnosis), end="")
+    write_report(diagnosis, sys.stdout)
     return 1 if diagnosis.failed else 0

@@ -23,9 +23,9 @@ from monitor.text import safe_text
 TIMELINE_ENTRIES = 12
 NEW_LINES_SHOWN = 12
 EVIDENCE_LINES = 6
-# Width of the plain-text report (not a terminal) unless $COLUMNS says otherwise.
-PLAIN_WIDTH = 100
+# The narrowest width a report is wrapped at ($COLUMNS below it is ignored).
 MIN_WIDTH = 40
+UNBOUNDED = 1 << 20
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
@@ -169,21 +169,23 @@ def build(diagnosis: Diagnosis) -> Group:
 
 
 def render_text(diagnosis: Diagnosis, width: int | None = None) -> str:
-    """The report as plain text (no colour codes, no trailing spaces), wrapped at ``width``
-    (default 100)."""
+    """The report as plain text (no colour codes, no trailing spaces), wrapped at ``width``;
+    None: not wrapped at all, each entry one line (for a pipe, ``grep``, ``less``)."""
+    report = build(diagnosis)
     buffer = io.StringIO()
-    console = Console(file=buffer, width=width or PLAIN_WIDTH, color_system=None, highlight=False, emoji=False)
-    console.print(build(diagnosis))
+    console = Console(file=buffer, width=width or MIN_WIDTH, color_system=None, highlight=False, emoji=False)
+    if width is None:  # as wide as its longest line: a measure not bounded by the console's width
+        console.width = max(MIN_WIDTH, console.measure(report, options=console.options.update_width(UNBOUNDED)).maximum)
+    console.print(report)
     return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
 
 
 def write_report(diagnosis: Diagnosis, stream: TextIO) -> None:
     """The report on ``stream``: styled and fitted to the terminal when it is one; else plain
-    text (a file, a pipe, CI logs) at ``$COLUMNS`` or 100 columns, without the spaces rich pads
-    lines with."""
+    text (a file, a pipe, CI logs), without the spaces rich pads lines with, not wrapped unless
+    ``$COLUMNS`` asks for a width."""
     if stream.isatty():
         Console(file=stream, highlight=False, emoji=False).print(build(diagnosis))
         return
     columns = os.environ.get("COLUMNS", "")
-    width = int(columns) if columns.isdigit() and int(columns) >= MIN_WIDTH else PLAIN_WIDTH
-    stream.write(render_text(diagnosis, width))
+    stream.write(render_text(diagnosis, int(columns) if columns.isdigit() and int(columns) >= MIN_WIDTH else None))

@@ -68,9 +68,10 @@ def _summary(diagnosis: Diagnosis, out, as_json: bool) -> None:
     if as_json:
         out.write(safe_json({"diagnosis": diagnosis.to_json()}) + "\n")
     else:
-        from monitor.diagnosis.report import render_text
+        from monitor.diagnosis.report import write_report
 
-        out.write("\n" + render_text(diagnosis))
+        out.write("\n")
+        write_report(diagnosis, out)
     out.flush()
 
 
