@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def monitor(*args: str, cwd=None, env=None) -> subprocess.CompletedProcess:
+    """``monitor ARGS`` as a user types it; this checkout's code wherever it runs (``cwd``)."""
+    env = {**(os.environ if env is None else env), "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True, text=True, timeout=60,
                           cwd=cwd, env=env)
 
@@ -116,3 +118,17 @@ def test_headless_watch_summary_fits_an_80_column_terminal(tmp_path):
     report = pane.split("Root cause:", 1)[1].splitlines()
     # A line longer than the terminal is one the terminal wrapped (-J joined it back).
     assert max(map(len, report)) <= 80, "\n".join(line for line in report if len(line) > 80)
+
+
+# -- item 7: the end of monitor run names the verdict last ---------------------------------------
+def test_the_last_lines_of_a_run_name_the_root_cause_its_rank_and_what_to_do(tmp_path):
+    crash = SAMPLES / "demo" / "crash-2ranks.log"
+    result = monitor("run", "--headless", "--no-preflight", "--log-dir", str(tmp_path), "--",
+                     "sh", "-c", f"cat {crash}; exit 1", cwd=tmp_path)
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    last = "\n".join(lines[-3:])
+    assert "root cause: ValueError on rank 1" in last, last
+    assert "Uncaught ValueError on rank 1: step 3: target batch has 33 rows but the input has 32" in last, last
+    cascade = max(i for i, line in enumerate(lines) if "torchrun: monitor.demo.train failed" in line)
+    assert cascade < len(lines) - 3

@@ -168,6 +168,21 @@ def build(diagnosis: Diagnosis) -> Group:
     return Group(*parts)
 
 
+def verdict(diagnosis: Diagnosis) -> list[str]:
+    """The root cause, its rank and where, and the first line of what to do, in two lines for
+    the end of a long output (``monitor run``), where the report's top has scrolled off by then;
+    [] when nothing failed."""
+    root = diagnosis.root_cause and diagnosis.root_cause.for_display()
+    if root is None:
+        return ["errors found, but none is a root cause on its own (the report above lists them)"] if diagnosis.failed else []
+    ranks = who(root)
+    named = root.title if not ranks or ranks in root.title else f"{root.title} ({ranks})"
+    lines = [f"root cause: {named} at {_where(root)}"]
+    if first := next((line.strip() for line in root.remedy.splitlines() if line.strip()), ""):
+        lines.append(f"what to do first: {first}")
+    return lines
+
+
 def render_text(diagnosis: Diagnosis, width: int | None = None) -> str:
     """The report as plain text (no colour codes, no trailing spaces), wrapped at ``width``;
     None: not wrapped at all, each entry one line (for a pipe, ``grep``, ``less``)."""

@@ -420,3 +420,8 @@ def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.Restart
         if error:
             say(error)
     say(f"exit code {code}" + ("" if save_error else f"; diagnosis saved to {path}"))
+    # Last, where the eye lands: the report's top has scrolled off behind the cascade by now.
+    from monitor.diagnosis.report import verdict
+
+    for line in verdict(diagnosis):
+        say(line)
