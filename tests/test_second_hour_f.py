@@ -132,3 +132,36 @@ def test_the_last_lines_of_a_run_name_the_root_cause_its_rank_and_what_to_do(tmp
     assert "Uncaught ValueError on rank 1: step 3: target batch has 33 rows but the input has 32" in last, last
     cascade = max(i for i, line in enumerate(lines) if "torchrun: monitor.demo.train failed" in line)
     assert cascade < len(lines) - 3
+
+
+# -- item 9: a folder of unrelated logs is not merged into one root cause ------------------------
+def test_a_folder_of_unrelated_failed_logs_is_said_to_be_separate_jobs_each_diagnosed(tmp_path):
+    import shutil
+
+    for sample in ("demo/crash-2ranks.log", "demo/bad-ckpt-2ranks.log", "documented/cuda-oom-tee-8ranks.log",
+                   "demo/ok-2ranks.log"):
+        shutil.copy(SAMPLES / sample, tmp_path)
+    shutil.copytree(SAMPLES / "documented" / "host-oom-dmesg", tmp_path / "host-oom-dmesg")
+    result = monitor("diagnose", "--no-user-rules", str(tmp_path))
+    assert result.returncode == 1
+    out = result.stdout
+    assert "look like 5 separate jobs" in out.splitlines()[0], out
+    for alone in ("crash-2ranks.log", "bad-ckpt-2ranks.log", "cuda-oom-tee-8ranks.log", "host-oom-dmesg"):
+        single = monitor("diagnose", "--json", "--no-user-rules", str(tmp_path / alone))
+        title = __import__("json").loads(single.stdout)["root_cause"]["title"]
+        assert f"root cause: {title}" in out, (alone, title, out)
+    assert "ok-2ranks.log" in out and "No failure found" in out
+    merged = monitor("diagnose", "--one-job", "--no-user-rules", str(tmp_path))
+    assert merged.stdout.startswith("Root cause:"), merged.stdout
+
+
+def test_the_files_of_one_job_are_still_read_as_one(tmp_path):
+    import shutil
+
+    for layout in ("demo/hang-gloo-logdir", "documented/host-oom-dmesg", "documented/gpu-xid79-node"):
+        result = monitor("diagnose", "--no-user-rules", str(SAMPLES / layout))
+        assert "separate jobs" not in result.stdout, (layout, result.stdout)
+    for rank in (0, 1):  # one job's files, one per rank
+        (tmp_path / f"rank{rank}.log").write_text(
+            f"[rank{rank}]: Traceback (most recent call last):\n[rank{rank}]: ValueError: boom {rank}\n")
+    assert "separate jobs" not in monitor("diagnose", "--no-user-rules", str(tmp_path)).stdout

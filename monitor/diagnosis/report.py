@@ -176,11 +176,35 @@ def verdict(diagnosis: Diagnosis) -> list[str]:
     if root is None:
         return ["errors found, but none is a root cause on its own (the report above lists them)"] if diagnosis.failed else []
     ranks = who(root)
-    named = root.title if not ranks or ranks in root.title else f"{root.title} ({ranks})"
+    named = root.title if not ranks or "rank" in root.title else f"{root.title} ({ranks})"
     lines = [f"root cause: {named} at {_where(root)}"]
     if first := next((line.strip() for line in root.remedy.splitlines() if line.strip()), ""):
         lines.append(f"what to do first: {first}")
     return lines
+
+
+def render_jobs(jobs: list[Diagnosis], files: int) -> str:
+    """Several jobs' diagnoses (a folder of unrelated logs), each read on its own: one line
+    saying so, then each failed job's name and verdict, then the jobs with no failure, in one
+    line. Plain text, each entry one line."""
+    failed = [job for job in jobs if job.failed]
+    lines = [f"These {files} files look like {len(jobs)} separate jobs (nothing in their names or folders ties "
+             f"them together), so each is diagnosed on its own; name one for its full report, or add --one-job "
+             f"to read them as one job."]
+    for job in failed:
+        lines += ["", _job_name(job.files)] + ["  " + line for line in verdict(job)]
+    if clean := [_job_name(job.files) for job in jobs if not job.failed]:
+        lines += ["", f"No failure found in {len(clean)} of them: " + ", ".join(clean)]
+    if problems := [problem for job in jobs for problem in job.problems]:
+        lines += ["", "Problems reading the input"] + ["  " + problem for problem in problems]
+    return "".join(safe_text(line) + "\n" for line in lines)
+
+
+def _job_name(files: list[str]) -> str:
+    """A job by its files: the one file, or the folder they share and how many."""
+    if len(files) == 1:
+        return files[0]
+    return f"{os.path.commonpath(files)}{os.sep} ({len(files)} files)"
 
 
 def render_text(diagnosis: Diagnosis, width: int | None = None) -> str:
@@ -199,7 +223,7 @@ def write_report(diagnosis: Diagnosis, stream: TextIO) -> None:
     """The report on ``stream``: styled and fitted to the terminal when it is one; else plain
     text (a file, a pipe, CI logs), without the spaces rich pads lines with, not wrapped unless
     ``$COLUMNS`` asks for a width."""
-    if stream.isatty():
+    if getattr(stream, "isatty", lambda: False)():  # a writer that is no file is none
         Console(file=stream, highlight=False, emoji=False).print(build(diagnosis))
         return
     columns = os.environ.get("COLUMNS", "")
