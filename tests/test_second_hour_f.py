@@ -165,3 +165,38 @@ def test_the_files_of_one_job_are_still_read_as_one(tmp_path):
         (tmp_path / f"rank{rank}.log").write_text(
             f"[rank{rank}]: Traceback (most recent call last):\n[rank{rank}]: ValueError: boom {rank}\n")
     assert "separate jobs" not in monitor("diagnose", "--no-user-rules", str(tmp_path)).stdout
+
+
+# -- item 11: an old, finished log is shown by its own times ------------------------------------
+def test_an_old_finished_log_shows_no_eta_and_its_findings_by_the_logs_times(tmp_path):
+    import asyncio
+    import shutil
+
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.tui import watch_app
+    from monitor.tui.findings_panel import FindingsPanel
+    from monitor.tui.progress_panel import ProgressPanel
+
+    log = tmp_path / "old.log"
+    shutil.copy(SAMPLES / "documented" / "cuda-oom-tee-8ranks.log", log)
+    two_days_ago = time.time() - 2 * 86400 - 3 * 3600
+    os.utime(log, (two_days_ago, two_days_ago))
+    app = watch_app([str(log)], catalogue=load_catalogue(include_user=False))
+
+    async def drive():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause(1.5)
+            progress = app.query_one(ProgressPanel).render().plain
+            assert "ETA" not in progress and "no progress for 2d03h" in progress, progress
+            panel = app.query_one(FindingsPanel)
+            oom = next(f for f in panel.findings if f.rule == "cuda-oom")
+            assert panel.first_time(oom) == "~10:21:43"  # the next time its log gives, not when it was read
+            for finding in panel.findings:  # none shows today's time of reading
+                assert time.strftime("%H:%M", time.localtime()) not in panel.first_time(finding), finding.title
+            await pilot.press("c")
+            await pilot.pause()
+            detail = str(panel.query_one("#finding-text").render())
+            assert "written by 10:21:43 (its line has no time)" in detail, detail
+
+    asyncio.run(drive())
+    app.metrics_feed.close()

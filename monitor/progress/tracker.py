@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -35,6 +36,10 @@ class ProgressState:
     nonfinite_seen: bool = False
     # The rank whose lines the state follows (None: lines without a rank).
     rank: int | None = None
+    # When the file of the last progress line was last written (seconds since the epoch), when
+    # it was read from there: that line was written by then, however late it was read (an old,
+    # finished log opened today).
+    written_by: float | None = None
 
     @property
     def known(self) -> bool:
@@ -71,8 +76,8 @@ class ProgressTracker:
     def state(self) -> ProgressState:
         return self._state
 
-    def feed(self, text: str, rank: int | None = None, now: float | None = None) -> bool:
-        """Read one line; True when the state changed."""
+    def feed(self, text: str, rank: int | None = None, now: float | None = None, file: str | None = None) -> bool:
+        """Read one line (of ``file``, when read from one); True when the state changed."""
         event = parse_progress(text)
         if event is None:
             return False
@@ -90,7 +95,7 @@ class ProgressTracker:
             if event.loss is not None:
                 self._with_loss.add(rank)
             if self._follows(rank):
-                self._apply(event, rank, now)
+                self._apply(event, rank, now, _written_by(file))
                 changed = True
         if changed:
             self.version += 1
@@ -112,7 +117,7 @@ class ProgressTracker:
             return True
         return False
 
-    def _apply(self, event: ProgressEvent, rank: int | None, now: float) -> None:
+    def _apply(self, event: ProgressEvent, rank: int | None, now: float, written_by: float | None) -> None:
         state = self._state
         step = event.step if event.step is not None else state.step
         total = event.total if event.total is not None else state.total
@@ -140,6 +145,7 @@ class ProgressTracker:
             throughput_unit=unit,
             eta_seconds=self._eta(step, total, throughput, unit),
             rank=rank,
+            written_by=written_by,
         )
 
     def _repeats_last_loss(self, event: ProgressEvent, step: int | None) -> bool:
@@ -166,4 +172,14 @@ class ProgressTracker:
             return remaining / rate
         if unit == "it/s" and throughput and math.isfinite(throughput):
             return remaining / throughput
+        return None
+
+
+def _written_by(file: str | None) -> float | None:
+    """When ``file`` was last written (its lines were written by then); None when unknown."""
+    if file is None:
+        return None
+    try:
+        return os.stat(file).st_mtime
+    except OSError:
         return None

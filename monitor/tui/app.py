@@ -268,7 +268,7 @@ class MonitorApp(App[int]):
         progress_version = self.progress.version
         for line in lines:
             self.store.append(line)
-            self.progress.feed(line.text, line.rank, now)
+            self.progress.feed(line.text, line.rank, now, line.file)
         view.lines_added(first)
         if self.progress.version != progress_version:
             self.query_one(ProgressPanel).show(self.progress.state)
