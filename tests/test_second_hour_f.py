@@ -200,3 +200,86 @@ def test_an_old_finished_log_shows_no_eta_and_its_findings_by_the_logs_times(tmp
 
     asyncio.run(drive())
     app.metrics_feed.close()
+
+
+# -- item 15: the smaller points ----------------------------------------------------------------
+def test_a_finding_with_no_log_line_is_not_placed_at_colon_zero():
+    from monitor.model import Finding
+    from monitor.tui.findings_panel import describe
+
+    preflight = Finding("preflight-port", "launcher", "warning", "root", "Port 29500 is taken", origin="preflight")
+    text = describe(preflight, False, "22:22:32").plain
+    assert ":0" not in text and "first from preflight, logged 22:22:32" in text, text
+
+
+def test_the_report_has_no_empty_evidence_heading():
+    from monitor.diagnosis.report import render_text
+    from monitor.model import Diagnosis, Finding
+
+    segfault = Finding("job-exit", "launcher", "error", "root", "The job was ended by SIGSEGV (exit code 139)",
+                       file="run.log", remedy="A crash in native code prints nothing of its own.", origin="exit")
+    text = render_text(Diagnosis(root_cause=segfault, findings=[segfault], files=["run.log"]))
+    assert "Evidence:" not in text and "What to do:" in text, text
+
+
+def test_a_watch_that_read_no_file_does_not_say_no_failure_in_0_files(tmp_path):
+    (tmp_path / "empty").mkdir()
+    proc = start_headless_watch(str(tmp_path / "empty"))
+    read_until(proc.stderr, "watching")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert "0 file(s)" not in out and "No failure found" not in out, out
+    assert f"no log file appeared in {tmp_path / 'empty'}" in err and proc.returncode == 2, err
+
+
+def test_the_log_status_line_says_1_line_not_1_lines(tmp_path):
+    import asyncio
+
+    from textual.widgets import Static
+
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.tui import watch_app
+
+    (tmp_path / "train.log").write_text("step 1 loss 2.0\n")
+    app = watch_app([str(tmp_path / "train.log")], catalogue=load_catalogue(include_user=False))
+
+    async def drive():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause(1.0)
+            status = " ".join(str(widget.render()) for widget in app.query(Static))
+            assert "1 line from 1 file" in status and "1 lines" not in status, status
+
+    asyncio.run(drive())
+    app.metrics_feed.close()
+
+
+def test_ctrl_c_in_the_headless_demo_ends_it_with_the_summary_as_the_screen_does():
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "monitor", "demo", "--headless"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    read_until(proc.stdout, "replaying")
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err
+    assert proc.returncode in (0, 1), (proc.returncode, err)  # the screen's Ctrl-C: the diagnosis's code
+    assert "stopped (Ctrl-C)" in out and ("No failure found" in out or "Root cause" in out), out
+
+
+def test_a_clean_run_says_the_job_exited_0(tmp_path):
+    result = monitor("run", "--headless", "--no-preflight", "--log-dir", str(tmp_path), "--",
+                     sys.executable, "-c", "print('step 1 loss 2.0')", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "The job exited 0 and its log shows no failure." in result.stderr, result.stderr
+    assert "file(s)" not in result.stderr
+
+
+def test_random_bytes_named_log_are_skipped_as_a_binary_file(tmp_path):
+    import random
+
+    generator = random.Random(7)
+    for number in range(8):  # random bytes hold about a tenth control bytes: the old test missed some
+        garbage = tmp_path / f"bin{number}.log"
+        garbage.write_bytes(bytes(generator.getrandbits(8) for _ in range(20_000)))
+        result = monitor("diagnose", str(garbage))
+        assert result.returncode == 2 and "binary file, skipped" in result.stderr, (number, result)

@@ -66,8 +66,9 @@ def _root_cause(finding: Finding, confidence: str | None, note: str) -> list[Ren
     if confidence is not None:
         parts.append(_indented(Text(f"confidence: {confidence}" + (f" ({note})" if note else ""),
                                     style="dim" if confidence == "certain" else "yellow"), 2))
-    parts.append(Text("  Evidence:", style="bold"))
-    parts.extend(_indented(Text(line, style="italic"), 4) for line in finding.evidence[:EVIDENCE_LINES])
+    if finding.evidence:  # a job killed by a signal has no line to show
+        parts.append(Text("  Evidence:", style="bold"))
+        parts.extend(_indented(Text(line, style="italic"), 4) for line in finding.evidence[:EVIDENCE_LINES])
     if finding.remedy:
         parts.append(Text("  What to do:", style="bold"))
         parts.extend(_indented(Text(line), 4) for line in finding.remedy.splitlines())

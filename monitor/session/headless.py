@@ -5,7 +5,7 @@ object), flushed at once so a pipe or a log collector sees it immediately. The m
 sampled as on the screen (``feeds.MetricsPump``), so an Xid or GPU memory near full is reported
 here too. Ctrl-C or SIGTERM ends the watch (never the job: we only read its files) with the
 summary and the root cause; the exit code is ``diagnose``'s: 2 when a file named never appeared
-(as for a missing file there), with no summary when not one did.
+(as for a missing file there) or no log file appeared at all, with no summary when none did.
 """
 
 from __future__ import annotations
@@ -54,12 +54,15 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
         session.close()
         restore()
     never_appeared = session.follower.never_appeared
-    if len(never_appeared) < len(session.follower.files):  # else nothing was read: no summary to give
+    read_some = len(never_appeared) < len(session.follower.files)
+    if read_some:  # else there is no summary to give ("No failure found in 0 files" would mislead)
         diagnosis = session.diagnosis()
         _summary(diagnosis, out, as_json)
     for path in never_appeared:
         say(f"{path}: no such file; it never appeared")
-    if never_appeared:
+    if not session.follower.files:
+        say(f"no log file appeared in {', '.join(map(str, paths))}")
+    if not read_some or never_appeared:
         return 2
     return 1 if diagnosis.failed else 0
 

@@ -72,13 +72,14 @@ def describe(finding: Finding, is_root: bool, first: str) -> Text:
     text.append(f"\n{finding.severity} · {finding.category} · {finding.role} · rule {finding.rule}", style="dim")
     if finding.confidence != "certain":
         text.append(f"\nconfidence: {finding.confidence} ({finding.confidence_note})", style="yellow")
-    where = f"{finding.file}:{finding.line}"
+    # A finding no log line made (a preflight check, the exit, a metric) comes from its source.
+    where = f"at {finding.file}:{finding.line}" if finding.line else f"from {finding.origin}"
     if finding.rank is not None or finding.node:
         where += f" ({', '.join(p for p in (finding.node and f'node {finding.node}', finding.rank is not None and f'rank {finding.rank}') if p)})"
     when = f"written by {first[1:]} (its line has no time)" if first.startswith("~") else f"logged {first}"
     if first.lstrip("~")[:1] in ("+", "-"):
         when += ", counted from the job's start"
-    text.append(f"\nfirst at {where}, {when}")
+    text.append(f"\nfirst {where}, {when}")
     if finding.count > 1 or len(finding.ranks) > 1:
         text.append(f"; {finding.count}× on ranks {fmt.ranks(finding.ranks)}")
         if len(finding.nodes) > 1:
