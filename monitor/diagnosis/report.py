@@ -134,7 +134,9 @@ def _timeline(findings: list[Finding]) -> list[RenderableType]:
     return parts
 
 
-def build(diagnosis: Diagnosis) -> Group:
+def build(diagnosis: Diagnosis, exit_code: int | None = None) -> Group:
+    """The report; ``exit_code``: how the job ended, when the report is of a job that was run
+    (``monitor run``), so that a clean one says so rather than counting files."""
     diagnosis = replace(
         diagnosis, root_cause=diagnosis.root_cause and diagnosis.root_cause.for_display(),
         findings=[finding.for_display() for finding in diagnosis.findings],
@@ -153,6 +155,8 @@ def build(diagnosis: Diagnosis) -> Group:
         # A stop the user asked for is no failure, but "No failure found" above it reads as if the
         # stop went unseen.
         parts.append(Text(f"{stop.title}; no failure before it.", style="bold yellow"))
+    elif exit_code == 0:
+        parts.append(Text("The job exited 0 and its log shows no failure.", style="bold green"))
     else:
         parts.append(Text(f"No failure found in {len(diagnosis.files)} file(s).", style="bold green"))
         if diagnosis.empty:
@@ -208,10 +212,10 @@ def _job_name(files: list[str]) -> str:
     return f"{os.path.commonpath(files)}{os.sep} ({len(files)} files)"
 
 
-def render_text(diagnosis: Diagnosis, width: int | None = None) -> str:
+def render_text(diagnosis: Diagnosis, width: int | None = None, exit_code: int | None = None) -> str:
     """The report as plain text (no colour codes, no trailing spaces), wrapped at ``width``;
     None: not wrapped at all, each entry one line (for a pipe, ``grep``, ``less``)."""
-    report = build(diagnosis)
+    report = build(diagnosis, exit_code)
     buffer = io.StringIO()
     console = Console(file=buffer, width=width or MIN_WIDTH, color_system=None, highlight=False, emoji=False)
     if width is None:  # as wide as its longest line: a measure not bounded by the console's width
@@ -220,12 +224,13 @@ def render_text(diagnosis: Diagnosis, width: int | None = None) -> str:
     return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
 
 
-def write_report(diagnosis: Diagnosis, stream: TextIO) -> None:
+def write_report(diagnosis: Diagnosis, stream: TextIO, exit_code: int | None = None) -> None:
     """The report on ``stream``: styled and fitted to the terminal when it is one; else plain
     text (a file, a pipe, CI logs), without the spaces rich pads lines with, not wrapped unless
-    ``$COLUMNS`` asks for a width."""
+    ``$COLUMNS`` asks for a width. ``exit_code``: see ``build``."""
     if getattr(stream, "isatty", lambda: False)():  # a writer that is no file is none
-        Console(file=stream, highlight=False, emoji=False).print(build(diagnosis))
+        Console(file=stream, highlight=False, emoji=False).print(build(diagnosis, exit_code))
         return
     columns = os.environ.get("COLUMNS", "")
-    stream.write(render_text(diagnosis, int(columns) if columns.isdigit() and int(columns) >= MIN_WIDTH else None))
+    width = int(columns) if columns.isdigit() and int(columns) >= MIN_WIDTH else None
+    stream.write(render_text(diagnosis, width, exit_code))

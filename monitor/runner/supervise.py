@@ -397,7 +397,7 @@ def _stopped_leftovers(leftovers: list[dict]) -> str:
 
 def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.RestartDecision,
             meta: dict, max_restarts: int) -> None:
-    explain.write(diagnosis, sys.stderr)
+    explain.write(diagnosis, sys.stderr, code)
     if slurm := meta["slurm"]:
         say("SLURM " + ", ".join(f"{key}={value}" for key, value in slurm.items()))
     state = job.state()
