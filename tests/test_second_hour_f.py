@@ -283,3 +283,11 @@ def test_random_bytes_named_log_are_skipped_as_a_binary_file(tmp_path):
         garbage.write_bytes(bytes(generator.getrandbits(8) for _ in range(20_000)))
         result = monitor("diagnose", str(garbage))
         assert result.returncode == 2 and "binary file, skipped" in result.stderr, (number, result)
+
+
+def test_a_rank_killed_by_a_segfault_is_named_sigsegv(tmp_path):
+    log = tmp_path / "torchrun.log"
+    log.write_text("E1125 22:30:01.000000 123 torch/distributed/elastic/multiprocessing/api.py:869] failed "
+                   "(exitcode: -11) local_rank: 1 (pid: 4242) of binary: /usr/bin/python3\n")
+    result = monitor("diagnose", "--no-user-rules", str(log))
+    assert "torchrun: local rank 1 exited with code -11 (SIGSEGV)" in result.stdout, result.stdout
