@@ -59,12 +59,13 @@ def run(args: argparse.Namespace) -> int:
         diagnosis = diagnose_paths(logs, catalogue, evidence=evidence.findings if evidence else [])
     except MissingPath as exc:  # MissingPath: deleted since we looked
         raise UsageError(str(exc)) from None
+    logs_read = list(diagnosis.files)  # the jobs are told by the logs, not by the stacks and dumps beside them
     if evidence is not None:
         diagnosis.problems = evidence.problems + diagnosis.problems
         diagnosis.files += [f for f in evidence.files if f not in diagnosis.files]
     diagnosis.problems = missing + diagnosis.problems
     diagnosis.notes = notes
-    if not args.one_job and len(jobs := _separate_jobs(diagnosis, catalogue)) > 1:
+    if not args.one_job and len(jobs := _separate_jobs(diagnosis, logs_read, catalogue)) > 1:
         _print_jobs(diagnosis, jobs, args.json)
         return 2 if missing or diagnosis.unread else 1
     diagnosis = _against(diagnosis, present_before_pick, args)
@@ -83,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
     return 1 if diagnosis.failed else 0
 
 
-def _separate_jobs(diagnosis, catalogue) -> list:
-    """The diagnoses of each job when the files read look like several jobs' (``logs.runs.
+def _separate_jobs(diagnosis, logs: list[str], catalogue) -> list:
+    """The diagnoses of each job when the ``logs`` read look like several jobs' (``logs.runs.
     separate_jobs``) of which more than one failed: merged, one of their root causes would be
     named as the cause of all. [] when the files are one job, or only one of them failed (its
     root cause is then the merged one)."""
@@ -93,7 +94,7 @@ def _separate_jobs(diagnosis, catalogue) -> list:
     from monitor.diagnosis.diagnose import diagnose_paths
     from monitor.logs.runs import separate_jobs
 
-    groups = separate_jobs([Path(file) for file in diagnosis.files])
+    groups = separate_jobs([Path(file) for file in logs])
     failed_files = {finding.file for finding in diagnosis.findings if finding.severity == "error"}
     if sum(any(str(file) in failed_files for file in group) for group in groups) < 2:
         return []
