@@ -25,6 +25,7 @@ NEW_LINES_SHOWN = 12
 EVIDENCE_LINES = 6
 # The narrowest width a report is wrapped at ($COLUMNS below it is ignored).
 MIN_WIDTH = 40
+# The width a report not to be wrapped is measured at: wider than any line it holds.
 UNBOUNDED = 1 << 20
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 

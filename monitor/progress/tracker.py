@@ -17,6 +17,8 @@ LOSS_HISTORY = 240
 RATE_WINDOW = 32
 # Two steps read closer together than this were read from a backlog, not as they were printed.
 BACKLOG_GAP_S = 0.01
+# A file's last write is looked up at most this often (a burst of progress lines: one stat).
+WRITTEN_CHECK_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,7 @@ class ProgressTracker:
         # Streams (ranks, None for unprefixed lines) that have reported a loss.
         self._with_loss: set[int | None] = set()
         self._loss_step: int | None = None
+        self._written: dict[str, tuple[float, float | None]] = {}  # file -> (looked at, its last write)
         self.version = 0
 
     @property
@@ -95,7 +98,7 @@ class ProgressTracker:
             if event.loss is not None:
                 self._with_loss.add(rank)
             if self._follows(rank):
-                self._apply(event, rank, now, _written_by(file))
+                self._apply(event, rank, now, self._written_by(file, now))
                 changed = True
         if changed:
             self.version += 1
@@ -174,12 +177,15 @@ class ProgressTracker:
             return remaining / throughput
         return None
 
-
-def _written_by(file: str | None) -> float | None:
-    """When ``file`` was last written (its lines were written by then); None when unknown."""
-    if file is None:
-        return None
-    try:
-        return os.stat(file).st_mtime
-    except OSError:
-        return None
+    def _written_by(self, file: str | None, now: float) -> float | None:
+        """When ``file`` was last written (its lines were written by then); None when unknown."""
+        if file is None:
+            return None
+        looked, written = self._written.get(file, (None, None))
+        if looked is None or now - looked >= WRITTEN_CHECK_S:
+            try:
+                written = os.stat(file).st_mtime
+            except OSError:
+                written = None
+            self._written[file] = (now, written)
+        return written
