@@ -66,6 +66,32 @@ def test_watch_of_a_file_not_there_yet_follows_it_once_it_has_appeared(tmp_path)
     assert proc.returncode == 1
 
 
+def test_the_screen_says_a_watched_file_is_missing_and_follows_it_once_it_appears(tmp_path):
+    import asyncio
+
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.tui import watch_app
+
+    log = tmp_path / "train.log"
+    app = watch_app([str(log)], catalogue=load_catalogue(include_user=False))
+
+    async def drive():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause(1.0)
+            said = [str(n.message) for n in app._notifications]
+            assert any("train.log: no such file yet; waiting for it to appear" in m for m in said), said
+            log.write_text("step 1 loss 2.0\n")
+            for _ in range(40):
+                await pilot.pause(0.25)
+                if len(app.store) == 1:
+                    break
+            said = [str(n.message) for n in app._notifications]
+            assert any("train.log has appeared; following it" in m for m in said), said
+            assert len(app.store) == 1
+
+    asyncio.run(drive())
+    app.metrics_feed.close()
+
 # -- item 6: text output wrapped to the terminal, never when piped ------------------------------
 LONG_MESSAGE = "target batch has 33 rows but the input has 32 " + "and the padding token is missing " * 4
 LONG_CRASH = f"""[rank1]: Traceback (most recent call last):
