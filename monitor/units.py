@@ -19,12 +19,15 @@ def binary_size(value: float) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """45s, 2m10s, 1h02m; ? when unknown."""
+    """45s, 2m10s, 1h02m, 2d03h; ? when unknown."""
     if seconds is None or not math.isfinite(seconds):
         return "?"
     seconds = int(round(seconds))
+    days, seconds = divmod(seconds, 86400)
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
     if hours:
         return f"{hours}h{minutes:02d}m"
     if minutes:

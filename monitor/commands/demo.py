@@ -89,9 +89,10 @@ def _removed_on_stop_signals(scratch: str):
 
 
 def _headless(replayer, catalogue) -> int:
+    import sys
     import time
 
-    from monitor.diagnosis.report import render_text
+    from monitor.diagnosis.report import write_report
     from monitor.model import one_line
     from monitor.session.job_session import IDLE_FLUSH_S, JobSession
 
@@ -100,22 +101,27 @@ def _headless(replayer, catalogue) -> int:
     session = JobSession([replayer.target], catalogue)
     last_line = time.monotonic()
     try:
-        while True:
-            finished = replayer.done.is_set()
-            update = session.step(timeout=0.2)
-            for finding in update.new_findings:
-                # When the recorded job wrote it (a record completes a little later, and at a
-                # high replay speed that little is many recorded seconds).
-                written = replayer.line_time(finding.file, finding.line) if finding.file else None
-                at = replayer.elapsed() if written is None else written
-                print(f"[{at:6.1f}s] {one_line(finding)}", flush=True)
-            if update.lines:
-                last_line = time.monotonic()
-            elif finished and time.monotonic() - last_line > IDLE_FLUSH_S:
-                break  # all read, and the last records completed by the session's idle flush
+        try:
+            while True:
+                finished = replayer.done.is_set()
+                update = session.step(timeout=0.2)
+                for finding in update.new_findings:
+                    # When the recorded job wrote it (a record completes a little later, and at a
+                    # high replay speed that little is many recorded seconds).
+                    written = replayer.line_time(finding.file, finding.line) if finding.file else None
+                    at = replayer.elapsed() if written is None else written
+                    print(f"[{at:6.1f}s] {one_line(finding)}", flush=True)
+                if update.lines:
+                    last_line = time.monotonic()
+                elif finished and time.monotonic() - last_line > IDLE_FLUSH_S:
+                    break  # all read, and the last records completed by the session's idle flush
+        except KeyboardInterrupt:
+            # As Ctrl-C on the demo's screen and in watch --headless: the replay ends with the
+            # diagnosis of what it showed, and its exit code.
+            print(f"monitor demo: stopped (Ctrl-C) at {replayer.elapsed():.1f}s of the recording", flush=True)
         diagnosis = session.diagnosis()
     finally:
         session.close()
     print()
-    print(render_text(diagnosis), end="")
+    write_report(diagnosis, sys.stdout)
     return 1 if diagnosis.failed else 0

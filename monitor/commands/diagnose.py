@@ -15,6 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "`monitor run` log folder with its stacks and flight-recorder dumps); "
                              "flight-recorder dump files and run-X.stacks.json may be given too")
     parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    parser.add_argument("--one-job", action="store_true",
+                        help="read every file given as one job's, even when their names and folders say they "
+                             "come from several (each is then diagnosed on its own)")
     add_run_options(parser)
     add_against_option(parser)
     add_rules_options(parser)
@@ -56,11 +59,15 @@ def run(args: argparse.Namespace) -> int:
         diagnosis = diagnose_paths(logs, catalogue, evidence=evidence.findings if evidence else [])
     except MissingPath as exc:  # MissingPath: deleted since we looked
         raise UsageError(str(exc)) from None
+    logs_read = list(diagnosis.files)  # the jobs are told by the logs, not by the stacks and dumps beside them
     if evidence is not None:
         diagnosis.problems = evidence.problems + diagnosis.problems
         diagnosis.files += [f for f in evidence.files if f not in diagnosis.files]
     diagnosis.problems = missing + diagnosis.problems
     diagnosis.notes = notes
+    if not args.one_job and len(jobs := _separate_jobs(diagnosis, logs_read, catalogue)) > 1:
+        _print_jobs(diagnosis, jobs, args.json)
+        return 2 if missing or diagnosis.unread else 1
     diagnosis = _against(diagnosis, present_before_pick, args)
     if not diagnosis.files:  # not one log could be read: an input error, said on stderr
         for problem in diagnosis.problems[len(missing):] or ["no log files found"]:
@@ -75,6 +82,41 @@ def run(args: argparse.Namespace) -> int:
     if missing or diagnosis.unread:
         return 2
     return 1 if diagnosis.failed else 0
+
+
+def _separate_jobs(diagnosis, logs: list[str], catalogue) -> list:
+    """The diagnoses of each job when the ``logs`` read look like several jobs' (``logs.runs.
+    separate_jobs``) of which more than one failed: merged, one of their root causes would be
+    named as the cause of all. [] when the files are one job, or only one of them failed (its
+    root cause is then the merged one)."""
+    from pathlib import Path
+
+    from monitor.diagnosis.diagnose import diagnose_paths
+    from monitor.logs.runs import separate_jobs
+
+    groups = separate_jobs([Path(file) for file in logs])
+    failed_files = {finding.file for finding in diagnosis.findings if finding.severity == "error"}
+    if sum(any(str(file) in failed_files for file in group) for group in groups) < 2:
+        return []
+    return [diagnose_paths(group, catalogue) for group in groups]
+
+
+def _print_jobs(diagnosis, jobs: list, as_json: bool) -> None:
+    import sys
+
+    from monitor.text import safe_json
+
+    if as_json:
+        print(safe_json({**diagnosis.to_json(), "root_cause": None,
+                         "notes": [*diagnosis.notes, f"{len(diagnosis.files)} files of {len(jobs)} separate jobs: "
+                                                     "each is diagnosed on its own under jobs"],
+                         "jobs": [job.to_json() for job in jobs]}, indent=2))
+    else:
+        from monitor.diagnosis.report import render_jobs
+
+        for note in diagnosis.notes:
+            print(note)
+        sys.stdout.write(render_jobs(jobs, len(diagnosis.files)))
 
 
 def _against(diagnosis, paths: list[str], args: argparse.Namespace):

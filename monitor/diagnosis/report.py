@@ -23,9 +23,10 @@ from monitor.text import safe_text
 TIMELINE_ENTRIES = 12
 NEW_LINES_SHOWN = 12
 EVIDENCE_LINES = 6
-# Width of the plain-text report (not a terminal) unless $COLUMNS says otherwise.
-PLAIN_WIDTH = 100
+# The narrowest width a report is wrapped at ($COLUMNS below it is ignored).
 MIN_WIDTH = 40
+# The width a report not to be wrapped is measured at: wider than any line it holds.
+UNBOUNDED = 1 << 20
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
@@ -66,8 +67,9 @@ def _root_cause(finding: Finding, confidence: str | None, note: str) -> list[Ren
     if confidence is not None:
         parts.append(_indented(Text(f"confidence: {confidence}" + (f" ({note})" if note else ""),
                                     style="dim" if confidence == "certain" else "yellow"), 2))
-    parts.append(Text("  Evidence:", style="bold"))
-    parts.extend(_indented(Text(line, style="italic"), 4) for line in finding.evidence[:EVIDENCE_LINES])
+    if finding.evidence:  # a job killed by a signal has no line to show
+        parts.append(Text("  Evidence:", style="bold"))
+        parts.extend(_indented(Text(line, style="italic"), 4) for line in finding.evidence[:EVIDENCE_LINES])
     if finding.remedy:
         parts.append(Text("  What to do:", style="bold"))
         parts.extend(_indented(Text(line), 4) for line in finding.remedy.splitlines())
@@ -133,7 +135,9 @@ def _timeline(findings: list[Finding]) -> list[RenderableType]:
     return parts
 
 
-def build(diagnosis: Diagnosis) -> Group:
+def build(diagnosis: Diagnosis, exit_code: int | None = None) -> Group:
+    """The report; ``exit_code``: how the job ended, when the report is of a job that was run
+    (``monitor run``), so that a clean one says so rather than counting files."""
     diagnosis = replace(
         diagnosis, root_cause=diagnosis.root_cause and diagnosis.root_cause.for_display(),
         findings=[finding.for_display() for finding in diagnosis.findings],
@@ -152,6 +156,8 @@ def build(diagnosis: Diagnosis) -> Group:
         # A stop the user asked for is no failure, but "No failure found" above it reads as if the
         # stop went unseen.
         parts.append(Text(f"{stop.title}; no failure before it.", style="bold yellow"))
+    elif exit_code == 0:
+        parts.append(Text("The job exited 0 and its log shows no failure.", style="bold green"))
     else:
         parts.append(Text(f"No failure found in {len(diagnosis.files)} file(s).", style="bold green"))
         if diagnosis.empty:
@@ -168,22 +174,64 @@ def build(diagnosis: Diagnosis) -> Group:
     return Group(*parts)
 
 
-def render_text(diagnosis: Diagnosis, width: int | None = None) -> str:
-    """The report as plain text (no colour codes, no trailing spaces), wrapped at ``width``
-    (default 100)."""
+def verdict(diagnosis: Diagnosis) -> list[str]:
+    """The root cause, its rank and where, and the first line of what to do, in two lines for
+    the end of a long output (``monitor run``), where the report's top has scrolled off by then;
+    [] when nothing failed."""
+    root = diagnosis.root_cause and diagnosis.root_cause.for_display()
+    if root is None:
+        return ["errors found, but none is a root cause on its own (the report above lists them)"] if diagnosis.failed else []
+    ranks = who(root)
+    named = root.title if not ranks or "rank" in root.title else f"{root.title} ({ranks})"
+    lines = [f"root cause: {named} at {_where(root)}"]
+    if first := next((line.strip() for line in root.remedy.splitlines() if line.strip()), ""):
+        lines.append(f"what to do first: {first}")
+    return lines
+
+
+def render_jobs(jobs: list[Diagnosis], files: int) -> str:
+    """Several jobs' diagnoses (a folder of unrelated logs), each read on its own: one line
+    saying so, then each failed job's name and verdict, then the jobs with no failure, in one
+    line. Plain text, each entry one line."""
+    failed = [job for job in jobs if job.failed]
+    lines = [f"These {files} files look like {len(jobs)} separate jobs (nothing in their names or folders ties "
+             f"them together), so each is diagnosed on its own; name one for its full report, or add --one-job "
+             f"to read them as one job."]
+    for job in failed:
+        lines += ["", _job_name(job.files)] + ["  " + line for line in verdict(job)]
+    if clean := [_job_name(job.files) for job in jobs if not job.failed]:
+        lines += ["", f"No failure found in {len(clean)} of them: " + ", ".join(clean)]
+    if problems := [problem for job in jobs for problem in job.problems]:
+        lines += ["", "Problems reading the input"] + ["  " + problem for problem in problems]
+    return "".join(safe_text(line) + "\n" for line in lines)
+
+
+def _job_name(files: list[str]) -> str:
+    """A job by its files: the one file, or the folder they share and how many."""
+    if len(files) == 1:
+        return files[0]
+    return f"{os.path.commonpath(files)}{os.sep} ({len(files)} files)"
+
+
+def render_text(diagnosis: Diagnosis, width: int | None = None, exit_code: int | None = None) -> str:
+    """The report as plain text (no colour codes, no trailing spaces), wrapped at ``width``;
+    None: not wrapped at all, each entry one line (for a pipe, ``grep``, ``less``)."""
+    report = build(diagnosis, exit_code)
     buffer = io.StringIO()
-    console = Console(file=buffer, width=width or PLAIN_WIDTH, color_system=None, highlight=False, emoji=False)
-    console.print(build(diagnosis))
+    console = Console(file=buffer, width=width or MIN_WIDTH, color_system=None, highlight=False, emoji=False)
+    if width is None:  # as wide as its longest line: a measure not bounded by the console's width
+        console.width = max(MIN_WIDTH, console.measure(report, options=console.options.update_width(UNBOUNDED)).maximum)
+    console.print(report)
     return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
 
 
-def write_report(diagnosis: Diagnosis, stream: TextIO) -> None:
+def write_report(diagnosis: Diagnosis, stream: TextIO, exit_code: int | None = None) -> None:
     """The report on ``stream``: styled and fitted to the terminal when it is one; else plain
-    text (a file, a pipe, CI logs) at ``$COLUMNS`` or 100 columns, without the spaces rich pads
-    lines with."""
-    if stream.isatty():
-        Console(file=stream, highlight=False, emoji=False).print(build(diagnosis))
+    text (a file, a pipe, CI logs), without the spaces rich pads lines with, not wrapped unless
+    ``$COLUMNS`` asks for a width. ``exit_code``: see ``build``."""
+    if getattr(stream, "isatty", lambda: False)():  # a writer that is no file is none
+        Console(file=stream, highlight=False, emoji=False).print(build(diagnosis, exit_code))
         return
     columns = os.environ.get("COLUMNS", "")
-    width = int(columns) if columns.isdigit() and int(columns) >= MIN_WIDTH else PLAIN_WIDTH
-    stream.write(render_text(diagnosis, width))
+    width = int(columns) if columns.isdigit() and int(columns) >= MIN_WIDTH else None
+    stream.write(render_text(diagnosis, width, exit_code))

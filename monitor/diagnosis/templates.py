@@ -4,18 +4,29 @@ A template line that names a field the match did not capture is left out, so one
 serve several wordings of a message, unless the field gives a fallback: ``{node|<node>}`` shows
 ``<node>`` while the log has not named the node, so a command stays in the remedy and is filled in
 when the log holds the value. ``{{`` and ``}}`` are literal braces. ``{name:size}``
-shows a byte count as a human size (``33762398024`` -> ``31.4 GiB``). When the rank is not
+shows a byte count as a human size (``33762398024`` -> ``31.4 GiB``), ``{name:signal}`` an exit
+code with the signal a negative one stands for (``-11`` -> ``-11 (SIGSEGV)``). When the rank is not
 known, the phrases that name it are first rewritten without it (``without_rank``), so
 "NCCL error on rank {rank}" reads "NCCL error" rather than naming rank "?".
 """
 
 from __future__ import annotations
 
+import signal
+
 import regex
 
 from monitor.units import binary_size
 
-_FIELD = regex.compile(r"\{\{|\}\}|\{([A-Za-z_]\w*)(?::(size))?(?:\|([^{}|\n]*))?\}")
+_FIELD = regex.compile(r"\{\{|\}\}|\{([A-Za-z_]\w*)(?::(size|signal))?(?:\|([^{}|\n]*))?\}")
+
+
+def with_signal(code: str) -> str:
+    """An exit code (as Python's subprocess gives it: -N for signal N) with its signal's name."""
+    try:
+        return f"{code} ({signal.Signals(-int(code)).name})" if code.startswith("-") else code
+    except ValueError:
+        return code
 
 
 def human_size(count: str) -> str | None:
@@ -67,6 +78,8 @@ def render(template: str, fields: dict[str, str], missing: str | None = None) ->
             value = fields.get(match.group(1))
             if value and match.group(2) == "size":
                 value = human_size(value) or value
+            elif value and match.group(2) == "signal":
+                value = with_signal(value)
             if value is None or value == "":
                 if match.group(3) is not None:
                     return match.group(3)

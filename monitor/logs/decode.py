@@ -23,13 +23,16 @@ _TEXT_CONTROLS = frozenset(b"\x00\t\n\x0c\r\x1b")  # NUL: holes of preallocated 
 
 def looks_binary(head: bytes) -> bool:
     """Whether a file starting with ``head`` is binary rather than a log: a known binary format,
-    or more than a tenth control bytes other than tab, line ends, escape and NUL. The one test
-    for ``diagnose`` and ``watch``, so both read the same files."""
+    or more than a tenth control bytes (other than tab, line ends, escape and NUL) and bytes that
+    are not UTF-8. Random bytes hold about a tenth control bytes, so those alone would let one
+    such file in three pass for a log; half their bytes are not UTF-8. The one test for
+    ``diagnose`` and ``watch``, so both read the same files."""
     if head.startswith(_BINARY_MAGIC):
         return True
     text = len(head) - head.count(0)
     controls = sum(head.count(b) for b in range(0x20) if b not in _TEXT_CONTROLS)
-    return controls * 10 > text
+    not_utf8 = head.decode("utf-8", "replace").count("\ufffd") - head.decode("utf-8", "ignore").count("\ufffd")
+    return (controls + not_utf8) * 10 > text
 
 
 class LineAssembler:

@@ -99,6 +99,12 @@ class Follower:
         to be copied by a caller that keeps it."""
         return self._names
 
+    @property
+    def never_appeared(self) -> list[str]:
+        """The files named as such (not found in a folder or by a glob) that have not existed
+        since the follow began: a mistyped name, or a job that never started writing."""
+        return [path for path, followed in self._files.items() if followed.named and not followed.appeared]
+
     def add(self, paths: list[str]) -> None:
         """Follow more PATHs from now on: the per-rank files a launcher (torchrun --log-dir)
         creates after the job started. A file already followed is not read twice."""
@@ -222,10 +228,10 @@ class Follower:
                 continue
             for path in paths:
                 if path not in self._files:
-                    self._adopt(path)
+                    self._adopt(path, named=source.kind == "file")
 
-    def _adopt(self, path: str, family: str | None = None) -> None:
-        self._files[path] = FollowedFile(path, family=family)
+    def _adopt(self, path: str, family: str | None = None, named: bool = False) -> None:
+        self._files[path] = FollowedFile(path, family=family, named=named)
         self._names.append(path)
         self._event_names[os.path.abspath(path)] = path
         self._dirty.add(path)

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from monitor.logs.nodes import node_of
 from monitor.logs.reader import find_logs, is_log_like
 
 # `monitor run`'s stem; SLURM's default --output (slurm-%j.out, slurm-%A_%a.out for arrays).
@@ -101,6 +102,59 @@ def runs_in(folder: Path) -> list[Run]:
         newest.logs = log_files(newest) + log_files(loose)
         newest.newest = max(newest.newest, loose.newest)
     return found
+
+
+# Logs that speak for a host or a whole launch, not for one of several jobs: a node's kernel log,
+# the launcher's own output beside its --log-dir. They go with every job of their folder.
+_WHOLE_HOST = re.compile(r"^(kern|dmesg|syslog|messages|torchrun|launcher)\b", re.IGNORECASE)
+# What the files of one job differ in: their numbers (rank0, rank1; node-07) and which stream
+# they hold (job.out, job.err; stdout.log, stderr.log), and the names' endings.
+_STREAM_WORDS = re.compile(r"\b(std)?(out|err)\b")
+_ENDINGS = re.compile(r"(\.(log|out|err|txt|gz))+$")
+
+
+def separate_jobs(files: list[Path]) -> list[list[Path]]:
+    """``files`` (the logs a ``diagnose`` reads) grouped by the job each looks like it comes from:
+    one group unless their names and folders say otherwise. Files beside each other are one job
+    when their names differ only in numbers or stream (rank0.log and rank1.log, job.out and
+    job.err); a subfolder whose files are one job is that job's folder (folders named alike, such
+    as rank0/ and rank1/, one job); the folders of one job's nodes (``node.json``) are one job; a
+    kernel log or a launcher's output goes with every job beside it. Told by names alone, as the
+    runs of a folder are."""
+    if len(files) < 2:
+        return [files]
+    top = os.path.commonpath([os.path.abspath(file) for file in files])
+    return _jobs([(file, Path(os.path.abspath(file)).relative_to(top).parts) for file in files])
+
+
+def _jobs(files: list[tuple[Path, tuple[str, ...]]]) -> list[list[Path]]:
+    """``separate_jobs`` for files given with their path below the folder they share."""
+    groups: dict[str, list[Path]] = {}
+    shared: list[Path] = []
+    folders: dict[str, list[tuple[Path, tuple[str, ...]]]] = {}
+    for file, parts in files:
+        if node_of(str(file)) is not None:
+            groups.setdefault("nodes", []).append(file)
+        elif len(parts) > 1:
+            folders.setdefault(parts[0], []).append((file, parts[1:]))
+        elif _WHOLE_HOST.match(parts[0]):
+            shared.append(file)
+        else:
+            groups.setdefault(_alike(parts[0]), []).append(file)
+    for name, inside in folders.items():
+        jobs = _jobs(inside)
+        if len(jobs) == 1:
+            groups.setdefault(_alike(name) + "/", []).extend(jobs[0])
+        else:
+            groups.update((f"{name}/{number}", job) for number, job in enumerate(jobs))
+    if len(groups) < 2:
+        return [[file for file, _ in files]]
+    return [group + shared for group in groups.values()]
+
+
+def _alike(name: str) -> str:
+    """The part of a file or folder name that the files of one job share."""
+    return re.sub(r"\d+", "#", _STREAM_WORDS.sub("", _ENDINGS.sub("", name.lower())))
 
 
 def choose(folder: Path, runs: list[Run], name: str | None = None) -> Choice:

@@ -139,8 +139,13 @@ class DescriptorCache:
 class FollowedFile:
     """The state of one followed path across the generations of what it names."""
 
-    def __init__(self, path: str, max_line_bytes: int | None = None, family: str | None = None) -> None:
+    def __init__(self, path: str, max_line_bytes: int | None = None, family: str | None = None,
+                 named: bool = False) -> None:
         self.path = path
+        # Named by the user, not found in a folder: while it does not exist, that is said once
+        # and it is waited for, as ``tail -F`` does ("has appeared" once it does).
+        self.named = named
+        self.appeared = False
         # The live path whose rotations this file is one of (``app.log`` for ``app.log.3``):
         # its inode is looked for beside that one when it moves on (``.3`` -> ``.4``).
         self.family = family or path
@@ -189,6 +194,8 @@ class FollowedFile:
             carry = self._find_beside(lambda st: (st.st_dev, st.st_ino) == self.identity, close=True)
             self._end_generation(fds, out, keep_identity=False, carry=carry is not None)
         if st is None:
+            if self.named and not self.appeared:
+                self._report(out, f"{self.path}: no such file yet; waiting for it to appear")
             return False
         self.mtime = st.st_mtime
         if self.identity is None:
@@ -196,6 +203,9 @@ class FollowedFile:
             if start is None:
                 return False
             self._start_generation(identity, start)
+            if self.named and not self.appeared and self.problem is not None:
+                self._report(out, f"{self.path} has appeared; following it")
+            self.appeared = True
         elif self.offset == 0 and since and st.st_mtime != since:
             # Empty at the last visit, written since (empty again, maybe): nothing read tells
             # whether a whole generation was written, copied away (copytruncate) and truncated

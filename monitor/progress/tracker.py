@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -16,6 +17,8 @@ LOSS_HISTORY = 240
 RATE_WINDOW = 32
 # Two steps read closer together than this were read from a backlog, not as they were printed.
 BACKLOG_GAP_S = 0.01
+# A file's last write is looked up at most this often (a burst of progress lines: one stat).
+WRITTEN_CHECK_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,10 @@ class ProgressState:
     nonfinite_seen: bool = False
     # The rank whose lines the state follows (None: lines without a rank).
     rank: int | None = None
+    # When the file of the last progress line was last written (seconds since the epoch), when
+    # it was read from there: that line was written by then, however late it was read (an old,
+    # finished log opened today).
+    written_by: float | None = None
 
     @property
     def known(self) -> bool:
@@ -65,14 +72,15 @@ class ProgressTracker:
         # Streams (ranks, None for unprefixed lines) that have reported a loss.
         self._with_loss: set[int | None] = set()
         self._loss_step: int | None = None
+        self._written: dict[str, tuple[float, float | None]] = {}  # file -> (looked at, its last write)
         self.version = 0
 
     @property
     def state(self) -> ProgressState:
         return self._state
 
-    def feed(self, text: str, rank: int | None = None, now: float | None = None) -> bool:
-        """Read one line; True when the state changed."""
+    def feed(self, text: str, rank: int | None = None, now: float | None = None, file: str | None = None) -> bool:
+        """Read one line (of ``file``, when read from one); True when the state changed."""
         event = parse_progress(text)
         if event is None:
             return False
@@ -90,7 +98,7 @@ class ProgressTracker:
             if event.loss is not None:
                 self._with_loss.add(rank)
             if self._follows(rank):
-                self._apply(event, rank, now)
+                self._apply(event, rank, now, self._written_by(file, now))
                 changed = True
         if changed:
             self.version += 1
@@ -112,7 +120,7 @@ class ProgressTracker:
             return True
         return False
 
-    def _apply(self, event: ProgressEvent, rank: int | None, now: float) -> None:
+    def _apply(self, event: ProgressEvent, rank: int | None, now: float, written_by: float | None) -> None:
         state = self._state
         step = event.step if event.step is not None else state.step
         total = event.total if event.total is not None else state.total
@@ -140,6 +148,7 @@ class ProgressTracker:
             throughput_unit=unit,
             eta_seconds=self._eta(step, total, throughput, unit),
             rank=rank,
+            written_by=written_by,
         )
 
     def _repeats_last_loss(self, event: ProgressEvent, step: int | None) -> bool:
@@ -167,3 +176,16 @@ class ProgressTracker:
         if unit == "it/s" and throughput and math.isfinite(throughput):
             return remaining / throughput
         return None
+
+    def _written_by(self, file: str | None, now: float) -> float | None:
+        """When ``file`` was last written (its lines were written by then); None when unknown."""
+        if file is None:
+            return None
+        looked, written = self._written.get(file, (None, None))
+        if looked is None or now - looked >= WRITTEN_CHECK_S:
+            try:
+                written = os.stat(file).st_mtime
+            except OSError:
+                written = None
+            self._written[file] = (now, written)
+        return written

@@ -45,12 +45,13 @@ def _finding(rule: str, category: str, severity, title: str, log_path: Path, exi
                    confidence="weak", confidence_note=advice("confidence-exit"))
 
 
-def write(diagnosis: Diagnosis, stream) -> None:
-    """The text report on ``stream`` (fitted to the terminal when it is one). A broken renderer
-    must not cost the user the end of the run, so the plain form stands in for it."""
+def write(diagnosis: Diagnosis, stream, exit_code: int | None = None) -> None:
+    """The text report on ``stream`` (fitted to the terminal when it is one) of a job that exited
+    with ``exit_code``. A broken renderer must not cost the user the end of the run, so the
+    plain form stands in for it."""
     try:
         from monitor.diagnosis.report import write_report
-        write_report(diagnosis, stream)
+        write_report(diagnosis, stream, exit_code)
     except Exception:
         stream.write(_render_plain(diagnosis))
     stream.flush()

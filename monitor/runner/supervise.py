@@ -398,7 +398,7 @@ def _stopped_leftovers(leftovers: list[dict]) -> str:
 
 def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.RestartDecision,
             meta: dict, max_restarts: int) -> None:
-    explain.write(diagnosis, sys.stderr)
+    explain.write(diagnosis, sys.stderr, code)
     if slurm := meta["slurm"]:
         say("SLURM " + ", ".join(f"{key}={value}" for key, value in slurm.items()))
     state = job.state()
@@ -421,3 +421,8 @@ def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.Restart
         if error:
             say(error)
     say(f"exit code {code}" + ("" if save_error else f"; diagnosis saved to {path}"))
+    # Last, where the eye lands: the report's top has scrolled off behind the cascade by now.
+    from monitor.diagnosis.report import verdict
+
+    for line in verdict(diagnosis):
+        say(line)

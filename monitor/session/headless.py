@@ -4,7 +4,8 @@ Each new finding is one line (``model.one_line``; ``--json``: one ``Finding.to_j
 object), flushed at once so a pipe or a log collector sees it immediately. The metrics are
 sampled as on the screen (``feeds.MetricsPump``), so an Xid or GPU memory near full is reported
 here too. Ctrl-C or SIGTERM ends the watch (never the job: we only read its files) with the
-summary and the root cause; the exit code is ``diagnose``'s.
+summary and the root cause; the exit code is ``diagnose``'s: 2 when a file named never appeared
+(as for a missing file there) or no log file appeared at all, with no summary when none did.
 """
 
 from __future__ import annotations
@@ -62,8 +63,17 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
         pump.feed.close()
         session.close()
         restore()
-    diagnosis = session.diagnosis()
-    _summary(diagnosis, out, as_json)
+    never_appeared = session.follower.never_appeared
+    read_some = len(never_appeared) < len(session.follower.files)
+    if read_some:  # else there is no summary to give ("No failure found in 0 files" would mislead)
+        diagnosis = session.diagnosis()
+        _summary(diagnosis, out, as_json)
+    for path in never_appeared:
+        say(f"{path}: no such file; it never appeared")
+    if not session.follower.files:
+        say(f"no log file appeared in {', '.join(map(str, paths))}")
+    if not read_some or never_appeared:
+        return 2
     return 1 if diagnosis.failed else 0
 
 
@@ -71,9 +81,10 @@ def _summary(diagnosis: Diagnosis, out, as_json: bool) -> None:
     if as_json:
         out.write(safe_json({"diagnosis": diagnosis.to_json()}) + "\n")
     else:
-        from monitor.diagnosis.report import render_text
+        from monitor.diagnosis.report import write_report
 
-        out.write("\n" + render_text(diagnosis))
+        out.write("\n")
+        write_report(diagnosis, out)
     out.flush()
 
 

@@ -273,7 +273,7 @@ class MonitorApp(App[int]):
         progress_version = self.progress.version
         for line in lines:
             self.store.append(line)
-            self.progress.feed(line.text, line.rank, now)
+            self.progress.feed(line.text, line.rank, now, line.file)
         view.lines_added(first)
         if self.progress.version != progress_version:
             self.query_one(ProgressPanel).show(self.progress.state)
@@ -364,7 +364,7 @@ class MonitorApp(App[int]):
             status.append(" paused ", style="bold black on yellow")
             if view.unseen:
                 status.append(f" +{view.unseen:,} new (End to follow)")
-        status.append(f"  {len(self.store):,} lines")
+        status.append(f"  {len(self.store):,} line{'s' if len(self.store) != 1 else ''}")
         if self.store.first:
             status.append(f" (the newest {len(self.store) - self.store.first:,} kept; all are in the files)", style="dim")
         if self.files:

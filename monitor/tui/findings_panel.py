@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,13 +74,14 @@ def describe(finding: Finding, is_root: bool, first: str) -> Text:
     text.append(f"\n{finding.severity} · {finding.category} · {finding.role} · rule {finding.rule}", style="dim")
     if finding.confidence != "certain":
         text.append(f"\nconfidence: {finding.confidence} ({finding.confidence_note})", style="yellow")
-    where = f"{finding.file}:{finding.line}"
+    # A finding no log line made (a preflight check, the exit, a metric) comes from its source.
+    where = f"at {finding.file}:{finding.line}" if finding.line else f"from {finding.origin}"
     if finding.rank is not None or finding.node:
         where += f" ({', '.join(p for p in (finding.node and f'node {finding.node}', finding.rank is not None and f'rank {finding.rank}') if p)})"
-    when = f"seen {first[1:]} (the line has no time)" if first.startswith("~") else f"logged {first}"
+    when = f"written by {first[1:]} (its line has no time)" if first.startswith("~") else f"logged {first}"
     if first.lstrip("~")[:1] in ("+", "-"):
         when += ", counted from the job's start"
-    text.append(f"\nfirst at {where}, {when}")
+    text.append(f"\nfirst {where}, {when}")
     if finding.count > 1 or len(finding.ranks) > 1:
         text.append(f"; {finding.count}× on ranks {fmt.ranks(finding.ranks)}")
         if len(finding.nodes) > 1:
@@ -162,7 +164,8 @@ class FindingsPanel(Container):
         findings = [root if f.id == root_key else f for f in findings]
         now = self.timeline.elapsed() if self.timeline else self._clock()
         for finding in findings:
-            self._seen.setdefault(finding.id, now)
+            if finding.id not in self._seen:
+                self._seen[finding.id] = now if self.timeline else _written_by(finding, now)
         # Root cause first, then by severity, each in the order of the times the "first" column shows.
         self.findings = sorted(findings, key=lambda f: (f.id != root_key, SEVERITY_ORDER.get(f.severity, 3),
                                                         self._first_seconds(f), f.seq))
@@ -197,14 +200,17 @@ class FindingsPanel(Container):
             return seen, True
         if finding.first_seen is not None:
             return finding.first_seen, False
+        if finding.before is not None:
+            return finding.before, True  # its line has no time; the next line of its log that has one
         return seen, True
 
     def _first_seconds(self, finding: Finding) -> float:
         return self._first(finding)[0] or 0.0
 
     def first_time(self, finding: Finding) -> str:
-        """The log line's time, or "~" and the time this panel first showed the finding (with a
-        timeline: both as +MM:SS since the job's start)."""
+        """The log line's time, or "~" and a time it was written by: the next time its log gives,
+        else when this panel first showed it or its file was last written, whichever came first
+        (with a timeline: both as +MM:SS since the job's start)."""
         when, only_seen = self._first(finding)
         if when is None:
             return "—"
@@ -293,3 +299,12 @@ def _where_in_job(finding: Finding) -> str:
     if finding.node and len(finding.nodes) < 2:
         return f"{finding.node}:{ranks}" if ranks != "—" else finding.node
     return ranks
+
+
+def _written_by(finding: Finding, now: float) -> float:
+    """When a finding without a time was written by: ``now`` (when it was shown), or its file's
+    last write when that was earlier (an old, finished log opened today)."""
+    try:
+        return min(now, os.stat(finding.file).st_mtime) if finding.file else now
+    except OSError:
+        return now

@@ -26,11 +26,13 @@ class ProgressPanel(Widget):
     ProgressPanel { height: auto; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, **kwargs) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
         self.state = ProgressState()
         self.ended = False  # the job has ended: nothing is left to forecast
         self._clock = clock
+        self._wall_clock = wall_clock
         self._updated = clock()
 
     def on_mount(self) -> None:
@@ -52,7 +54,11 @@ class ProgressPanel(Widget):
             self.refresh()
 
     def _stalled_for(self) -> float | None:
+        # Since the last progress line was shown, or written, if its log says earlier (an old log
+        # read today has made no progress for days, not since it was opened).
         idle = self._clock() - self._updated
+        if self.state.written_by is not None:
+            idle = max(idle, self._wall_clock() - self.state.written_by)
         return idle if idle >= STALE_S else None
 
     @staticmethod
