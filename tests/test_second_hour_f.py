@@ -28,14 +28,24 @@ def start_headless_watch(*paths: str) -> subprocess.Popen:
 
 
 def read_until(stream, wanted: str, timeout: float = 15.0) -> str:
-    """What ``stream`` printed up to and including the first line holding ``wanted``."""
-    seen = ""
+    """What ``stream`` printed up to and including the first line holding ``wanted``, or all it
+    printed within ``timeout``: a line that never comes fails the test, never hangs it. Read byte by
+    byte from the pipe, so that nothing past that line is taken from a later ``communicate``."""
+    import os
+    import select
+
+    fd, seen, line = stream.fileno(), "", b""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = stream.readline()
-        seen += line
-        if wanted in line or not line:
+    while (left := deadline - time.monotonic()) > 0 and select.select([fd], [], [], left)[0]:
+        byte = os.read(fd, 1)
+        if not byte:
             break
+        line += byte
+        if byte == b"\n":
+            seen += line.decode("utf-8", "replace")
+            if wanted in line.decode("utf-8", "replace"):
+                break
+            line = b""
     return seen
 
 
@@ -155,7 +165,8 @@ def test_the_last_lines_of_a_run_name_the_root_cause_its_rank_and_what_to_do(tmp
     lines = result.stderr.splitlines()
     last = "\n".join(lines[-3:])
     assert "root cause: ValueError on rank 1" in last, last
-    assert "Uncaught ValueError on rank 1: step 3: target batch has 33 rows but the input has 32" in last, last
+    # The remedy's first line is where to start (the raising frame), as the screen shows it first.
+    assert "what to do first: Raised from" in last and "train.py:125 in fail_now: start there." in last, last
     cascade = max(i for i, line in enumerate(lines) if "torchrun: monitor.demo.train failed" in line)
     assert cascade < len(lines) - 3
 
