@@ -19,7 +19,7 @@ from textual import events
 from monitor.session.feeds import LogBatch
 from monitor.tui.app import MonitorApp
 from monitor.tui.log_view import LogView
-from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, crash_feed, crash_lines, host_sample
+from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, crash_feed, crash_lines, host_sample, settle
 from tests.zone_helpers import in_time_zone
 
 SIZE = (80, 24)
@@ -33,15 +33,6 @@ def utc(monkeypatch):
 def make_app(feed=None, **kwargs) -> MonitorApp:
     return MonitorApp(feed or crash_feed(), FixedMetricsFeed(host_sample()), clock=lambda: 0.0, **kwargs)
 
-
-async def settle(pilot, app, lines: int) -> None:
-    """Wait until the app holds ``lines`` lines (the feed runs in a worker thread)."""
-    for _ in range(200):
-        await pilot.pause(0.02)
-        if len(app.store) >= lines:
-            await pilot.pause()
-            return
-    raise AssertionError(f"only {len(app.store)} of {lines} lines arrived")
 
 
 def burst(app, keys: str) -> None:

@@ -9,7 +9,7 @@ from monitor.model import LogLine
 from monitor.session.feeds import LogBatch
 from monitor.tui.app import MonitorApp
 from monitor.tui.log_view import LogView
-from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, host_sample
+from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, host_sample, settle
 from tests.zone_helpers import in_time_zone
 
 SIZE = (80, 24)
@@ -33,14 +33,6 @@ def long_job() -> ScriptedLogFeed:
 def make_app(feed) -> MonitorApp:
     return MonitorApp(feed, FixedMetricsFeed(host_sample()), clock=lambda: 0.0)
 
-
-async def settle(pilot, app, lines: int) -> None:
-    for _ in range(200):
-        await pilot.pause(0.02)
-        if len(app.store) >= lines:
-            await pilot.pause()
-            return
-    raise AssertionError(f"only {len(app.store)} of {lines} lines arrived")
 
 
 def on_screen(app) -> list[str]:

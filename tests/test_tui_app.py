@@ -14,7 +14,7 @@ from monitor.session.feeds import LogBatch
 from monitor.tui.findings_panel import FindingsPanel
 from monitor.tui.log_view import LogView
 from monitor.tui.screens import HelpScreen, QuitScreen
-from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, crash_feed, crash_findings, crash_lines, host_sample
+from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, crash_feed, crash_findings, crash_lines, host_sample, settle
 from tests.zone_helpers import in_time_zone
 
 
@@ -22,15 +22,6 @@ from tests.zone_helpers import in_time_zone
 def utc(monkeypatch):
     yield from in_time_zone(monkeypatch, "UTC")
 
-
-async def settle(pilot, app, lines: int) -> None:
-    """Wait until the app holds ``lines`` lines (the feed runs in a worker thread)."""
-    for _ in range(100):
-        await pilot.pause(0.02)
-        if len(app.store) >= lines:
-            await pilot.pause()
-            return
-    raise AssertionError(f"only {len(app.store)} of {lines} lines arrived")
 
 
 def shown_text(view: LogView) -> list[str]:

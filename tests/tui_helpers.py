@@ -128,3 +128,13 @@ def crash_feed() -> ScriptedLogFeed:
         LogBatch(lines=lines[:20]),
         LogBatch(lines=lines[20:], findings=findings, root_cause=root, finished=True, note="job exited with code 1"),
     ])
+
+
+async def settle(pilot, app, lines: int, tries: int = 200) -> None:
+    """Wait until the app holds ``lines`` lines (the feed runs in a worker thread)."""
+    for _ in range(tries):
+        await pilot.pause(0.02)
+        if len(app.store) >= lines:
+            await pilot.pause()
+            return
+    raise AssertionError(f"only {len(app.store)} of {lines} lines arrived")
