@@ -193,7 +193,10 @@ def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str])
 
 def review(diagnosis: Diagnosis, catalogue) -> Diagnosis:
     """``consult`` with the catalogue's model; a model that cannot be loaded is one line among the
-    diagnosis's problems, and the rules alone decide."""
+    diagnosis's problems, and the rules alone decide. A diagnosis the rules are sure of never
+    loads the model (58 ms)."""
+    if not unsure(diagnosis):
+        return diagnosis
     model, problem = catalogue.model()
     if problem is not None:
         diagnosis = replace(diagnosis, problems=[*diagnosis.problems, problem])
