@@ -26,14 +26,15 @@ RULE_ID = "learned-opinion"
 CLEAN = "clean"
 # What is read of each file: its start and its end (where failures are), and of at most this many
 # files: the bytes a log holds never decide the time spent.
-HEAD_BYTES = 256 * 1024
-TAIL_BYTES = 2 * 1024 * 1024
+HEAD_BYTES = 64 * 1024
+TAIL_BYTES = 512 * 1024
 MAX_FILES = 64
 MAX_LINE_CHARS = 2000
 MAX_MODEL_BYTES = 8 * 1024 * 1024
 EVIDENCE_LINES = 3
 NEAREST_CASES = 3
 _TOKEN = regex.compile(r"[a-z_][a-z0-9_]{1,30}")
+_ZERO_DIGITS = str.maketrans("123456789", "000000000")
 
 
 class ModelError(Exception):
@@ -72,8 +73,11 @@ def tokens(line: str) -> list[str]:
 
 
 def read_lines(paths) -> list[str]:
-    """The lines the model reads of ``paths``: each file's start and end, bounded."""
+    """The lines the model reads of ``paths``: each file's start and end, bounded, each distinct
+    line once (digits aside): a log's thousand step lines are one line's evidence, and scoring
+    costs what the distinct lines do."""
     lines: list[str] = []
+    seen: set[str] = set()
     for path in list(paths)[:MAX_FILES]:
         try:
             with open(path, "rb") as stream:
@@ -86,7 +90,10 @@ def read_lines(paths) -> list[str]:
         except OSError:
             continue
         for chunk in (head, tail):
-            lines.extend(chunk.decode("utf-8", "replace").splitlines())
+            for line in chunk.decode("utf-8", "replace").splitlines():
+                if (key := line.translate(_ZERO_DIGITS)) not in seen:
+                    seen.add(key)
+                    lines.append(line)
     return lines
 
 
