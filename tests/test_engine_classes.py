@@ -203,3 +203,19 @@ def test_mp_spawns_header_names_the_process_of_the_traceback_that_follows(tmp_pa
     ))
     root = result["root_cause"]
     assert (root["fields"]["exc_type"], root["rank"], root["rank_source"]) == ("KeyError", 2, "launcher")
+
+
+def test_an_error_at_the_end_of_a_50_mb_line_is_found_and_the_cut_is_shown(tmp_path: Path) -> None:
+    """A dumped tensor and then, on the same line, the error: lines over 64 KiB keep their head and
+    their last 16 KiB, marked where they were cut (#31: the error was lost with the rest)."""
+    log = tmp_path / "job.log"
+    with log.open("wb") as stream:
+        stream.write(b"step 1 loss 2.0\n[rank1]: tensor([")
+        for _ in range(50):
+            stream.write(b"0.1234, " * 131072)  # 1 MiB
+        stream.write(b"]) RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(log)],
+                         capture_output=True, text=True, timeout=120)
+    root = json.loads(out.stdout)["root_cause"]
+    assert (root["rule"], root["rank"]) == ("cuda-illegal-access", 1)
+    assert "…[line cut]" in root["evidence"][0] and root["evidence"][0].endswith("was encountered")

@@ -9,9 +9,11 @@ line into the text the engine and the UI read.
 from __future__ import annotations
 
 
-# Longest line kept, in bytes. Longer lines keep their head (where the error text is) and are
-# marked; the rest is skipped without being held in memory.
+# Longest line kept, in bytes. Longer lines keep their head and their last ``TAIL_BYTES`` (an
+# error printed after a dumped tensor or a never-ended bar ends the line), marked where they were
+# cut; the middle is skipped without being held in memory.
 MAX_LINE_BYTES = 64 * 1024
+TAIL_BYTES = 16 * 1024
 TRUNCATION_MARK = " …[line cut]"
 
 # How much of a file's start is looked at to tell a binary file from a log, and the starts of
@@ -35,11 +37,21 @@ def looks_binary(head: bytes) -> bool:
     return (controls + not_utf8) * 10 > text
 
 
+def _from_a_character(tail: bytes) -> bytes:
+    """A tail cut from a longer line, starting at a character: UTF-8 continuation bytes at its
+    start (the rest of a character cut in two) are dropped."""
+    start = 0
+    while start < min(len(tail), 3) and 0x80 <= tail[start] < 0xC0:
+        start += 1
+    return tail[start:]
+
+
 class LineAssembler:
     """Splits a stream of byte chunks into complete raw lines, holding at most one partial line.
 
-    A line longer than ``max_bytes`` keeps its first ``max_bytes`` bytes plus a marker; the bytes
-    after that, up to the next newline, are counted and dropped, so memory stays bounded.
+    A line longer than ``max_bytes`` keeps its first ``max_bytes - TAIL_BYTES`` bytes, a marker
+    and its last ``TAIL_BYTES``; the bytes between are dropped as they come, so memory stays
+    bounded.
     A line redrawn with ``\\r`` (a progress bar) keeps only its last non-blank state and the state
     being drawn now, so that ``clean()`` of the result equals ``clean()`` of the whole line while a
     bar that never ends its line stays small.
@@ -49,6 +61,7 @@ class LineAssembler:
         self.max_bytes = max_bytes
         self._partial = bytearray()
         self._overflowed = False
+        self._tail = bytearray()  # of an overflowed line: its newest TAIL_BYTES
         # A line redrawn with \r: how many \r it had (counted up to 2), its first state and
         # its last non-blank state. One \r may be a Windows line end, so it keeps the line whole.
         self._redraws = 0
@@ -82,6 +95,7 @@ class LineAssembler:
         """Forget the partial line (the file was truncated or replaced)."""
         self._partial.clear()
         self._overflowed = False
+        self._tail.clear()
         self._redraws = 0
         self._first_state = self._last_state = b""
 
@@ -99,22 +113,35 @@ class LineAssembler:
                 self._redraws = min(self._redraws + 1, 2)
                 self._partial.clear()
                 self._overflowed = False
+                self._tail.clear()
                 self._append_capped(state)
         else:
             self._append_capped(piece)
 
     def _append_capped(self, piece: bytes) -> None:
+        if self._overflowed:
+            self._tail += piece[-self._tail_bytes:]
+            del self._tail[:-self._tail_bytes]
+            return
         room = self.max_bytes - len(self._partial)
         if len(piece) > room:
             self._partial += piece[: max(room, 0)]
+            # Past the limit: the head stays, what came after it is the tail so far.
+            head = self.max_bytes - self._tail_bytes
+            self._tail += (bytes(self._partial[head:]) + piece[max(room, 0):])[-self._tail_bytes:]
+            del self._partial[head:]
             self._overflowed = True
         else:
             self._partial += piece
 
+    @property
+    def _tail_bytes(self) -> int:
+        return min(TAIL_BYTES, self.max_bytes // 4)
+
     def _current(self) -> bytes:
         line = bytes(self._partial)
         if self._overflowed:
-            line += TRUNCATION_MARK.encode()
+            line += TRUNCATION_MARK.encode() + _from_a_character(bytes(self._tail))
         return line
 
     def _with_states(self, current: bytes) -> bytes:
