@@ -97,10 +97,13 @@ class LogLine:
     rank: int | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Finding:
     """One diagnosed problem: a rule (or a built-in classifier) matched one or more records, or
     a source other than the logs saw one (``origin``).
+
+    Frozen: the finding book (``diagnosis/book.py``) is its one writer, and a change is a new
+    value with the same ``seq``; one handed out never changes under its reader.
 
     The same rule firing on several ranks is one finding with ``count`` and ``ranks``;
     ``rank``/``file``/``line``/``evidence``/``fields`` describe the first occurrence. A finding
@@ -148,9 +151,13 @@ class Finding:
     confidence_note: str = ""
     # What named ``rank`` (a key of ``RANK_SOURCES``; "" with no rank).
     rank_source: str = ""
+    # For a finding from outside the logs: its source's name for it, so that a new value posted
+    # again (a metric signal raised once more) replaces the one held instead of adding another.
+    source_key: str = ""
 
     def __post_init__(self) -> None:
-        self.category = Category(self.category)  # ValueError names a category that does not exist
+        # ValueError names a category that does not exist.
+        object.__setattr__(self, "category", Category(self.category))
 
     @property
     def id(self) -> str:
@@ -167,11 +174,6 @@ class Finding:
             node=safe_text(self.node) if self.node is not None else None, nodes=[safe_text(n) for n in self.nodes],
             evidence=[safe_text(line) for line in self.evidence],
         )
-
-    def snapshot(self) -> Finding:
-        """A copy another thread can read while the engine goes on updating this one."""
-        return replace(self, ranks=list(self.ranks), evidence=list(self.evidence), fields=dict(self.fields),
-                       nodes=list(self.nodes))
 
     def to_json(self) -> dict:
         """The documented JSON shape of a finding (``diagnose --json``, ``watch --json``)."""

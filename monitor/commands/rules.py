@@ -149,4 +149,13 @@ def _test(catalogue, only_dir: str | None) -> int:
     for line in noisy_prefilters(catalogue, rules) + failures:
         print(line)
     print(f"{len(rules)} rules, {examples} examples, {len(failures)} failed")
-    return 1 if failures else 0
+    if only_dir:
+        return 1 if failures else 0
+    from monitor.diagnosis.ruletest import check_formats
+    from monitor.logs import formats  # the log formats the rules are matched behind
+
+    wrong = check_formats()
+    for line in wrong:
+        print(line)
+    print(f"{formats.entry_count()} log formats, {formats.sample_count()} samples, {len(wrong)} failed")
+    return 1 if failures or wrong else 0

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import regex
 
+from monitor.logs.formats import line_level
 from monitor.logs.ranks import parse_prefix
 from monitor.model import Category, Diagnosis, Finding
 
@@ -45,9 +46,7 @@ _MASKS = (
     (regex.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?:\s?(?:[KMGT]i?B|ms|us|s|%))?", regex.I), "<n>"),
 )
 _SPACE = regex.compile(r"\s+")
-_ERROR = regex.compile(r"\b(?:\w*error|\w*exception|traceback|fatal|failed|failure|abort(?:ed|ing)?|killed)\b|^E\d{4} ", regex.I)
 _WORD = regex.compile(r"[A-Za-z]{2}")
-_WARNING = regex.compile(r"\bwarn(?:ing)?s?\b|^W\d{4} ", regex.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +73,8 @@ def line_template(text: str) -> str:
 
 
 def level(text: str) -> str:
-    if _ERROR.search(text):
-        return "error"
-    if _WARNING.search(text):
-        return "warning"
-    return "info"
+    """``error``, ``warning`` or ``info``, as the screen colours the line (``logs/formats.toml``)."""
+    return line_level(text)
 
 
 def _distinct_lines(paths) -> dict[bytes, None]:

@@ -1,8 +1,8 @@
 """Aho-Corasick automata over every literal the engine cares about.
 
 Literals: the rules' prefilters (a rule is *triggered* by a line holding one), the literal
-text of the advice's log conditions (``unless_log``/``if_log`` regexes), and the record
-starters. Once triggered, a rule
+text of the advice's log conditions (``unless_log``/``if_log`` regexes), the record
+starters, and the literals of registered classifiers (``classify.register``). Once triggered, a rule
 also needs the literals one of its patterns' matches must hold (its *conditions*: ``loss``
 and one of ``nan``/``inf``; plain substring tests, exact for ``(?i)`` on the lowered line). Used two ways with the same tables, so both give the same answer: per line (which
 rules and log-condition patterns a line can match) and over big byte chunks (where candidate lines
@@ -22,6 +22,7 @@ import ahocorasick_rs
 import regex
 
 from monitor.diagnosis.catalogue import Catalogue
+from monitor.diagnosis.classify import registered_literals
 from monitor.diagnosis.literals import required_literals
 from monitor.diagnosis.records import STARTER_LITERALS
 
@@ -82,7 +83,9 @@ class Prefilter:
                 for literal in required_literals(pattern.pattern) or ():
                     for spelling in spellings(literal, ignore_case):
                         self._add(spelling, self._log_pattern_of, number)
-        for literal in STARTER_LITERALS:
+        # A registered classifier's literal makes a line a record of its own, as a starter does.
+        self.noted = registered_literals()
+        for literal in (*STARTER_LITERALS, *self.noted):
             ident = self._id(literal)
             self._starters.add(ident)
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import regex
 
+from monitor.logs.formats import MESSAGE_START
 from monitor.model import LogLine
 
 # Literal text of every starter line, for the prefilter: a line without any cannot start a record.
@@ -70,14 +71,8 @@ SPAWNED = regex.compile(r"^-- Process (\d+) terminated with the following error:
 # where a paste or an interleaved stream lost the ``Traceback`` header, the first frame starts the
 # record. faulthandler's frames ('line {} in {}', no comma) are no traceback of an exception.
 _FRAME_START = regex.compile(r'^\s+File "[^"]+", line \d+, in ')
-# Lines that are a new log message, not part of an exception's text: glog (``W1121 10:00:00``),
-# timestamps, logging level prefixes, NCCL's ``host:pid:tid [dev] NCCL``.
-_NEW_LOG_LINE = regex.compile(
-    r"^\[?[IWEF]\d{4} \d\d:\d\d:\d\d"
-    r"|^\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d"
-    r"|^(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b[:\] ]"
-    r"|^[\w.-]+:\d+:\d+ \[\d+\] NCCL "
-)
+# Lines that are a new log message, not part of an exception's text (glog, timestamps, logging
+# levels, NCCL's ``host:pid:tid [dev] NCCL``): ``logs/formats.toml``, ``[[message_start]]``.
 
 
 @dataclass(slots=True)
@@ -178,7 +173,7 @@ def _continues_traceback(record: Record, body: str) -> bool:
     if state == "frames":
         if body[:1] in (" ", "\t") or stripped.startswith(TRACEBACK_HEADER):
             return True
-        if not stripped or _NEW_LOG_LINE.match(body):
+        if not stripped or MESSAGE_START.match(body):
             return False
         record.state = "message"  # the exception line
         record.message_lines = 0
@@ -194,7 +189,7 @@ def _continues_traceback(record: Record, body: str) -> bool:
         if (
             starter_kind(body) in ("traceback", "summary")
             or record.message_lines >= MAX_MESSAGE_LINES
-            or _NEW_LOG_LINE.match(body)
+            or MESSAGE_START.match(body)
         ):
             return False
         record.message_lines += 1

@@ -2,7 +2,8 @@
 before the launch, checkpoints, a stall, how it exited), which one is the cause.
 
 ``diagnose`` applies it to the log findings (``Engine.root_cause``); the job session
-(``monitor/session``) to all of them, so every mode names the same cause for the same job.
+(``monitor/session``) to all of them, so every mode names the same cause for the same job. It is
+a pure function of the findings and, among timeouts, the ranks' occurrences (``RankEvidence``).
 In order:
 
 1. the earliest error with role ``root`` that is no timeout (a timeout is a symptom of another
@@ -18,25 +19,45 @@ In order:
 5. how the job exited (a bare "exited with 1" says less than any of the above).
 
 "Earliest" is ``model.chronological``. A stop the user asked for (Ctrl-C, ``monitor run``
-forwarding a SIGTERM) is no failure: ``mark_requested_stop`` turns the launcher's report of
+forwarding a SIGTERM) is no failure: ``as_requested_stop`` turns the launcher's report of
 it into information, so it is never chosen.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from monitor.model import CONFIDENCE_ORDER, STOPPED, TIMEOUT_CATEGORIES, Confidence, Finding, chronological
+
+# Fields (named groups) that hold a rank's last completed collective, as rules name them.
+LAST_COMPLETED_FIELDS = ("last_completed", "completed", "done", "last_done")
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One occurrence of a finding: the rank that printed it (None: unknown) and its numbers."""
+    rank: int | None
+    fields: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class RankEvidence:
+    """What tells which rank hung among timeouts: each timeout finding's occurrences (by
+    ``Finding.seq``), the ranks known to exist, and the world size when a line said it."""
+    occurrences: Mapping[int, tuple[Occurrence, ...]] = field(default_factory=dict)
+    known_ranks: frozenset[int] = frozenset()
+    world_size: int | None = None
+
 
 # Not weighed with the log's errors: a stall only when nothing failed, the exit only when
 # nothing else explains it.
 _LAST_RESORTS = ("stall", "exit")
 
 
-def choose(findings: list[Finding], hang_suspect: Callable[[list[Finding]], Finding] | None = None) -> Finding | None:
-    """The root cause of ``findings`` (None: nothing failed and nothing stalled).
-    ``hang_suspect(timeouts)`` names the rank that hung (``Engine.hang_suspect``)."""
+def choose(findings: list[Finding], ranks: RankEvidence | None = None) -> Finding | None:
+    """The root cause of ``findings`` (None: nothing failed and nothing stalled); with only
+    timeouts, ``ranks`` names the rank that hung (``hang_suspect``)."""
     weighed = [f for f in findings if f.origin not in _LAST_RESORTS]
     roots = [f for f in weighed
              if f.role == "root" and f.severity == "error" and f.category not in TIMEOUT_CATEGORIES]
@@ -50,7 +71,7 @@ def choose(findings: list[Finding], hang_suspect: Callable[[list[Finding]], Find
             first = chronological(stops + timeouts)[0]
             if first.category == STOPPED:
                 return first
-        return hang_suspect(timeouts) if hang_suspect is not None else chronological(timeouts)[0]
+        return hang_suspect(timeouts, ranks) if ranks is not None else chronological(timeouts)[0]
     errors = [f for f in weighed if f.severity == "error" and f.role != "confirm"]
     if errors:
         return chronological(errors)[0]
@@ -59,6 +80,49 @@ def choose(findings: list[Finding], hang_suspect: Callable[[list[Finding]], Find
         return stalls[-1]
     exits = [f for f in findings if f.origin == "exit" and f.severity == "error"]
     return exits[-1] if exits else None
+
+
+def hang_suspect(timeouts: list[Finding], evidence: RankEvidence) -> Finding:
+    """With only timeouts, the suspect is the rank that never reached (or never finished)
+    the collective the others waited in: ``timeouts[0]`` retitled to name it, or itself."""
+    first = timeouts[0]
+    reporting: set[int] = set()
+    completed: dict[int, float] = {}
+    for finding in timeouts:
+        for occurrence in evidence.occurrences.get(finding.seq, ()):
+            if occurrence.rank is None:
+                continue
+            reporting.add(occurrence.rank)
+            for name in LAST_COMPLETED_FIELDS:
+                value = occurrence.fields.get(name, "").lstrip("-")
+                if value.isdigit():
+                    number = float(occurrence.fields[name])
+                    completed[occurrence.rank] = min(number, completed.get(occurrence.rank, number))
+    suspect, reason = None, ""
+    if len(completed) >= 2:
+        low = min(completed.values())
+        laggards = [r for r, v in completed.items() if v == low]
+        if len(laggards) == 1 and any(v > low for v in completed.values()):
+            suspect = laggards[0]
+            reason = f"rank {suspect} completed the fewest collectives (last completed work {low:g})"
+    if suspect is None and reporting:
+        # A number misread as a rank prefix must not become the suspect: stay in the world.
+        world = evidence.world_size
+        missing = sorted(r for r in evidence.known_ranks - reporting if world is None or r < world)
+        if missing:
+            suspect = missing[0]
+            others = ", ".join(map(str, missing))
+            reason = f"rank{'s' if len(missing) > 1 else ''} {others} never reported the timeout the others hit: it never reached the collective"
+    if suspect is None:
+        return first
+    fields = dict(first.fields, suspect_rank=str(suspect), suspect_reason=reason)
+    remedy = (
+        f"Hang: {reason}. Look at what rank {suspect} was doing last (its final lines, a slow "
+        f"checkpoint or eval, a data-loader stall, a code path the other ranks did not take).\n" + first.remedy
+    )
+    title = f"Rank {suspect} stalled; the others timed out waiting ({first.title})"
+    return replace(first, title=title, rank=suspect, fields=fields, remedy=remedy, ranks=list(first.ranks),
+                   evidence=list(first.evidence), rank_source="hang")
 
 
 def with_rank(root: Finding | None, findings: list[Finding]) -> Finding | None:
@@ -110,14 +174,13 @@ def _weaker(a: tuple[Confidence, str], b: tuple[Confidence, str]) -> tuple[Confi
     return a if CONFIDENCE_ORDER[a[0]] > CONFIDENCE_ORDER[b[0]] else b
 
 
-def mark_requested_stop(finding: Finding) -> bool:
+def as_requested_stop(finding: Finding) -> Finding | None:
     """The launcher reporting a stop this monitor forwarded to it (torchrun's "Received 15
     death signal") is that request arriving, not someone outside stopping the job: kept as
-    information, never a root cause. True when ``finding`` was such a report."""
-    if finding.category != STOPPED:
-        return False
-    finding.severity = "info"
-    finding.title = "the launcher received the stop request and stopped its workers"
-    finding.remedy = ("This is the stop request that monitor forwarded to the job (see 'Stopped on "
-                      "request'), not a failure.")
-    return True
+    information, never a root cause. The finding so worded, or None when it is no such report."""
+    if finding.category != STOPPED or finding.severity == "info":
+        return None
+    return replace(
+        finding, severity="info", title="the launcher received the stop request and stopped its workers",
+        remedy="This is the stop request that monitor forwarded to the job (see 'Stopped on request'), not a failure.",
+    )

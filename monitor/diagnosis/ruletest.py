@@ -1,7 +1,10 @@
 """Running the rules' own examples (``monitor rules test``, CI): each ``match`` example must
-produce its rule's finding and each ``no_match`` must not, through the real engine."""
+produce its rule's finding and each ``no_match`` must not, through the real engine; and the
+log formats' samples (``logs/formats.toml``) must read as they say."""
 
 from __future__ import annotations
+
+import time
 
 from monitor.diagnosis.catalogue import Catalogue, Rule
 from monitor.diagnosis.engine import Engine
@@ -9,7 +12,10 @@ from monitor.diagnosis.advice import ADVICE_FILE
 from monitor.diagnosis.advice import shipped as shipped_advice
 from monitor.diagnosis.knobs import KNOBS_FILE, mentions, unknown
 from monitor.diagnosis.templates import render
+from monitor.diagnosis.timestamps import parse_timestamp
 from monitor.diagnosis.literals import required_literals
+from monitor.logs import formats
+from monitor.logs.ranks import parse_prefix, rank_in_text
 from monitor.model import LogLine
 from monitor.text import clean
 
@@ -150,3 +156,39 @@ def check_advice(catalogue: Catalogue) -> list[str]:
                 failures.append(f"{where}: text_{lang} names other knobs than the English text: "
                                 f"{', '.join(sorted(theirs ^ ours))}")
     return failures
+
+
+def check_formats() -> list[str]:
+    """Every sample that the functions using its entry do not read as it says: one line each,
+    naming the file, the entry and the sample."""
+    problems: list[str] = []
+
+    def fail(kind: str, entry: dict, sample: dict, said) -> None:
+        problems.append(f"{formats.FORMATS_FILE.name}: {kind} {entry['name']}: sample {sample['line']!r}: read as {said!r}")
+
+    for kind in formats.KINDS[:3]:
+        for entry in formats.TABLE[kind]:
+            for sample in entry.get("samples", []):
+                prefix = parse_prefix(sample["line"])
+                if (prefix.rank, prefix.stream, prefix.body) != (sample.get("rank"), sample.get("stream"), sample["body"]):
+                    fail(kind, entry, sample, (prefix.rank, prefix.stream, prefix.body))
+    for entry in formats.TABLE["rank_tag"]:
+        for sample in entry["samples"]:
+            if rank_in_text(sample["line"]) != sample["rank"]:
+                fail("rank_tag", entry, sample, rank_in_text(sample["line"]))
+    for entry in formats.TABLE["timestamp"]:
+        for sample in entry["samples"]:
+            seconds = parse_timestamp(sample["line"])
+            shape = "%Y-%m-%d %H:%M:%S" if len(sample["at"]) > 14 else "%m-%d %H:%M:%S"
+            said = time.strftime(shape, time.localtime(seconds)) if seconds is not None else ""
+            if said != sample["at"]:
+                fail("timestamp", entry, sample, said)
+    for entry in formats.TABLE["level"]:
+        for sample in entry["samples"]:
+            if formats.line_level(sample["line"]) != sample["level"]:
+                fail("level", entry, sample, formats.line_level(sample["line"]))
+    for entry in formats.TABLE["message_start"]:
+        for sample in entry["samples"]:
+            if bool(formats.MESSAGE_START.match(sample["line"])) != sample["starts"]:
+                fail("message_start", entry, sample, not sample["starts"])
+    return problems

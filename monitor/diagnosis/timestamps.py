@@ -1,8 +1,8 @@
 """Reading the time a log line was written, when the line says so.
 
 Used to order root causes found in different files (per-rank logs are read one after the
-other, so arrival order means nothing across files) and as ``Finding.first_seen``. Understood,
-near the start of the line: ISO-like dates (``2024-12-26 02:11:16,123``,
+other, so arrival order means nothing across files) and as ``Finding.first_seen``. The formats
+are data (``logs/formats.toml``); understood today, near the start of the line: ISO-like dates (``2024-12-26 02:11:16,123``,
 ``2024-12-26T02:11:16.5+02:00``, torchelastic's ``2024-12-26_02:11:16``), glog headers
 (``E1121 10:40:02.118``, torchelastic's ``W1121 10:10:35.644000``, ``[E1218 20:27:21.426415540``),
 syslog (``Mar 02 10:44:01 host kernel: ...``) and ``dmesg -T`` (``[Sat Mar  2 11:04:18 2024]``).
@@ -20,39 +20,32 @@ import time
 
 import regex
 
-_ISO = regex.compile(
-    r"(?<!\d)(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[ T_](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d{1,9}))?"
-    r"(?:(?P<utc>Z)|(?P<sign>[+-])(?P<oh>\d\d):?(?P<om>\d\d))?"
-)
-_GLOG = regex.compile(r"(?:^|[\[\s:])[IWEF](?P<mo>\d\d)(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:\.(?P<f>\d{1,9}))?\b")
+from monitor.logs.formats import TIMESTAMPS
+
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-# syslog "Mar 02 10:44:01" at the line's start; dmesg -T "[Sat Mar  2 11:04:18 2024]".
-_SYSLOG = regex.compile(
-    r"^\[?(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) )?(?P<mon>" + "|".join(_MONTHS) + r") {1,2}(?P<d>\d{1,2}) "
-    r"(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?: (?P<y>\d{4}))?\b"
-)
 # Only look near the start of a line: a date later in the text is usually data, not a header.
 _HEAD = 80
 _DAY = 86400
 
 
 def parse_timestamp(text: str) -> float | None:
-    """Seconds since the epoch for the timestamp at the head of ``text``, or None."""
+    """Seconds since the epoch for the timestamp at the head of ``text``, or None. The formats
+    (``logs/formats.toml``, ``[[timestamp]]``) are tried in order; the first found decides."""
     head = text[:_HEAD]
-    match = _ISO.search(head)
-    if match is not None:
-        seconds = _seconds(int(match["y"]), int(match["mo"]), match, local=not (match["utc"] or match["sign"]))
-        if seconds is not None and match["sign"]:
-            offset = int(match["oh"]) * 3600 + int(match["om"]) * 60
-            seconds -= offset if match["sign"] == "+" else -offset
+    for stamp in TIMESTAMPS:
+        match = stamp.pattern.match(head) if stamp.anchored else stamp.pattern.search(head)
+        if match is None:
+            continue
+        found = match.groupdict()
+        month = int(found["mo"]) if found.get("mo") else _MONTHS.index(found["mon"]) + 1
+        if not found.get("y"):
+            return _without_year(month, match)
+        zoned = bool(found.get("utc") or found.get("sign"))
+        seconds = _seconds(int(found["y"]), month, match, local=not zoned)
+        if seconds is not None and found.get("sign"):
+            offset = int(found["oh"]) * 3600 + int(found["om"]) * 60
+            seconds -= offset if found["sign"] == "+" else -offset
         return seconds
-    match = _GLOG.search(head)
-    if match is not None:
-        return _without_year(int(match["mo"]), match)
-    match = _SYSLOG.match(head)
-    if match is not None:
-        month = _MONTHS.index(match["mon"]) + 1
-        return _seconds(int(match["y"]), month, match) if match["y"] else _without_year(month, match)
     return None
 
 

@@ -14,7 +14,7 @@ remedies are the measured ones.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from monitor.diagnosis.advice import advice
 from monitor.logs.nodes import node_name
@@ -141,14 +141,15 @@ class SignalDetector:
         self.version += 1
         finding = self._findings.get(key)
         if finding is not None:
-            finding.count += count
+            # A new value under the same source key: the session replaces the one it holds.
+            changes: dict = {"count": finding.count + count}
             if refresh:
                 latest = build()
-                finding.title, finding.evidence, finding.remedy = latest.title, latest.evidence, latest.remedy
-                finding.fields, finding.rank, finding.ranks = latest.fields, latest.rank, latest.ranks
+                changes.update(title=latest.title, evidence=latest.evidence, remedy=latest.remedy,
+                               fields=latest.fields, rank=latest.rank, ranks=latest.ranks)
+            finding = self._findings[key] = replace(finding, **changes)
             return finding
-        finding = build()
-        finding.seq, finding.first_seen, finding.count = self._seq, now, count
+        finding = replace(build(), seq=self._seq, first_seen=now, count=count, source_key=f"signal:{key!r}")
         self._seq += 1
         self._findings[key] = finding
         return finding
@@ -271,12 +272,10 @@ class SignalDetector:
             if event.kind == "throttle":
                 continue  # judged as a level by _throttle
             key = (event.kind, event.gpu_index, event.code)
-            first = key not in self._findings
-            finding = self._raise(
+            # Again: the finding's new value (its count up) replaces the one the session holds.
+            raised.append(self._raise(
                 key, sample.time, lambda e=event: _event_finding(e, sample), count=event.count, refresh=False
-            )
-            if first:
-                raised.append(finding)
+            ))
         return raised
 
 

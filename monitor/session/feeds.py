@@ -109,9 +109,9 @@ class SessionFeed:
         if self.session.version != self._version:
             self._version = self.session.version
             root = self.session.root_cause()
-            # Copies: the session goes on updating its findings in this thread while the UI draws them.
-            batch.findings = [f.snapshot() for f in self.session.findings]
-            batch.root_cause = root.snapshot() if root is not None else None
+            # Findings are frozen: the session's next step makes new values, never edits these.
+            batch.findings = list(self.session.findings)
+            batch.root_cause = root
         return batch
 
     def diagnosis(self) -> Diagnosis:

@@ -31,12 +31,12 @@ import queue
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from monitor.diagnosis.engine import Engine
 from monitor.diagnosis.node_health import NodeWatch
 from monitor.diagnosis.scan import scan_prefix
-from monitor.diagnosis.root_cause import mark_requested_stop
+from monitor.diagnosis.root_cause import as_requested_stop
 from monitor.diagnosis.novelty import Against, NoveltyWatch, compare
 from monitor.diagnosis.second_opinion import review
 from monitor.logs.follow import Follower
@@ -115,6 +115,7 @@ class JobSession:
         # (``monitor run --job-dir``): which node went quiet.
         self._node_watches = [NodeWatch(p, clock, wall_clock) for p in map(str, paths) if os.path.isdir(p)]
         self._node_findings: dict[tuple[str, str | None], Finding] = {}
+        self._stall_held: Finding | None = None  # the active stall's finding, as the engine holds it
         self.against = against
         self._novelty = NoveltyWatch(against) if against is not None else None
 
@@ -147,16 +148,14 @@ class JobSession:
                 self._probation = None
             return
         if self.root_cause() is not None:
-            exit_finding.role = "confirm"
+            exit_finding = replace(exit_finding, role="confirm")
         self.add([exit_finding])
 
     def request_stop(self) -> None:
         """The user (or ``monitor run`` forwarding a signal) asked the job to stop: the
-        launcher's report of that stop is no failure (``root_cause.mark_requested_stop``)."""
+        launcher's report of that stop is no failure (``root_cause.as_requested_stop``)."""
         self.stop_requested = True
-        for finding in self.engine.findings:
-            if mark_requested_stop(finding):
-                self.engine.version += 1
+        self._taken(list(self.engine.findings))
 
     # -- stepping ----------------------------------------------------------------------------
     def step(self, timeout: float = 0.2) -> SessionUpdate:
@@ -301,28 +300,30 @@ class JobSession:
                 finding = self._posted.get_nowait()
             except queue.Empty:
                 return new
-            if self._take_in(finding):
-                new.append(finding)
-                if finding.origin in EVIDENCE_ORIGINS and finding.rule != NOT_TAKEN_RULE:
-                    self._replace_evidence(finding)
+            if (held := self._take_in(finding)) is not None:
+                new.append(held)
+                if held.origin in EVIDENCE_ORIGINS and held.rule != NOT_TAKEN_RULE:
+                    self._replace_evidence(held)
 
-    def _take_in(self, finding: Finding) -> bool:
+    def _take_in(self, finding: Finding) -> Finding | None:
         """A finding from outside the logs joins the engine (ordered at this point of the
-        logs); one it holds already only changed."""
-        if any(known is finding for known in self.engine.findings):
-            self.engine.version += 1
-            return False
+        logs): returned as held; None when it is a new value of one held (``source_key``)."""
         if finding.first_seen is None:
-            finding.first_seen = self._wall_clock()
-        self.engine.add_external(finding)
-        self._taken([finding])
-        return True
+            finding = replace(finding, first_seen=self._wall_clock())
+        held = self.engine.add_external(finding)
+        return self._taken([held])[0] if held is not None else None
 
     def _taken(self, findings: list[Finding]) -> list[Finding]:
-        if self.stop_requested:
-            for finding in findings:
-                mark_requested_stop(finding)
-        return findings
+        """``findings`` as held, a launcher's report of the stop the user asked for worded as such."""
+        if not self.stop_requested:
+            return findings
+        taken = []
+        for finding in findings:
+            if (stop := as_requested_stop(finding)) is not None:
+                self.engine.revise(stop)
+                finding = stop
+            taken.append(finding)
+        return taken
 
     def _feed(self, lines: list[LogLine], ended: list[tuple[int, str]], now: float, new: list[Finding]) -> list[LogLine]:
         engine = self.engine
@@ -337,8 +338,7 @@ class JobSession:
             attributed.append(line)
             new += self._taken(engine.feed(line))
             if self._novelty is not None and (news := self._novelty.observe(line)) is not None:
-                engine.add_external(news)
-                new.append(news)
+                new.append(engine.add_external(news))
             self._quiet_since[line.file] = now
         while next_end is not None:
             new += self._taken(engine.flush(next_end[1]))
@@ -360,11 +360,14 @@ class JobSession:
             return
         found = {(f.rule, f.node): f for watch in due for f in watch.check()}
         self._withdraw([f for key, f in self._node_findings.items() if key not in found])
+        held = {}
         for key, finding in found.items():
-            if key not in self._node_findings:
-                self.engine.add_external(finding)
-                step.new_findings.append(finding)
-        self._node_findings = {key: self._node_findings.get(key, finding) for key, finding in found.items()}
+            if key in self._node_findings:
+                held[key] = self._node_findings[key]
+            else:
+                held[key] = self.engine.add_external(finding)
+                step.new_findings.append(held[key])
+        self._node_findings = held
 
     def _update_stall(self, step: SessionUpdate, now: float) -> None:
         if note := self._stall_passed(self.stall.observe(step.lines, now), now, resumed=step.lines):
@@ -372,8 +375,8 @@ class JobSession:
         if self.stall.active is None and not step.lines and self._silence_unexplained():
             finding = self.stall.check(now, self._wall_clock())
             if finding is not None:
-                self.engine.add_external(finding)
-                step.new_findings.append(finding)
+                self._stall_held = self.engine.add_external(finding)
+                step.new_findings.append(self._stall_held)
                 if self.probe is not None:
                     self.probe.trigger("stall")
 
@@ -385,9 +388,10 @@ class JobSession:
         showed during it goes on probation."""
         if cleared is None:
             return None
-        self._withdraw([cleared])
-        note = resolved_note(cleared, self._wall_clock(), exited, resumed)
-        self.engine.add_external(note)
+        if self._stall_held is not None:
+            self._withdraw([self._stall_held])
+            self._stall_held = None
+        note = self.engine.add_external(resolved_note(cleared, self._wall_clock(), exited, resumed))
         on_trial = [f for found in self._evidence.values() for f in found if f.fields.get("trigger") == "stall"]
         if on_trial:
             self._probation = (now + PROBATION_S, on_trial)

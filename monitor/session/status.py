@@ -62,7 +62,7 @@ class StatusPublisher:
             counts[key] = counts.get(key, 0) + 1
         root = session.root_cause()
         self.latest = JobStatus(
-            time=wall, findings=counts, root_cause=root.snapshot() if root is not None else None,
+            time=wall, findings=counts, root_cause=root,
             rank_last_line=session.last_line_times(), possible_hang=session.stall.active is not None,
             progress=self._progress.state, steps_per_s=self._progress.steps_per_s(), running=exit_code is None,
             exit_code=exit_code,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import regex
 from rich.cells import cell_len
 
+from monitor.logs import formats
 from monitor.logs.nodes import node_of
 from monitor.model import LogLine
 from monitor.text import clean, is_clean
@@ -35,20 +36,12 @@ MAX_KEPT_BYTES = 24 << 20
 # Longest a user's filter regex may search before it is stopped (catastrophic backtracking).
 FILTER_BUDGET_S = 1.0
 
-_ERROR = regex.compile(
-    r"Error\b|Exception\b|Traceback \(most recent|\bFATAL\b|\bCRITICAL\b|\bERROR\b|\berror:"
-    r"|Segmentation fault|core dumped|\bKilled\b|SIG(?:KILL|ABRT|SEGV|BUS)|\bFAILED\b|\bfailed\b"
-    r"|\[E\d{0,4}[ \d]"
-)
-_WARNING = regex.compile(r"\bWARN(?:ING)?\b|Warning\b|\bwarning:|\[W\d{0,4}[ \d]")
+_LEVELS = {"error": LEVEL_ERROR, "warning": LEVEL_WARNING, "info": LEVEL_INFO}
 
 
 def line_level(text: str) -> int:
-    if _ERROR.search(text):
-        return LEVEL_ERROR
-    if _WARNING.search(text):
-        return LEVEL_WARNING
-    return LEVEL_INFO
+    """The line's level (``logs/formats.toml``, ``[[level]]``) as the screen sorts them."""
+    return _LEVELS[formats.line_level(text)]
 
 
 class FilterError(ValueError):

@@ -1,0 +1,187 @@
+"""The records stage: lines in, records out (docs/architecture.md, "Stages").
+
+A line travels read -> records -> classify -> attribute -> decide. This stage groups each
+stream's lines (a file and a rank, or a file and a prefix's stream) into records (``records.py``:
+a traceback, a C++ exception block, a launcher's summary, a line alone) and hands out each record
+when it is complete. Besides records it says what the later stages learn from lines that are no
+record of their own: a time written in a file, an early line's rank, the literals of advice
+conditions, and output of several ranks run together in one line. Plain data out; the stage
+keeps only the records still in progress.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import regex
+
+from monitor.diagnosis import pyexc, records
+from monitor.diagnosis.prefilter import Prefilter
+from monitor.diagnosis.records import Record
+from monitor.diagnosis.timestamps import parse_timestamp
+from monitor.logs.ranks import parse_prefix
+from monitor.model import LogLine
+
+# The first lines of each file are all read: where the ranks that exist are learnt (for the
+# rank that hung). Past them a line matters only with a prefilter literal or inside a record.
+EARLY_LINES = 2000
+# A rank's prefix right after other text: two ranks' output in one terminal line.
+_GLUED = regex.compile(r"(?<=\S)\[rank\d+\]:")
+
+
+@dataclass(frozen=True, slots=True)
+class Glued:
+    """The output of several ranks ran together in this terminal line (torchrun without --tee)."""
+    line: LogLine
+
+
+@dataclass(frozen=True, slots=True)
+class TimeWritten:
+    """A time written in ``file``: what in it had no time of its own happened no later."""
+    file: str
+    stamp: float
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyLine:
+    """A line among its file's first ``EARLY_LINES``: its rank, and its text without the prefix."""
+    rank: int | None
+    body: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionLiterals:
+    """A line holding literals of advice conditions (``unless_log``/``if_log``), by index."""
+    line: LogLine
+    hits: frozenset[int]
+
+
+Event = Record | Glued | TimeWritten | EarlyLine | ConditionLiterals
+
+
+class RecordAssembler:
+    def __init__(self, prefilter: Prefilter) -> None:
+        self._hits = prefilter.hits  # Prefilter.line_hits without a call per line
+        self._noted = prefilter.noted  # registered classifiers' literals
+        self.lines_fed = 0  # Finding.arrival: lines fed before a record's first line
+        self._pending: dict[tuple, Record] = {}
+        self._pending_per_file: dict[str, int] = {}
+        # Per stream, the process mp.spawn says the next traceback is of.
+        self._spawned: dict[tuple, int] = {}
+        self._glued_seen = False
+        # Files whose times the later stages wait for (a finding there had none of its own).
+        self.times_wanted: set[str] = set()
+
+    def feed(self, line: LogLine) -> list[Event]:
+        """What this line completes or tells (most lines: nothing)."""
+        events: list[Event] = []
+        arrival = self.lines_fed
+        self.lines_fed += 1
+        self._feed(line, arrival, events)
+        return events
+
+    def _feed(self, line: LogLine, arrival: int, events: list[Event]) -> None:
+        first_event = len(events)
+        file_pending = self._pending_per_file.get(line.file, 0)
+        if file_pending:
+            self._expire(line, events)
+            file_pending = self._pending_per_file.get(line.file, 0)
+        rule_hits, log_hits, starter = self._hits(line.text.encode("utf-8", "surrogatepass"))
+        if log_hits:
+            events.append(ConditionLiterals(line, frozenset(log_hits)))
+        if not (rule_hits or starter or file_pending or line.line <= EARLY_LINES):
+            return
+        prefix = parse_prefix(line.text)
+        if "[rank" in prefix.body and (glued := _GLUED.search(prefix.body)):
+            # "step 3 loss nan[rank3]: Traceback ...": two ranks wrote into one terminal line
+            # (torchrun without --tee). Each part is read as the line it should have been.
+            cut = len(line.text) - len(prefix.body) + glued.start()
+            if not self._glued_seen:
+                self._glued_seen = True
+                events.append(Glued(line))
+            self._feed(LogLine(line.file, line.line, line.text[:cut], line.rank), arrival, events)
+            self._feed(LogLine(line.file, line.line, line.text[cut:], None), arrival, events)
+            return
+        if starter and (cut := _glued_traceback(prefix.body)) is not None:
+            # "name? Traceback (most recent call last):", or a tqdm bar redrawn with \r and never
+            # ended: the header starts a line of its own (with the line's prefix), as on a terminal.
+            lead = line.text[:len(line.text) - len(prefix.body)]
+            self._feed(LogLine(line.file, line.line, lead + prefix.body[:cut], line.rank), arrival, events)
+            self._feed(LogLine(line.file, line.line, lead + prefix.body[cut:], line.rank), arrival, events)
+            return
+        # The line's rank as its reader attributed it (a node's local rank made global), else its prefix's.
+        rank = line.rank if line.rank is not None else prefix.rank
+        if line.line <= EARLY_LINES:
+            events.append(EarlyLine(rank, prefix.body))
+        key = (line.file, rank if rank is not None else prefix.stream)
+        self._take(line, key, prefix.body, rank, rule_hits, starter, arrival, events)
+        # Records this line completed: what they tell may have no time of its own either.
+        untimed = [e for e in events[first_event:] if isinstance(e, Record) and e.time_after is None]
+        if (untimed or line.file in self.times_wanted or self._pending_per_file.get(line.file)) and \
+                (stamp := parse_timestamp(prefix.body)) is not None:
+            for record in untimed:
+                record.time_after = stamp
+            self._note_time(key, stamp, events)
+
+    def _note_time(self, key: tuple, stamp: float, events: list[Event]) -> None:
+        """A time written in a file, by the stream ``key``: the file's findings without a time, and
+        the records of its other streams still open (completed later: at the file's end), came
+        before it. (A record's own lines say when it was written, not when it happened.)"""
+        file = key[0]
+        if file in self.times_wanted:
+            self.times_wanted.discard(file)
+            events.append(TimeWritten(file, stamp))
+        for record_key, record in self._pending.items():
+            if record_key[0] == file and record_key != key and record.time_after is None:
+                record.time_after = stamp
+
+    def _take(self, line: LogLine, key: tuple, body: str, rank: int | None, rule_hits, starter: bool,
+              arrival: int, events: list[Event]) -> None:
+        """A candidate line into its stream's record (continuing, completing or starting one), or
+        a record alone."""
+        record = self._pending.get(key)
+        if record is not None:
+            if records.continues(record, body):
+                records.append(record, line, body, rule_hits)
+                if record.state == "done" or (record.kind == "last_error" and len(record.lines) == 2):
+                    events.append(self._complete(key))
+                return
+            events.append(self._complete(key))
+        kind = records.starter_kind(body) if starter else None
+        if kind == "spawned":
+            # torch.multiprocessing.spawn's "-- Process N terminated with the following error:": the
+            # traceback that follows is process N's (its rank, under mp.spawn's usual use).
+            self._spawned[key] = int(records.SPAWNED.match(body.strip())[1])
+        elif kind is not None:
+            record = records.start(kind, line, body, rank, arrival)
+            if rank is None and kind == "traceback" and (index := self._spawned.pop(key, None)) is not None:
+                record.rank, record.rank_from = index, "launcher"
+            record.rule_hits.append(rule_hits)
+            self._pending[key] = record
+            self._pending_per_file[line.file] = self._pending_per_file.get(line.file, 0) + 1
+        elif rule_hits or (starter and (pyexc.parse_exception_line(body) is not None
+                                        or any(literal in body for literal in self._noted))):
+            events.append(Record("line", [line], [body], rank, rule_hits=[rule_hits], arrival=arrival))
+
+    def flush(self, file: str | None = None) -> list[Record]:
+        """Completes the records in progress (of ``file``, or all): end of file, or idle."""
+        return [self._complete(key) for key in [k for k in self._pending if file is None or k[0] == file]]
+
+    def has_pending(self, file: str) -> bool:
+        return bool(self._pending_per_file.get(file))
+
+    def _expire(self, line: LogLine, events: list[Event]) -> None:
+        for key, record in list(self._pending.items()):
+            if key[0] == line.file and line.line - record.last_line > record.silence_limit:
+                events.append(self._complete(key))
+
+    def _complete(self, key: tuple) -> Record:
+        record = self._pending.pop(key)
+        self._pending_per_file[key[0]] -= 1
+        return records.trim(record)
+
+
+def _glued_traceback(body: str) -> int | None:
+    """Where a traceback header starts in ``body`` when other text comes before it, else None."""
+    at = body.find(records.TRACEBACK_HEADER)
+    return at if at > 0 and body[:at].strip() else None

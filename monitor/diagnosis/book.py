@@ -1,0 +1,331 @@
+"""The decide stage's finding book: matches in, findings out (docs/architecture.md, "Stages").
+
+The book is the one writer of a job's findings. It merges the matches of one key into one
+finding (a rule on seven ranks: one finding, ``count`` 7), renders titles and remedies from the
+finding's numbers, lets a confirm finding confirm its category, and takes findings from
+outside the logs (a stall, a metric signal, the exit). A ``Finding`` is frozen: a change is a
+new value in the book's list (same ``seq``, so the same ``id``), never an edit of one handed
+out. What the book keeps per finding beyond it (each occurrence's rank and numbers, the
+classifier's templates and advice) lives in its ``_Entry``, keyed by the match's key.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+
+import regex
+
+from monitor.diagnosis.catalogue import CONFIRM_PREFIX, CONFIRMED_BY
+from monitor.diagnosis.classify import MAX_EVIDENCE, Match, record_rank_source
+from monitor.diagnosis.prefilter import Prefilter
+from monitor.diagnosis.records import Record
+from monitor.diagnosis.root_cause import Occurrence
+from monitor.diagnosis.secrets import mask
+from monitor.diagnosis.templates import render
+from monitor.diagnosis.timestamps import parse_timestamp
+from monitor.logs.nodes import node_of
+from monitor.model import SEVERITY_ORDER, Finding, LogLine
+
+
+@dataclass(slots=True)
+class _Entry:
+    """What the book keeps of one finding made from matches."""
+    match: Match  # the first: the templates, advice and confirmed title of every occurrence
+    finding: Finding
+    occurrences: list[Occurrence] = field(default_factory=list)
+    # A rank-less finding's first matched line (without prefix), to know it again with a prefix.
+    first_text: str | None = None
+
+
+class LogConditions:
+    """Advice shown only when a pattern was (not) found in the job's logs so far (``if_log`` /
+    ``unless_log``): which of the prefilter's log patterns have been found."""
+
+    def __init__(self, prefilter: Prefilter, regex_timeout: float, problems: list[str]) -> None:
+        self.prefilter = prefilter
+        self.regex_timeout = regex_timeout
+        self.problems = problems
+        self.seen: set[int] = set()
+        self._disabled: set[int] = set()
+
+    def note(self, line: LogLine, hits: frozenset[int]) -> bool:
+        """Looks for the patterns whose literals ``line`` holds; True when one was found."""
+        changed = False
+        for index in hits - self.seen - self._disabled:
+            pattern = self.prefilter.log_patterns[index]
+            try:
+                found = pattern.search(line.text, timeout=self.regex_timeout)
+            except TimeoutError:
+                self._disabled.add(index)
+                self.problems.append(
+                    f"advice log pattern {pattern.pattern!r} took over {self.regex_timeout:g}s on "
+                    f"{line.file}:{line.line} (catastrophic backtracking); pattern disabled"
+                )
+                continue
+            if found:
+                self.seen.add(index)
+                changed = True
+        return changed
+
+    def holds(self, advice) -> bool:
+        index = self.prefilter.log_pattern_index
+        if advice.unless_log is not None and index[advice.unless_log.pattern] in self.seen:
+            return False
+        return advice.if_log is None or index[advice.if_log.pattern] in self.seen
+
+
+class FindingBook:
+    def __init__(self, conditions: LogConditions, known_ranks: set[int], other_ranks_text: str) -> None:
+        self.conditions = conditions
+        self._known_ranks = known_ranks  # the attribution stage's, read when rendering
+        self._other_ranks_text = other_ranks_text
+        self.version = 0
+        self._seq = itertools.count()  # Finding.seq: order taken in, unique even after a withdrawal
+        self._held: dict[int, Finding] = {}  # by seq, in the order taken in
+        self._list: list[Finding] | None = []
+        self._entries: dict[tuple, _Entry] = {}
+        self._entry_of: dict[int, tuple] = {}  # seq -> key of the entry that made it
+        self._confirmed: dict[str, Finding] = {}  # category -> its first confirm finding
+        # Per file, the keys of findings without a time still waiting for one written after them.
+        self._untimed: dict[str, list[tuple]] = {}
+        self._by_source: dict[str, int] = {}  # Finding.source_key -> seq
+
+    # ---- reading -------------------------------------------------------------------------
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Every finding held, in the order taken in (a new list after each change)."""
+        if self._list is None:
+            self._list = list(self._held.values())
+        return self._list
+
+    def occurrences(self, finding: Finding) -> tuple[Occurrence, ...]:
+        key = self._entry_of.get(finding.seq)
+        return tuple(self._entries[key].occurrences) if key is not None else ()
+
+    def waits_for_time(self, file: str) -> bool:
+        return bool(self._untimed.get(file))
+
+    # ---- matches -------------------------------------------------------------------------
+
+    def take(self, match: Match, arrival_record: Record | None = None) -> Finding | None:
+        """A match into its finding: a new finding (returned), or another occurrence of one held."""
+        record, positions = match.record, match.positions
+        fields = {name: mask(value) for name, value in match.fields.items()}
+        rank = match.rank
+        entry = self._entries.get(match.key)
+        if entry is not None:
+            self._occur(entry, match, fields)
+            return None
+        first = record.lines[positions[0]]
+        node = node_of(first.file)
+        if node is not None:
+            fields.setdefault("node", node.name)  # what a remedy names to exclude: --exclude={node}
+        finding = Finding(
+            rule=match.rule, category=match.category, severity=match.severity, role=match.role,
+            title="", rank=rank, ranks=[rank] if rank is not None else [], file=first.file,
+            line=first.line, count=1, evidence=[mask(record.lines[p].text) for p in match.evidence],
+            fields=fields, remedy="", seq=next(self._seq), arrival=record.arrival,
+            first_seen=_record_time(record, positions), node=node.name if node is not None else None,
+            confidence=match.confidence, confidence_note=match.confidence_note,
+            rank_source=match.rank_source if rank is not None else "",
+        )
+        if finding.first_seen is None:
+            finding = replace(finding, before=record.time_after)
+            if finding.before is None:
+                self._untimed.setdefault(first.file, []).append(match.key)
+        entry = _Entry(match, finding, [Occurrence(rank, dict(fields))],
+                       record.bodies[positions[0]] if rank is None else None)
+        self._entries[match.key] = entry
+        self._entry_of[finding.seq] = match.key
+        entry.finding = self._confirm(entry, self._rendered(entry, finding))
+        self._hold(entry.finding)
+        if finding.role == "confirm":
+            self._confirm_category(finding)
+        return self._held[finding.seq]
+
+    def _occur(self, entry: _Entry, match: Match, fields: dict[str, str]) -> None:
+        """Another occurrence of a finding held: its count, ranks and nodes grow; an earlier
+        occurrence (another rank's file, read later) takes the first's place."""
+        record, positions, rank = match.record, match.positions, match.rank
+        finding = entry.finding
+        changes: dict = {"count": finding.count + 1}
+        if finding.node is not None and (node := node_of(record.lines[positions[0]].file)) is not None:
+            if node.name not in finding.nodes:
+                changes["nodes"] = sorted({*finding.nodes, finding.node, node.name})
+        if rank is not None and rank not in finding.ranks:
+            changes["ranks"] = sorted([*finding.ranks, rank])
+        entry.occurrences.append(Occurrence(rank, dict(fields)))
+        if finding.rank is None and rank is not None and entry.first_text == record.bodies[positions[0]]:
+            # The first occurrence named no rank and this is the same message with one (a
+            # traceback printed bare and again through a rank prefix): title and remedy can now.
+            # Another message (a later rank's traceback after a bare "loss inf") tells nothing
+            # of which rank printed the first.
+            changes["rank"], changes["rank_source"] = rank, record_rank_source(record) or "message"
+        stamp = _record_time(record, positions)
+        if stamp is not None and finding.first_seen is not None and stamp < finding.first_seen:
+            changes.update(self._earlier(finding, match, fields, stamp))
+        self._update(entry, replace(finding, **changes), render="rank" in changes or "fields" in changes)
+
+    def _earlier(self, finding: Finding, match: Match, fields: dict[str, str], stamp: float) -> dict:
+        """An occurrence written earlier than the one a finding was made from: the finding tells
+        of the first, so it takes this one's place, rank, numbers and evidence."""
+        record, positions = match.record, match.positions
+        first = record.lines[positions[0]]
+        changes: dict = {"file": first.file, "line": first.line, "first_seen": stamp,
+                         "evidence": [mask(record.lines[p].text) for p in positions[:MAX_EVIDENCE]]}
+        node = node_of(first.file)
+        if node is not None:
+            fields = {**fields, "node": fields.get("node", node.name)}
+            changes["node"] = node.name
+        # What confirmed the finding still does.
+        changes["fields"] = fields | {k: v for k, v in finding.fields.items()
+                                      if k == CONFIRMED_BY or k.startswith(CONFIRM_PREFIX)}
+        if match.rank is not None:
+            changes["rank"], changes["rank_source"] = match.rank, record_rank_source(record) or "message"
+        return changes
+
+    def rank_of_pid(self, pid: str, rank: int) -> None:
+        """A launcher's summary named the rank of process ``pid``: findings that named only the
+        pid (a SIGKILL, a kernel OOM kill; torchrun's SIGTERM to each peer is one finding) get it."""
+        for entry in self._entries.values():
+            named = [i for i, o in enumerate(entry.occurrences) if o.rank is None and o.fields.get("pid") == pid]
+            if not named:
+                continue
+            for i in named:
+                entry.occurrences[i] = Occurrence(rank, entry.occurrences[i].fields)
+            finding = entry.finding
+            changes: dict = {}
+            if rank not in finding.ranks:
+                changes["ranks"] = sorted([*finding.ranks, rank])
+            if finding.rank is None and finding.fields.get("pid") == pid:
+                changes["rank"], changes["rank_source"] = rank, "launcher"
+            self._update(entry, replace(finding, **changes), render=True)
+
+    def time_written(self, file: str, stamp: float) -> None:
+        """A time written in ``file`` after its findings that had none: they happened no later."""
+        for key in self._untimed.pop(file, []):
+            entry = self._entries[key]
+            self._update(entry, replace(entry.finding, before=stamp), render=False)
+
+    def conditions_changed(self) -> None:
+        """An advice condition's pattern was found in the logs: remedies that depend on one again."""
+        for entry in self._entries.values():
+            if any(a.unless_log is not None or a.if_log is not None for a in entry.match.advice):
+                self._update(entry, entry.finding, render=True)
+        self.version += 1
+
+    # ---- findings from outside the logs ----------------------------------------------------
+
+    def add_external(self, finding: Finding, arrival: int) -> Finding | None:
+        """A finding no log line made (a stall, a metric signal, the exit), ordered after the
+        ``arrival`` lines fed so far: the finding as held (its ``seq`` set), or None when it
+        is a new value of one held (the same ``source_key``), which it replaces."""
+        held = self._by_source.get(finding.source_key) if finding.source_key else None
+        if held is not None and held in self._held:
+            old = self._held[held]
+            self._hold(replace(finding, seq=old.seq, arrival=old.arrival))
+            return None
+        finding = replace(finding, seq=next(self._seq), arrival=arrival)
+        if finding.source_key:
+            self._by_source[finding.source_key] = finding.seq
+        self._hold(finding)
+        return finding
+
+    def revise(self, finding: Finding) -> None:
+        """A new value of a held finding (the same ``seq``), from the session's own thread."""
+        if finding.seq in self._held:
+            key = self._entry_of.get(finding.seq)
+            if key is not None:
+                self._entries[key].finding = finding
+            self._hold(finding)
+
+    def withdraw(self, finding: Finding) -> bool:
+        """Removes a finding from outside the logs whose condition has ended (output resumed)."""
+        held = self._held.get(finding.seq)
+        if held is None or held.rule != finding.rule or finding.seq in self._entry_of:
+            return False
+        del self._held[finding.seq]
+        if held.source_key:
+            self._by_source.pop(held.source_key, None)
+        self._list = None
+        self.version += 1
+        return True
+
+    # ---- plumbing --------------------------------------------------------------------------
+
+    def _hold(self, finding: Finding) -> None:
+        self._held[finding.seq] = finding
+        self._list = None
+        self.version += 1
+
+    def _update(self, entry: _Entry, finding: Finding, render: bool) -> None:
+        if render:
+            finding = self._rendered(entry, finding)
+        entry.finding = finding
+        self._hold(finding)
+
+    def _values(self, finding: Finding) -> dict[str, str]:
+        values = dict(finding.fields)
+        values.update(
+            rank=str(finding.rank) if finding.rank is not None else "", file=finding.file,
+            line=str(finding.line), count=str(finding.count), ranks=",".join(map(str, finding.ranks)),
+        )
+        if finding.rank is not None or len(self._known_ranks) > 1:
+            values["other_ranks"] = self._other_ranks_text
+        return values
+
+    def _rendered(self, entry: _Entry, finding: Finding) -> Finding:
+        """``finding`` with its title and remedy rendered from its numbers (and the advice that
+        holds for them, its record and the logs so far)."""
+        match = entry.match
+        values = self._values(finding)
+        confirmed = match.confirmed_title and CONFIRMED_BY in finding.fields
+        title = render(match.confirmed_title if confirmed else match.title, values, missing="?")
+        lines = [render(match.remedy, values)]
+        for number, advice in enumerate(match.advice):
+            if number in match.skipped_advice:
+                continue
+            if advice.when is not None and not advice.when.holds(finding.fields):
+                continue
+            if not self.conditions.holds(advice):
+                continue
+            lines.append(render(advice.text, values))
+        return replace(finding, title=title, remedy="\n".join(line for line in lines if line))
+
+    def _confirm(self, entry: _Entry, finding: Finding) -> Finding:
+        """A new finding of a category a confirm finding already confirmed: confirmed at once."""
+        confirm = self._confirmed.get(finding.category)
+        if confirm is None or finding.role == "confirm":
+            return finding
+        return self._rendered(entry, _confirmed(finding, confirm))
+
+    def _confirm_category(self, confirm: Finding) -> None:
+        """A confirm finding confirms the other findings of its category (e.g. a kernel OOM-kill
+        line, a bare SIGKILL): their fields get ``confirmed_by`` and ``confirm_<name>`` for each
+        of the confirming finding's fields, a cascade becomes a root, the severity rises to the
+        confirm finding's, and title (``confirmed_title``) and remedy are rendered again."""
+        if confirm.category in self._confirmed:
+            return
+        self._confirmed[confirm.category] = confirm
+        for entry in self._entries.values():
+            target = entry.finding
+            if target.category == confirm.category and target.role != "confirm":
+                self._update(entry, _confirmed(target, confirm), render=True)
+
+
+def _confirmed(target: Finding, confirm: Finding) -> Finding:
+    fields = dict(target.fields)
+    fields[CONFIRMED_BY] = confirm.rule
+    for name, value in confirm.fields.items():
+        fields.setdefault(CONFIRM_PREFIX + name, value)
+    severity = confirm.severity if SEVERITY_ORDER[confirm.severity] < SEVERITY_ORDER[target.severity] else target.severity
+    # What it lacked is here.
+    return replace(target, role="root" if target.role == "cascade" else target.role, severity=severity,
+                   fields=fields, confidence="certain", confidence_note="")
+
+
+def _record_time(record: Record, positions: tuple[int, ...]) -> float | None:
+    """When a record's occurrence was written: its first line's time, else its matched line's."""
+    return parse_timestamp(record.bodies[0]) or parse_timestamp(record.bodies[positions[0]])

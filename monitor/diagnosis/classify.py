@@ -1,0 +1,247 @@
+"""The classify stage: each completed record to ``Match`` values (docs/architecture.md, "Stages").
+
+A classifier is anything with ``classify(record) -> list[Match]`` and a ``fallback`` flag (a
+fallback speaks only about records no classifier before it named). The rule catalogue is one,
+the reader of uncaught Python exceptions another; a new source of evidence is one more
+classifier, registered with ``register``, never an edit of the engine. A ``Match`` carries all
+a finding needs from its classifier (category, title and remedy templates, advice, how sure it
+is), so the stages after it know nothing of rules or exceptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import regex
+
+from monitor.diagnosis import pyexc
+from monitor.diagnosis.catalogue import Advice, Catalogue, Rule
+from monitor.diagnosis.records import Record
+from monitor.logs.ranks import parse_prefix, rank_in_text
+
+# A pattern that takes longer than this on one line is backtracking catastrophically.
+REGEX_TIMEOUT_S = 0.5
+MAX_EVIDENCE = 8
+# Shortest terminal width whose wrapped lines are joined again inside a record.
+WRAP_WIDTH = 80
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """One classifier's reading of one record: the evidence for a finding. Matches with the same
+    ``key`` are occurrences of one finding (the same rule on several ranks)."""
+
+    key: tuple
+    rule: str  # Finding.rule
+    category: str
+    severity: str
+    role: str
+    title: str  # templates (``templates.render``) over the finding's fields
+    remedy: str
+    record: Record
+    positions: tuple[int, ...]  # the record's lines the match rests on, first is the finding's line
+    rank: int | None
+    rank_source: str  # ``model.RANK_SOURCES``; "" with no rank
+    fields: Mapping[str, str]
+    evidence: tuple[int, ...]  # the record's lines shown as evidence
+    confidence: str = "certain"
+    confidence_note: str = ""
+    confirmed_title: str = ""  # the title once a confirm finding of its category confirmed it
+    advice: tuple[Advice, ...] = ()
+    skipped_advice: frozenset[int] = frozenset()  # advice this record rules out (if/unless_record)
+
+
+class Classifier(Protocol):
+    # Speaks only about records no classifier before it named.
+    fallback: bool
+    # Text one of which is in every line it can name on its own (outside a multi-line record):
+    # the prefilter makes such lines records, and the fast path skips lines holding none. The
+    # built-in classifiers' literals are the rules' prefilters and the record starters.
+    literals: tuple[str, ...]
+
+    def classify(self, record: Record) -> list[Match]: ...
+
+
+# Classifiers added to every engine after the built-in ones: classes made with the catalogue.
+_REGISTERED: list[Callable[[Catalogue], Classifier]] = []
+
+
+def register(kind: type) -> None:
+    """Adds a classifier (a class made with the catalogue, with ``fallback``, ``literals`` and
+    ``classify``) to every engine whose catalogue is loaded from now on (``diagnose``,
+    ``watch``, ``run``)."""
+    _REGISTERED.append(kind)
+
+
+def unregister(kind: type) -> None:
+    _REGISTERED.remove(kind)
+
+
+def registered_literals() -> tuple[str, ...]:
+    """The literals of the registered classifiers, for the prefilter."""
+    return tuple(literal for kind in _REGISTERED for literal in kind.literals)
+
+
+def classifiers(catalogue: Catalogue, problems: list[str], regex_timeout: float = REGEX_TIMEOUT_S) -> list[Classifier]:
+    """The classifiers of one engine, in the order they are asked."""
+    return [RuleClassifier(catalogue, problems, regex_timeout), ExceptionClassifier(catalogue.lang),
+            *(factory(catalogue) for factory in _REGISTERED)]
+
+
+def record_rank_source(record: Record) -> str:
+    """What gave a record its rank: a prefix on its line, or (no prefix) its file's name."""
+    if record.rank is None:
+        return ""
+    if record.rank_from:
+        return record.rank_from
+    return "prefix" if parse_prefix(record.lines[0].text).rank is not None else "file"
+
+
+def is_summary(record: Record) -> bool:
+    """A torchelastic ChildFailedError summary, alone or ending torchrun's traceback."""
+    return record.kind == "summary" or record.state in ("summary", "done")
+
+
+class RuleClassifier:
+    """The rule catalogue (``rules/*.toml``): a rule matches where one of its patterns does, on a
+    line of the record or on two lines a terminal wrapped."""
+
+    fallback = False
+    literals = ()  # the prefilter holds the rules' own
+
+    def __init__(self, catalogue: Catalogue, problems: list[str], regex_timeout: float = REGEX_TIMEOUT_S) -> None:
+        self.catalogue = catalogue
+        self.prefilter = catalogue.prefilter
+        self.problems = problems
+        self.regex_timeout = regex_timeout
+        self._disabled: set[int] = set()
+
+    def classify(self, record: Record) -> list[Match]:
+        views = self._views(record)
+        candidates = sorted(set().union(*(hits for _, _, hits in views)) - self._disabled)
+        found = []
+        for index in candidates:
+            rule = self.catalogue.rules[index]
+            fields: dict[str, str] = {}
+            matched: list[int] = []
+            for pattern in rule.patterns:
+                hit = self._match_pattern(rule, index, pattern, record, views)
+                if hit is None:
+                    continue
+                positions, match = hit
+                matched.extend(p for p in positions if p not in matched)
+                for name, value in match.groupdict().items():
+                    if value is not None and name not in fields:
+                        fields[name] = value
+            if index in self._disabled or not matched:
+                continue
+            matched.sort()
+            rank, source = record.rank, record_rank_source(record)
+            if "rank" in fields and fields["rank"].isdigit():
+                rank, source = int(fields.pop("rank")), rule.rank_source or "message"
+            elif rank is None and (rank := rank_in_text(record.bodies[matched[0]])) is not None:
+                source = "message"
+            found.append(Match(
+                key=(rule.id,), rule=rule.id, category=rule.category, severity=rule.severity, role=rule.role,
+                title=rule.title, remedy=rule.remedy, record=record, positions=tuple(matched), rank=rank,
+                rank_source=source, fields=fields, evidence=tuple(matched[:MAX_EVIDENCE]),
+                confidence=rule.confidence, confidence_note=rule.confidence_note,
+                confirmed_title=rule.confirmed_title, advice=rule.advice,
+                skipped_advice=self._advice_skipped_by_record(rule, record),
+            ))
+        return found
+
+    def _views(self, record: Record) -> list[tuple[tuple[int, ...], str, set[int]]]:
+        """What patterns are tried on: each line of the record, then each pair of lines that a
+        terminal wrapped (the first as long as the record's longest line, 80+ characters)."""
+        views = [((i,), body, hits) for i, (body, hits) in enumerate(zip(record.bodies, record.rule_hits))]
+        if is_summary(record):
+            # torchelastic lists the ranks it stopped (exit -15) before its "Root Cause" entry:
+            # a field both sections hold comes from the root cause.
+            root = next((i for i, body in enumerate(record.bodies) if body.lstrip().startswith("Root Cause")), None)
+            if root is not None:
+                views = views[root:] + views[:root]
+        if len(record.lines) > 1:
+            width = max(len(line.text) for line in record.lines)
+            for i in range(len(record.lines) - 1):
+                following = record.bodies[i + 1]
+                if width >= WRAP_WIDTH and len(record.lines[i].text) == width and following[:1].strip():
+                    joined = record.bodies[i] + following
+                    views.append(((i, i + 1), joined, self.prefilter.line_hits(joined)[0]))
+        return views
+
+    def _match_pattern(self, rule: Rule, index: int, pattern: regex.Pattern, record: Record, views):
+        for positions, body, hits in views:
+            if index not in hits:
+                continue
+            try:
+                match = pattern.search(body, timeout=self.regex_timeout)
+            except TimeoutError:
+                self._disabled.add(index)
+                line = record.lines[positions[0]]
+                self.problems.append(
+                    f"{rule.where}: rule {rule.id}: pattern {pattern.pattern!r} took over "
+                    f"{self.regex_timeout:g}s on {line.file}:{line.line} (catastrophic backtracking); rule disabled"
+                )
+                return None
+            if match:
+                return positions, match
+        return None
+
+    def _advice_skipped_by_record(self, rule: Rule, record: Record) -> frozenset[int]:
+        """The advice (by index) whose ``if_record``/``unless_record`` rules it out for this record."""
+        def found(pattern: regex.Pattern) -> bool:
+            try:
+                return any(pattern.search(body, timeout=self.regex_timeout) for body in record.bodies)
+            except TimeoutError:
+                self.problems.append(f"{rule.where}: rule {rule.id}: advice record pattern {pattern.pattern!r} "
+                                     f"took over {self.regex_timeout:g}s (catastrophic backtracking); taken as not found")
+                return False
+
+        skipped = set()
+        for number, advice in enumerate(rule.advice):
+            if advice.if_record is not None and not found(advice.if_record):
+                skipped.add(number)
+            elif advice.unless_record is not None and found(advice.unless_record):
+                skipped.add(number)
+        return frozenset(skipped)
+
+
+class ExceptionClassifier:
+    """An uncaught Python exception no rule names (``pyexc.py``): a traceback's final exception,
+    or an exception's last line standing alone (weaker: it may have been caught)."""
+
+    fallback = True
+    literals = ()  # the record starters (``records.STARTER_LITERALS``)
+
+    def __init__(self, lang: str) -> None:
+        self._texts = pyexc.TEXTS.get(lang, pyexc.TEXTS["en"])
+
+    def classify(self, record: Record) -> list[Match]:
+        if record.kind not in ("traceback", "line"):
+            return []
+        bare = record.kind == "line"
+        exception = pyexc.parse_exception_line(record.bodies[0]) if bare else pyexc.parse_traceback(record.bodies)
+        if exception is None:
+            return []
+        positions = (exception.index,)
+        evidence = positions
+        frame_line = next((i for i, b in enumerate(record.bodies)
+                           if exception.frame_file and f'"{exception.frame_file}", line {exception.frame_line}' in b), None)
+        if frame_line is not None and frame_line not in positions:
+            evidence = (frame_line, *positions)  # where the user's code raised it, first
+        cascade = exception.is_cascade
+        title, cascade_title, remedy, cascade_remedy, *_ = self._texts
+        return [Match(
+            key=(pyexc.RULE_ID, exception.exc_type, exception.frame_file, exception.frame_line),
+            rule=pyexc.RULE_ID, category=pyexc.CATEGORY,
+            severity="warning" if exception.short_type in pyexc.WARNING_TYPES else "error",
+            role="cascade" if cascade else "root",
+            title=cascade_title if cascade else title, remedy=cascade_remedy if cascade else remedy,
+            record=record, positions=positions, rank=record.rank, rank_source=record_rank_source(record),
+            fields=exception.fields(), evidence=evidence,
+            confidence="weak" if bare else "likely",
+            confidence_note=self._texts[6 if bare else 5].format(type=exception.short_type),
+        )]

@@ -1,0 +1,92 @@
+"""The table of log formats (``formats.toml`` beside this module), compiled once.
+
+Prefixes (``logs/ranks.py``), times (``diagnosis/timestamps.py``), levels (the screen, new
+lines), rank tags inside a line and the lines that start a new message (``diagnosis/records.py``)
+all read their patterns from here; ``monitor rules test`` (``diagnosis/ruletest.check_formats``)
+runs every entry's samples through the functions that use it, so a format and its examples
+cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import regex
+
+FORMATS_FILE = Path(__file__).with_name("formats.toml")
+NUMBER_KINDS = ("rank", "local", "pid")
+
+
+@dataclass(frozen=True, slots=True)
+class Prefix:
+    name: str
+    number: str  # what its group ``n`` holds: NUMBER_KINDS
+    pattern: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lead:
+    name: str
+    keeps: str  # "text": it stays in the line's text; "stream": its host names the stream
+    first: str  # "digit" | "alpha": what its first character is (a cheap test before the regex)
+    pattern: regex.Pattern
+
+
+@dataclass(frozen=True, slots=True)
+class Timestamp:
+    name: str
+    pattern: regex.Pattern
+    anchored: bool
+
+
+def _load() -> dict:
+    with open(FORMATS_FILE, "rb") as stream:
+        return tomllib.load(stream)
+
+
+TABLE = _load()
+
+@dataclass(frozen=True, slots=True)
+class PrefixTable:
+    """Every prefix as one alternation, each entry's group ``n`` renamed ``n<i>`` (so a match's
+    ``lastgroup`` says which entry matched), and what each such group's number is."""
+    pattern: regex.Pattern
+    kinds: dict[str, str]
+
+
+def prefix_table(prefixes: tuple[Prefix, ...]) -> PrefixTable:
+    return PrefixTable(
+        regex.compile("^(?:" + "|".join(p.pattern.replace("(?P<n>", f"(?P<n{i}>") for i, p in enumerate(prefixes)) + ")"),
+        {f"n{i}": p.number for i, p in enumerate(prefixes)},
+    )
+
+
+PREFIXES = tuple(Prefix(e["name"], e["number"], e["pattern"]) for e in TABLE["prefix"])
+PREFIX_TABLE = prefix_table(PREFIXES)
+LEADS = tuple(Lead(e["name"], e["keeps"], e["first"], regex.compile(e["pattern"])) for e in TABLE["lead"])
+STREAMS = tuple((e["literal"], regex.compile(e["pattern"])) for e in TABLE["stream"])
+RANK_TAG = regex.compile("|".join(f"(?:{e['pattern']})" for e in TABLE["rank_tag"]))
+TIMESTAMPS = tuple(Timestamp(e["name"], regex.compile(e["pattern"]), e.get("anchored", False)) for e in TABLE["timestamp"])
+LEVELS = tuple((e["name"], regex.compile(e["pattern"])) for e in TABLE["level"])
+MESSAGE_START = regex.compile("^(?:" + "|".join(f"(?:{e['pattern']})" for e in TABLE["message_start"]) + ")")
+
+
+def line_level(text: str) -> str:
+    """``error``, ``warning`` or ``info``: the first level whose pattern the line holds."""
+    for name, pattern in LEVELS:
+        if pattern.search(text):
+            return name
+    return "info"
+
+
+KINDS = ("prefix", "lead", "stream", "rank_tag", "timestamp", "level", "message_start")
+
+
+def entry_count() -> int:
+    return sum(len(TABLE[kind]) for kind in KINDS)
+
+
+def sample_count() -> int:
+    return sum(len(entry.get("samples", [])) for kind in KINDS for entry in TABLE[kind])
