@@ -146,7 +146,9 @@ def test_hardware_events_fire_once_and_count_repeats():
     assert (finding.severity, finding.category, finding.ranks) == ("error", "gpu_hardware", [1])
     assert "nvidia-smi -r -i 1" in finding.remedy
     assert run.step(gpus=[gpu(0), gpu(1)], events=[xid]) == []
-    assert finding.count == 2
+    # Findings are frozen: the repeat is a new value of the same finding, which the session takes.
+    (again,) = run.detector.take_changed()
+    assert again.source_key == finding.source_key and again.count == 2 and finding.count == 1
     ecc = run.step(gpus=[gpu(0)], events=[GpuEvent("ecc_corrected", 0, 0.0, count=3)])
     assert [(f.severity, f.title) for f in ecc] == [("info", "3 new corrected ECC error(s) on GPU 0")]
 

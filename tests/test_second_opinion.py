@@ -153,3 +153,26 @@ def test_model_none_turns_it_off_and_eval_reports_rules_model_and_both(tmp_path:
     assert "rules alone" in text and "model alone" in text and "rules + model" in text
     off = json.loads(_monitor("rules", "eval", "--json", "--model", "none", str(corpus)).stdout)
     assert "modes" not in off
+
+
+def test_the_live_root_cause_is_the_second_opinion_the_end_report_gives(tmp_path: Path) -> None:
+    """Where the rules are unsure (only an exception no rule names), the session's root cause
+    (what the screen and the Prometheus root-cause series show) is the model's, as in the end
+    report: every mode names the same cause. A case of the corpus the model was trained on."""
+    from monitor.session.job_session import JobSession
+
+    case = Path(__file__).resolve().parents[1] / "sample_logs" / "real" / "disk_full" / "a-pytorch-pytorch-10577.log"
+    log = tmp_path / "train.log"
+    shutil.copyfile(case, log)
+    now = [1000.0]
+    session = JobSession([str(log)], load_catalogue(include_user=False), clock=lambda: now[0])
+    for _ in range(3):
+        now[0] += 1.0  # quiet: the records in progress complete
+        session.step(timeout=0)
+    assert [f.category for f in session.findings] == ["python_exception"]  # what the rules say
+    live = session.root_cause()
+    assert (live.origin, live.category, live.confidence) == ("model", "disk_full", "likely")
+    assert session.root_cause() is live  # read again only when the findings change
+    report = session.diagnosis().root_cause
+    assert (report.origin, report.category, report.title) == (live.origin, live.category, live.title)
+    session.close()

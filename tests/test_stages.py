@@ -19,7 +19,7 @@ from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.classify import Match
 from monitor.diagnosis.diagnose import diagnose_paths
 from monitor.diagnosis.engine import Engine
-from monitor.model import LogLine
+from monitor.model import Finding, LogLine
 from monitor.session.headless import watch_headless
 
 DIAGNOSIS = Path(__file__).resolve().parents[1] / "monitor" / "diagnosis"
@@ -143,3 +143,72 @@ class _Capture:
 
     def flush(self) -> None:
         pass
+
+
+def test_a_session_reports_findings_new_changed_and_cleared(tmp_path):
+    """A real file growing: rank 3's OOM is new; rank 5's is the same finding, changed (count
+    2), posted once; a metric signal posted again replaces its value instead of adding one; the
+    stall that output ended is cleared."""
+    from dataclasses import replace
+
+    from monitor.session.job_session import JobSession
+
+    log = tmp_path / "job.log"
+    log.touch()
+    now = [1000.0]
+    session = JobSession([str(log)], load_catalogue(include_user=False), stall_after=0.5,
+                         clock=lambda: now[0], wall_clock=lambda: 5000.0)
+
+    def step(*lines: str, advance: float = 0.1):
+        if lines:
+            with open(log, "a") as handle:
+                handle.write("".join(line + "\n" for line in lines))
+        now[0] += advance
+        return session.step(timeout=0)
+
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    for index in range(5):
+        step(f"[rank3]: step {index}", f"[rank5]: step {index}")
+    first = step(f"[rank3]: {oom}", "[rank3]: step 6")
+    (new,) = [f for f in first.new_findings if f.rule == "cuda-oom"]
+    assert new.ranks == [3] and first.changed == []
+    second = step(f"[rank5]: {oom}", "[rank5]: step 6")
+    assert not [f for f in second.new_findings if f.rule == "cuda-oom"]
+    (changed,) = second.changed
+    assert changed.id == new.id and changed.ranks == [3, 5] and changed.count == 2
+    assert new.count == 1  # the value handed out before is unchanged
+
+    signal = Finding(rule="metrics-host-memory-near-full", category="host_oom", severity="warning", role="root",
+                     title="host memory 91% used", origin="metrics", source_key="signal:('host_memory',)")
+    session.post([signal])
+    (held,) = [f for f in step().new_findings if f.origin == "metrics"]
+    session.post([replace(signal, title="host memory 97% used", count=2)])
+    update = step()
+    assert not update.new_findings and [f.title for f in update.changed] == ["host memory 97% used"]
+    assert [f.id for f in session.findings if f.origin == "metrics"] == [held.id]
+
+
+
+def test_a_session_reports_a_stall_that_output_ended_as_cleared(tmp_path):
+    from monitor.session.job_session import JobSession
+
+    log = tmp_path / "job.log"
+    log.touch()
+    now = [1000.0]
+    session = JobSession([str(log)], load_catalogue(include_user=False), stall_after=0.5,
+                         clock=lambda: now[0], wall_clock=lambda: 5000.0)
+
+    def step(*lines: str, advance: float = 0.1):
+        with open(log, "a") as handle:
+            handle.write("".join(line + "\n" for line in lines))
+        now[0] += advance
+        return session.step(timeout=0)
+
+    for index in range(5):
+        step(f"[rank0]: step {index}", f"[rank1]: step {index}")
+    (stall,) = [f for f in step(advance=5.0).new_findings if f.rule == "possible-hang"]
+    resumed = step("[rank0]: step 5", "[rank1]: step 5")
+    assert resumed.cleared == [stall.id]
+    assert stall.id not in {f.id for f in session.findings}
+    # What stays is a note of it (a new finding), not the stall.
+    assert [f.rule for f in resumed.new_findings] == ["possible-hang-passed"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+
 import dataclasses
 import json
 
@@ -277,8 +278,10 @@ async def test_mouse_click_on_a_line_and_the_command_palette_commands():
 
 async def test_markup_in_findings_title_and_notes_shows_literally():
     findings, root = crash_findings()
-    root.rule = "[bold]x[/] [/]"
-    findings[1].title = "[red]t[/]"
+    # Findings are frozen: the test builds the values it shows.
+    root = dataclasses.replace(root, rule="[bold]x[/] [/]")
+    findings = [root if f.seq == root.seq else f for f in findings]
+    findings[1] = dataclasses.replace(findings[1], title="[red]t[/]")
     feed = ScriptedLogFeed([LogBatch(lines=crash_lines(), findings=findings, root_cause=root, finished=True,
                                      note="[/] note [b]")])
     app = MonitorApp(feed, None, title="python train.py --cfg [a,b] [/] [bold]", clock=lambda: 0.0)
@@ -403,7 +406,8 @@ async def test_a_new_root_cause_takes_the_detail_from_an_earlier_note_but_a_user
 
 async def test_the_remedy_comes_first_and_the_detail_is_reached_and_scrolled_from_the_keyboard():
     findings, root = crash_findings()
-    root.evidence = [f"evidence line {i}" for i in range(40)]  # a detail far taller than the pane
+    root = dataclasses.replace(root, evidence=[f"evidence line {i}" for i in range(40)])  # a detail far taller than the pane
+    findings = [root if f.seq == root.seq else f for f in findings]
     feed = ScriptedLogFeed([LogBatch(lines=crash_lines(), findings=findings, root_cause=root, finished=True,
                                      note="job exited with code 1")])
     app = make_app(feed)

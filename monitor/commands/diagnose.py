@@ -123,12 +123,13 @@ def _against(diagnosis, paths: list[str], args: argparse.Namespace):
     """The diagnosis compared with the last good run (``--against``), or with one line why not."""
     from monitor.commands.against import good_run
     from monitor.diagnosis.changes import changes
-    from monitor.diagnosis.novelty import compare, run_templates
+    from monitor.diagnosis.conclude import compared
+    from monitor.diagnosis.novelty import Against, run_templates
 
     good, note = good_run(paths, args)
     if note is not None:
         diagnosis.notes = [*diagnosis.notes, note]
     if good is None:
         return diagnosis
-    return compare(diagnosis, diagnosis.files, run_templates(good.logs), good.name,
-                   changes(good.environment, good.failed_environment) if good.environment and good.failed_environment else [])
+    changed = changes(good.environment, good.failed_environment) if good.environment and good.failed_environment else []
+    return compared(diagnosis, Against(good.name, frozenset(run_templates(good.logs)), tuple(changed)))

@@ -90,6 +90,7 @@ class FindingBook:
         # Per file, the keys of findings without a time still waiting for one written after them.
         self._untimed: dict[str, list[tuple]] = {}
         self._by_source: dict[str, int] = {}  # Finding.source_key -> seq
+        self._changed: dict[int, None] = {}  # seqs of findings given a new value since take_changed
 
     # ---- reading -------------------------------------------------------------------------
 
@@ -255,7 +256,16 @@ class FindingBook:
 
     # ---- plumbing --------------------------------------------------------------------------
 
+    def take_changed(self) -> list[Finding]:
+        """The newest values of the findings held that changed since the last call (a count up
+        on another rank, a confirmation, a metric raised again), not those new since then."""
+        changed = [self._held[seq] for seq in self._changed if seq in self._held]
+        self._changed.clear()
+        return changed
+
     def _hold(self, finding: Finding) -> None:
+        if finding.seq in self._held:
+            self._changed[finding.seq] = None
         self._held[finding.seq] = finding
         self._list = None
         self.version += 1

@@ -10,7 +10,7 @@ from monitor.diagnosis.engine import Engine
 from monitor.model import Diagnosis, Finding
 from monitor.logs.reader import UnreadableLog, find_logs, path_error, read_log
 from monitor.diagnosis.scan import scan_file
-from monitor.diagnosis.second_opinion import review
+from monitor.diagnosis.conclude import conclude
 
 
 class MissingPath(Exception):
@@ -65,7 +65,7 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: lis
                 engine.flush(name)
     for finding in evidence:
         engine.add_external(finding)
-    diagnosis = review(engine.diagnosis(files), catalogue)
+    diagnosis = conclude(engine.diagnosis(files), catalogue)
     diagnosis.problems = problems + diagnosis.problems
     diagnosis.unread = unread
     diagnosis.empty = empty

@@ -149,6 +149,10 @@ class Engine:
         """A new value of a finding held (the same ``seq``)."""
         self.book.revise(finding)
 
+    def take_changed(self) -> list[Finding]:
+        """The newest values of findings that changed since the last call (``FindingBook``)."""
+        return self.book.take_changed()
+
     def withdraw(self, finding: Finding) -> bool:
         """Remove a finding added with ``add_external`` whose condition has ended (output resumed)."""
         return self.book.withdraw(finding)

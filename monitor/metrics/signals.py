@@ -106,12 +106,21 @@ class SignalDetector:
         self.thresholds = thresholds or Thresholds()
         self._latches: dict[tuple, _Latch] = {}
         self._findings: dict[tuple, Finding] = {}
+        self._changed: dict[tuple, Finding] = {}  # new values of findings raised before (take_changed)
         self._seq = 0
         self.version = 0
 
     @property
     def findings(self) -> list[Finding]:
         return sorted(self._findings.values(), key=lambda f: f.seq)
+
+    def take_changed(self) -> list[Finding]:
+        """The newest values of findings raised before that changed since the last call (an
+        event counted again, a level raised once more): the session replaces the ones it holds
+        (``Finding.source_key``)."""
+        changed = list(self._changed.values())
+        self._changed.clear()
+        return changed
 
     def update(self, sample: Sample, history: History) -> list[Finding]:
         raised: list[Finding] = []
@@ -147,7 +156,7 @@ class SignalDetector:
                 latest = build()
                 changes.update(title=latest.title, evidence=latest.evidence, remedy=latest.remedy,
                                fields=latest.fields, rank=latest.rank, ranks=latest.ranks)
-            finding = self._findings[key] = replace(finding, **changes)
+            finding = self._findings[key] = self._changed[key] = replace(finding, **changes)
             return finding
         finding = replace(build(), seq=self._seq, first_seen=now, count=count, source_key=f"signal:{key!r}")
         self._seq += 1
@@ -272,10 +281,12 @@ class SignalDetector:
             if event.kind == "throttle":
                 continue  # judged as a level by _throttle
             key = (event.kind, event.gpu_index, event.code)
-            # Again: the finding's new value (its count up) replaces the one the session holds.
-            raised.append(self._raise(
+            first = key not in self._findings
+            finding = self._raise(
                 key, sample.time, lambda e=event: _event_finding(e, sample), count=event.count, refresh=False
-            ))
+            )
+            if first:
+                raised.append(finding)
         return raised
 
 

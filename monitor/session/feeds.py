@@ -159,7 +159,10 @@ class SamplerFeed:
             self.samples_file.write(sample)
         for observe in self.observers:
             observe(sample)
-        if findings := self.detector.update(sample, self.history):
+        findings = self.detector.update(sample, self.history)
+        # Raised before and changed since (a count up): their new values replace the ones held.
+        findings += [f for f in self.detector.take_changed() if f not in findings]
+        if findings:
             self.post(findings)
         return sample
 

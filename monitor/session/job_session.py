@@ -37,8 +37,9 @@ from monitor.diagnosis.engine import Engine
 from monitor.diagnosis.node_health import NodeWatch
 from monitor.diagnosis.scan import scan_prefix
 from monitor.diagnosis.root_cause import as_requested_stop
-from monitor.diagnosis.novelty import Against, NoveltyWatch, compare
-from monitor.diagnosis.second_opinion import review
+from monitor.diagnosis.conclude import conclude
+from monitor.diagnosis.novelty import Against, NoveltyWatch
+from monitor.diagnosis.second_opinion import review, unsure
 from monitor.logs.follow import Follower
 from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import UnreadableLog, last_lines, line_end
@@ -69,6 +70,8 @@ class SessionUpdate:
 
     lines: list[LogLine] = field(default_factory=list)  # in arrival order, ranks attributed
     new_findings: list[Finding] = field(default_factory=list)
+    # Findings seen before whose value changed (their newest value: a count up, a confirmation).
+    changed: list[Finding] = field(default_factory=list)
     cleared: list[str] = field(default_factory=list)  # Finding.id of findings withdrawn
     version: int = 0  # JobSession.version after this step
     files: list[str] = field(default_factory=list)  # every file followed so far
@@ -116,6 +119,7 @@ class JobSession:
         self._node_watches = [NodeWatch(p, clock, wall_clock) for p in map(str, paths) if os.path.isdir(p)]
         self._node_findings: dict[tuple[str, str | None], Finding] = {}
         self._stall_held: Finding | None = None  # the active stall's finding, as the engine holds it
+        self._concluded: tuple[int, Finding | None] | None = None  # (engine version, root cause) when unsure
         self.against = against
         self._novelty = NoveltyWatch(against) if against is not None else None
 
@@ -184,6 +188,8 @@ class JobSession:
         self._look_inside(step, now)
         step.cleared += self._withdrawn
         self._withdrawn = []
+        new_ids = {f.id for f in step.new_findings}
+        step.changed = [f for f in self.engine.take_changed() if f.id not in new_ids]
         step.version = self.version
         step.files = self.follower.files
         if self._on_step is not None:
@@ -278,16 +284,22 @@ class JobSession:
         return self.engine.findings
 
     def root_cause(self) -> Finding | None:
-        """The one root cause of everything seen so far (``diagnosis/root_cause.py``)."""
-        return self.engine.root_cause()
+        """The one root cause of everything seen so far (``diagnosis/root_cause.py``); where the
+        rules are unsure of it (an exception no rule names, only weak evidence), the second
+        opinion's, as the end report will say (``conclude``): the screen and the Prometheus
+        series name the same cause. Read again only when the findings changed."""
+        root = self.engine.root_cause()
+        if root is None or not unsure(self.engine.diagnosis(self.follower.files)):
+            return root
+        if self._concluded is None or self._concluded[0] != self.engine.version:
+            diagnosis = review(self.engine.diagnosis(self.follower.files), self.engine.catalogue)
+            self._concluded = (self.engine.version, diagnosis.root_cause)
+        return self._concluded[1]
 
     def diagnosis(self) -> Diagnosis:
         """The diagnosis so far, with every record in progress completed."""
         self.flush()
-        diagnosis = review(self.engine.diagnosis(self.follower.files), self.engine.catalogue)
-        if self.against is not None:
-            diagnosis = compare(diagnosis, self.follower.files, set(self.against.templates), self.against.name,
-                                list(self.against.changes))
+        diagnosis = conclude(self.engine.diagnosis(self.follower.files), self.engine.catalogue, self.against)
         diagnosis.problems = self.problems + diagnosis.problems
         return diagnosis
 
