@@ -219,3 +219,64 @@ def test_an_error_at_the_end_of_a_50_mb_line_is_found_and_the_cut_is_shown(tmp_p
     root = json.loads(out.stdout)["root_cause"]
     assert (root["rule"], root["rank"]) == ("cuda-illegal-access", 1)
     assert "…[line cut]" in root["evidence"][0] and root["evidence"][0].endswith("was encountered")
+
+
+def test_an_exception_python_ignored_is_information_not_the_cause(tmp_path: Path) -> None:
+    """CPython's PyErr_WriteUnraisable ("Exception ignored in: %R") and then the traceback: the
+    program went on, so the job's later failure (here: none) is what counts."""
+    result = _diagnose(tmp_path, (
+        "Epoch 1: 100%|##########| 50/50 [00:10<00:00, 4.90it/s, loss=0.31]\n"
+        "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f2a1c3b8d30>\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 1479, in __del__\n'
+        "    self._shutdown_workers()\n"
+        "AssertionError: can only test a child process\n"
+        "Epoch 2: 100%|##########| 50/50 [00:10<00:00, 4.91it/s, loss=0.28]\n"
+    ))
+    assert result["root_cause"] is None
+    (ignored,) = result["findings"]
+    assert (ignored["rule"], ignored["severity"]) == ("python-exception-ignored", "info")
+    assert ignored["evidence"][0].startswith("Exception ignored in:")
+
+
+def test_a_horovod_stall_report_names_the_missing_rank_and_the_bare_warning_says_nothing(tmp_path: Path) -> None:
+    """Horovod's stall_inspector.cc: the warning, then "Missing ranks:" and one line per rank; before
+    0.20 a "[missing ranks: N]" per tensor. The warning alone (it can pass) is no failure."""
+    warning = ("[2021-04-10 21:28:20.658706: W horovod/common/stall_inspector.cc:105] One or more tensors were "
+               "submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder "
+               "of ranks for more than 60 seconds. This may indicate that different ranks are trying to submit "
+               "different tensors or that only subset of ranks is submitting tensors, which will cause deadlock. \n")
+    assert _diagnose(tmp_path, warning)["root_cause"] is None
+    old = _diagnose(tmp_path, "[1,0]<stderr>:[2019-04-13 13:53:31.851506: W horovod/common/operations.cc:588] "
+                              "HorovodBroadcast_global_step_0 [missing ranks: 3]\n")["root_cause"]
+    # A symptom named as the cause because nothing else was: weak, and it says why.
+    assert (old["category"], old["rank"], old["confidence"]) == ("hang", 3, "weak")
+    new = _diagnose(tmp_path, warning + "Missing ranks:\n1: [DistributedGradientTape_Allreduce/cond_1/HorovodAllreduce_AddN_0]\n")
+    assert new["root_cause"]["category"] == "hang"
+
+
+def test_a_stall_report_gives_way_to_a_rank_s_own_error_and_to_timeouts(tmp_path: Path) -> None:
+    """A stall report or a stack dump is a symptom: an OOM on a rank, or the collective timeouts
+    the stall ended in, say more."""
+    stall = "[1,0]<stderr>:HorovodAllreduce_grad_0 [missing ranks: 1]\n"
+    oom = ("[1,1]<stderr>:2019-08-26 18:41:15.943905: E tensorflow/stream_executor/cuda/cuda_driver.cc:828] "
+           "failed to allocate 2.96G (3173555200 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory\n")
+    root = _diagnose(tmp_path, stall + oom)["root_cause"]
+    assert (root["category"], root["rank"], root["confidence"]) == ("cuda_oom", 1, "likely")
+    dump = 'Thread 4886 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2501)\n'
+    timeout = ("[rank3]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 3] Watchdog caught collective "
+               "operation timeout: WorkNCCL(SeqNum=2816, OpType=ALLREDUCE, NumelIn=26214400, NumelOut=26214400, "
+               "Timeout(ms)=600000) ran for 600034 milliseconds before timing out.\n")
+    assert _diagnose(tmp_path, dump)["root_cause"]["category"] == "hang"
+    assert _diagnose(tmp_path, dump + timeout)["root_cause"]["category"] == "nccl_timeout"
+
+
+def test_rank_0_names_the_rank_that_missed_the_monitored_barrier(tmp_path: Path) -> None:
+    """ProcessGroupGloo::monitoredBarrier: rank 0 names the rank that did not arrive; the other
+    ranks only report that rank 0 gave up."""
+    root = _diagnose(tmp_path, (
+        "[E ProcessGroupGloo.cpp:137] Rank 1 successfully reached monitoredBarrier, but received errors while "
+        "waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n"
+        "RuntimeError: [Rank 0]: Rank 2 failed to pass monitoredBarrier in 30000 ms\n"
+    ))["root_cause"]
+    assert (root["rule"], root["rank"], root["category"]) == ("monitored-barrier-failed", 2, "gloo_timeout")

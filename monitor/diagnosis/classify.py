@@ -16,7 +16,7 @@ from typing import Protocol
 
 import regex
 
-from monitor.diagnosis import pyexc
+from monitor.diagnosis import pyexc, records
 from monitor.diagnosis.catalogue import Advice, Catalogue, Rule
 from monitor.diagnosis.records import Record
 from monitor.logs.ranks import parse_prefix, rank_in_text
@@ -218,6 +218,7 @@ class ExceptionClassifier:
 
     def __init__(self, lang: str) -> None:
         self._texts = pyexc.TEXTS.get(lang, pyexc.TEXTS["en"])
+        self._ignored = pyexc.IGNORED_TEXTS.get(lang, pyexc.IGNORED_TEXTS["en"])
 
     def classify(self, record: Record) -> list[Match]:
         if record.kind not in ("traceback", "line"):
@@ -232,6 +233,15 @@ class ExceptionClassifier:
                            if exception.frame_file and f'"{exception.frame_file}", line {exception.frame_line}' in b), None)
         if frame_line is not None and frame_line not in positions:
             evidence = (frame_line, *positions)  # where the user's code raised it, first
+        if record.bodies[0].lstrip().startswith(records.IGNORED_HEADER):
+            # Printed by Python on its way on: information, never a cause.
+            return [Match(
+                key=(pyexc.RULE_ID + "-ignored", exception.exc_type, exception.frame_file, exception.frame_line),
+                rule=pyexc.RULE_ID + "-ignored", category=pyexc.CATEGORY, severity="info", role="cascade",
+                title=self._ignored[0], remedy=self._ignored[1], record=record, positions=positions,
+                rank=record.rank, rank_source=record_rank_source(record), fields=exception.fields(),
+                evidence=(0, *evidence),
+            )]
         cascade = exception.is_cascade
         title, cascade_title, remedy, cascade_remedy, *_ = self._texts
         return [Match(

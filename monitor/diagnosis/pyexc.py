@@ -52,6 +52,15 @@ CASCADE_REMEDY = (
     "{exc_type} on rank {rank} reports another failure (a peer that died or timed out, or the "
     "launcher stopping the job): look for the earliest root cause on any rank."
 )
+# An exception Python printed and ignored ("Exception ignored in: ..."): it stopped nothing.
+IGNORED_TEXTS = {
+    "en": ("{exc_type} ignored by Python (in a finalizer or callback)",
+           "Python printed this {exc_type} and went on: it was raised where nothing could catch it (a __del__, "
+           "a finalizer, a callback at shutdown), so it is not what stopped the job. Fix it if it repeats: {message}"),
+    "zh": ("Python 忽略了 {exc_type}（在 finalizer 或回调中）",
+           "Python 打印了这个 {exc_type} 并继续运行：它是在无法被捕获的地方抛出的（__del__、finalizer、退出时的回调），"
+           "所以不是它让作业停下的。如果反复出现再修：{message}"),
+}
 # The same in Chinese (``--lang zh``): the same fields.
 TEXTS = {
     "en": (TITLE, CASCADE_TITLE, REMEDY, CASCADE_REMEDY, "the other ranks",

@@ -36,6 +36,7 @@ from monitor.model import LogLine
 # Literal text of every starter line, for the prefilter: a line without any cannot start a record.
 STARTER_LITERALS = (
     "Traceback (most recent call last)",
+    "Exception ignored in",
     "terminate called after throwing",
     "Exception raised from",
     "ChildFailedError",
@@ -60,6 +61,9 @@ TAIL_LINES = 100
 MAX_MESSAGE_LINES = 40
 
 TRACEBACK_HEADER = "Traceback (most recent call last):"
+# CPython's PyErr_WriteUnraisable ("Exception ignored in: %R"): the traceback that follows is of an
+# exception Python printed and went on from (in a finalizer, a __del__, a callback).
+IGNORED_HEADER = "Exception ignored in"
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 _CPP_START = regex.compile(r"^(?:terminate called after throwing an instance of|Exception raised from .* \(most recent call first\):)")
 _CPP_CONT = regex.compile(r"^(?:\s*what\(\):|\s*frame #\d+:|\s*<omitting python frames>|Exception raised from )")
@@ -107,7 +111,7 @@ class Record:
 def starter_kind(body: str) -> str | None:
     """The kind of multi-line record ``body`` starts, or None."""
     stripped = body.lstrip()
-    if stripped.startswith(TRACEBACK_HEADER) or _FRAME_START.match(body):
+    if stripped.startswith((TRACEBACK_HEADER, IGNORED_HEADER)) or _FRAME_START.match(body):
         return "traceback"
     if _CPP_START.match(stripped):
         return "cpp"

@@ -12,7 +12,8 @@ In order:
    from the same rank: ``Finding.confidence``);
 2. with timeouts: the earliest stop from outside (``stopped``) when it came before every
    timeout (the ranks lost their peers to the stop; nobody hung), else the hang suspect: the
-   rank that never reached, or never finished, the collective the others waited in;
+   rank a timeout's own message names (monitoredBarrier), or the rank that never reached, or
+   never finished, the collective the others waited in;
 3. the earliest other error that is not a confirmation (only cascades: a SIGKILL before the
    peers' lost connections);
 4. a stall (the job went silent while nothing failed);
@@ -84,7 +85,12 @@ def choose(findings: list[Finding], ranks: RankEvidence | None = None) -> Findin
 
 def hang_suspect(timeouts: list[Finding], evidence: RankEvidence) -> Finding:
     """With only timeouts, the suspect is the rank that never reached (or never finished)
-    the collective the others waited in: ``timeouts[0]`` retitled to name it, or itself."""
+    the collective the others waited in: a timeout whose own message names it (role ``root``:
+    rank 0's "Rank N failed to pass monitoredBarrier"), else ``timeouts[0]`` retitled to name the
+    rank the occurrences point at, or itself."""
+    named = [f for f in timeouts if f.role == "root" and f.rank is not None]
+    if named:
+        return chronological(named)[0]
     first = timeouts[0]
     reporting: set[int] = set()
     completed: dict[int, float] = {}

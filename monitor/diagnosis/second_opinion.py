@@ -4,7 +4,7 @@ real logs (``monitor rules learn``) says which known failure the log resembles.
 
 It never overrules a rule that is sure, never says ``certain``, and says why: the lines that
 weighed most and the labelled cases the log is nearest to. The model is plain JSON (terms, their
-idf, a weight per term and category, two thresholds from cross-validation), scored here in pure
+idf, a weight per term and category, two thresholds from cross-validation, overall and per category), scored here in pure
 Python: no numerical library at run time, a few milliseconds per log.
 """
 
@@ -52,6 +52,8 @@ class Model:
     bias: dict[str, float]
     likely: float
     weak: float
+    # Per category, its own (likely, weak) where it had enough held-out opinions to set them.
+    thresholds: dict[str, tuple[float, float]] = field(default_factory=dict)
     # The labelled cases it was trained on: (source, category, unit vector as {term index: value}).
     cases: tuple[tuple[str, str, dict[int, float]], ...] = ()
 
@@ -113,7 +115,8 @@ def opinion(lines: list[str], model: Model) -> Opinion:
     x = vector(lines, model)
     scores = score(x, model)
     best = max(model.categories, key=lambda c: (scores[c], c))
-    level = "likely" if scores[best] >= model.likely else "weak" if scores[best] >= model.weak else None
+    likely, weak = model.thresholds.get(best, (model.likely, model.weak))
+    level = "likely" if scores[best] >= likely else "weak" if scores[best] >= weak else None
     if best == CLEAN:
         return Opinion(best, scores[best], None, scores=scores)
     return Opinion(best, scores[best], level, _weightiest(lines, model, best), _nearest(x, model), scores)
@@ -163,7 +166,10 @@ def load_model(path: str | Path) -> Model:
         weights = {c: {int(i): float(w) for i, w in data["weights"][c] if 0 <= int(i) < len(idf)} for c in categories}
         bias = {c: float(data["bias"][c]) for c in categories}
         cases = tuple((str(s), str(c), {int(i): float(v) for i, v in vec}) for s, c, vec in data.get("cases", []))
-        return Model(str(path), categories, terms, idf, weights, bias, float(data["likely"]), float(data["weak"]), cases)
+        thresholds = {str(c): (float(pair[0]), float(pair[1])) for c, pair in data.get("thresholds", {}).items()
+                      if c in categories}
+        return Model(str(path), categories, terms, idf, weights, bias, float(data["likely"]), float(data["weak"]),
+                     thresholds, cases)
     except ModelError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -192,6 +198,9 @@ def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str])
     if root is not None and said.confidence != "likely":
         return diagnosis  # a weak guess never replaces what a line says
     finding = _finding(said, remedies.get(said.category, ""), model, diagnosis.files[0] if diagnosis.files else "")
+    if root is not None and root.rank is not None:
+        # The model names what the failure was; the rank whose error the rules read is still where.
+        finding = replace(finding, rank=root.rank, ranks=[root.rank], rank_source=root.rank_source)
     note = (f"no rule named this failure; a model trained on labelled logs finds it resembles "
             f"{said.category} cases (score {said.score:.2f})")
     return replace(diagnosis, root_cause=finding, findings=[*diagnosis.findings, finding],
