@@ -146,6 +146,7 @@ class RecordAssembler:
                 if record.state == "done" or (record.kind == "last_error" and len(record.lines) == 2):
                     events.append(self._complete(key))
                 return
+            record.followed_by = body
             events.append(self._complete(key))
         kind = records.starter_kind(body) if starter else None
         if kind == "spawned":
@@ -182,6 +183,9 @@ class RecordAssembler:
 
 
 def _glued_traceback(body: str) -> int | None:
-    """Where a traceback header starts in ``body`` when other text comes before it, else None."""
+    """Where a traceback header starts in ``body`` when other text comes before it, else None.
+    torch's "Original Traceback" (a DataLoader worker's, re-raised) is one line, not two."""
     at = body.find(records.TRACEBACK_HEADER)
-    return at if at > 0 and body[:at].strip() else None
+    if at <= 0 or not body[:at].strip() or body.lstrip().startswith(records.ORIGINAL_TRACEBACK):
+        return None
+    return at

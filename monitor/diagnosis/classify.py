@@ -219,6 +219,7 @@ class ExceptionClassifier:
     def __init__(self, lang: str) -> None:
         self._texts = pyexc.TEXTS.get(lang, pyexc.TEXTS["en"])
         self._ignored = pyexc.IGNORED_TEXTS.get(lang, pyexc.IGNORED_TEXTS["en"])
+        self._retried = pyexc.RETRIED_TEXTS.get(lang, pyexc.RETRIED_TEXTS["en"])
 
     def classify(self, record: Record) -> list[Match]:
         if record.kind not in ("traceback", "line"):
@@ -241,6 +242,16 @@ class ExceptionClassifier:
                 title=self._ignored[0], remedy=self._ignored[1], record=record, positions=positions,
                 rank=record.rank, rank_source=record_rank_source(record), fields=exception.fields(),
                 evidence=(0, *evidence),
+            )]
+        after = record.bodies[exception.index + 1] if exception.index + 1 < len(record.bodies) else record.followed_by
+        if not bare and pyexc.RETRY_NEXT.search(after):
+            # The process went on to retry what raised: a logged, handled exception.
+            return [Match(
+                key=(pyexc.RULE_ID + "-retried", exception.exc_type, exception.frame_file, exception.frame_line),
+                rule=pyexc.RULE_ID + "-retried", category=pyexc.CATEGORY, severity="warning", role="cascade",
+                title=self._retried[0], remedy=self._retried[1], record=record, positions=positions,
+                rank=record.rank, rank_source=record_rank_source(record), fields=exception.fields(),
+                evidence=evidence,
             )]
         cascade = exception.is_cascade
         title, cascade_title, remedy, cascade_remedy, *_ = self._texts

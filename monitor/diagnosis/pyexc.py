@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import regex
 
+from monitor.diagnosis.records import ORIGINAL_TRACEBACK
+
 RULE_ID = "python-exception"
 CATEGORY = "python_exception"
 
@@ -52,6 +54,17 @@ CASCADE_REMEDY = (
     "{exc_type} on rank {rank} reports another failure (a peer that died or timed out, or the "
     "launcher stopping the job): look for the earliest root cause on any rank."
 )
+# What a retry loop prints after the traceback it logged: urllib3's "Retrying (Retry(total=...))",
+# tenacity's "Retrying ... in 2.0 seconds", huggingface_hub's "Retrying in 1s [Retry 1/5]",
+# wandb's "retrying request". The exception was caught; the job went on.
+RETRY_NEXT = regex.compile(r"(?i)\bretr(?:y|ying|ies)\b")
+RETRIED_TEXTS = {
+    "en": ("{exc_type} caught and retried on rank {rank}",
+           "The program logged this {exc_type} and retried: it is what stopped the job only if the retries "
+           "ran out (a later error says so). {message}"),
+    "zh": ("rank {rank} 上的 {exc_type} 被捕获并重试了",
+           "程序记录了这个 {exc_type} 并进行了重试：只有重试用尽时它才是作业停下的原因（之后会有报错说明）。{message}"),
+}
 # An exception Python printed and ignored ("Exception ignored in: ..."): it stopped nothing.
 IGNORED_TEXTS = {
     "en": ("{exc_type} ignored by Python (in a finalizer or callback)",
@@ -123,6 +136,11 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
         stripped = body.strip()
         if stripped.startswith("Traceback (most recent call last)"):
             in_frames, frames, exception, headerless = True, [], None, False
+            continue
+        if stripped.startswith(ORIGINAL_TRACEBACK):
+            # torch's ExceptionWrapper.reraise ("Caught KeyError in DataLoader worker process 0.
+            # Original Traceback ..."): the worker's own frames and exception are the real ones.
+            in_frames, frames, headerless = True, [], False
             continue
         if in_frames:
             frame = _FRAME.match(body)

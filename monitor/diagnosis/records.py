@@ -61,6 +61,9 @@ TAIL_LINES = 100
 MAX_MESSAGE_LINES = 40
 
 TRACEBACK_HEADER = "Traceback (most recent call last):"
+# torch/_utils.py, ExceptionWrapper.reraise: "Caught {exc} in DataLoader worker process N.", then
+# "Original Traceback (most recent call last):" and the worker's frames.
+ORIGINAL_TRACEBACK = "Original Traceback (most recent call last)"
 # CPython's PyErr_WriteUnraisable ("Exception ignored in: %R"): the traceback that follows is of an
 # exception Python printed and went on from (in a finalizer, a __del__, a callback).
 IGNORED_HEADER = "Exception ignored in"
@@ -98,6 +101,9 @@ class Record:
     time_after: float | None = None
     # What gave it its rank when not its lines (``engine``: "launcher", mp.spawn's process index).
     rank_from: str = ""
+    # The line of its stream that completed it (not part of it), when one did: what the process
+    # printed next (a retry loop's "retrying in 2 s").
+    followed_by: str = ""
 
     @property
     def last_line(self) -> int:
@@ -189,6 +195,9 @@ def _continues_traceback(record: Record, body: str) -> bool:
     if state == "message":
         if not stripped:
             record.state = "blank"
+            return True
+        if stripped.startswith(ORIGINAL_TRACEBACK):
+            record.state = "frames"  # a DataLoader worker's own traceback, re-raised in the main process
             return True
         if (
             starter_kind(body) in ("traceback", "summary")
