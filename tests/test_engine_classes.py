@@ -280,3 +280,15 @@ def test_rank_0_names_the_rank_that_missed_the_monitored_barrier(tmp_path: Path)
         "RuntimeError: [Rank 0]: Rank 2 failed to pass monitoredBarrier in 30000 ms\n"
     ))["root_cause"]
     assert (root["rule"], root["rank"], root["category"]) == ("monitored-barrier-failed", 2, "gloo_timeout")
+
+
+def test_the_report_of_a_hang_quotes_the_last_line_of_the_rank_that_hung() -> None:
+    """Seven ranks time out in the all-reduce; rank 7 never reported: its last line says what it
+    was doing (fetching a data shard), from the end of the file, bounded."""
+    log = Path(__file__).resolve().parents[1] / "sample_logs" / "documented" / "nccl-timeout-hang-tee-8ranks.log"
+    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(log)],
+                         capture_output=True, text=True, timeout=60)
+    root = json.loads(out.stdout)["root_cause"]
+    assert (root["rank"], root["rank_source"]) == (7, "hang")
+    assert root["evidence"][-1] == "rank 7's last line: [default7]:[data] fetching shard 17/64 from s3://corpus/tok/shard-0017.bin"
+    assert root["fields"]["suspect_last_line"].endswith("fetching shard 17/64 from s3://corpus/tok/shard-0017.bin")

@@ -10,16 +10,65 @@ screen, ``watch --headless``, the Prometheus root-cause series, ``run``'s end re
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from monitor.diagnosis.novelty import Against, compare
 from monitor.diagnosis.second_opinion import review
+from monitor.diagnosis.secrets import mask
+from monitor.logs.decode import LineAssembler
+from monitor.logs.ranks import FileRanks
+from monitor.logs.reader import make_line
 from monitor.model import Diagnosis
+
+# What is read of each file for the last line of the rank that hung: its end, bounded.
+TAIL_BYTES = 1 << 20
+MAX_FILES = 64
 
 
 def conclude(diagnosis: Diagnosis, catalogue, against: Against | None = None) -> Diagnosis:
     """``diagnosis`` with the second opinion where the rules were unsure, then compared with
-    ``against`` (the last good run) when there is one."""
+    ``against`` (the last good run) when there is one; a rank named as the one that hung gets
+    its last line quoted."""
     diagnosis = review(diagnosis, catalogue)
-    return compared(diagnosis, against) if against is not None else diagnosis
+    diagnosis = compared(diagnosis, against) if against is not None else diagnosis
+    return with_last_line(diagnosis)
+
+
+def with_last_line(diagnosis: Diagnosis) -> Diagnosis:
+    """Where the root cause is the rank the others waited for (``rank_source`` "hang"), the last
+    line that rank printed: what it was doing when it stopped (a data shard, an evaluation, a
+    checkpoint), the first thing to look at."""
+    root = diagnosis.root_cause
+    if root is None or root.rank_source != "hang" or root.rank is None:
+        return diagnosis
+    last = _last_line(root.rank, diagnosis.files)
+    if last is None:
+        return diagnosis
+    quoted = f"rank {root.rank}'s last line: {mask(last)}"
+    root = replace(root, evidence=[*root.evidence, quoted], fields={**root.fields, "suspect_last_line": mask(last)})
+    return replace(diagnosis, root_cause=root)
+
+
+def _last_line(rank: int, files: list[str]) -> str | None:
+    """The last line of ``rank`` in the ends of ``files`` (the last file that has one)."""
+    found = None
+    for path in files[:MAX_FILES]:
+        try:
+            with open(path, "rb") as stream:
+                size = stream.seek(0, 2)
+                stream.seek(max(0, size - TAIL_BYTES))
+                tail = stream.read(TAIL_BYTES)
+        except OSError:
+            continue
+        ranks = FileRanks(path)
+        for raw in reversed(tail.split(b"\n")[1 if size > TAIL_BYTES else 0:]):
+            if not raw.strip():
+                continue
+            line = make_line(path, 0, LineAssembler().feed(raw + b"\n")[0], ranks)
+            if line.rank == rank:
+                found = line.text
+                break
+    return found
 
 
 def compared(diagnosis: Diagnosis, against: Against) -> Diagnosis:
