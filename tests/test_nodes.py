@@ -188,3 +188,31 @@ def test_the_commands_node_rank_is_trusted_only_with_a_static_rendezvous():
     c10d = parse(["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "--node-rank", "1", "--rdzv-backend", "c10d",
                   "--rdzv-endpoint", "host:29500", "train.py"], {})
     assert rank_offset(c10d) is None
+
+
+def test_files_named_after_their_nodes_name_them_and_other_names_do_not(tmp_path):
+    """SLURM's --output=%N.out (or %j_%N.out): a file per node, named after it."""
+    from monitor.logs.nodes import nodes_from_names
+
+    slurm = [tmp_path / f"gpu-{n:03d}.out" for n in (7, 8, 12)]
+    assert nodes_from_names(slurm) == {str(f): f.name[:-4] for f in slurm}
+    jobs = [tmp_path / f"4242_nid00{n}.out" for n in (4069, 4070)]
+    assert nodes_from_names(jobs) == {str(jobs[0]): "nid004069", str(jobs[1]): "nid004070"}
+    assert nodes_from_names([tmp_path / "rank0.log", tmp_path / "rank1.log"]) == {}
+    assert nodes_from_names([tmp_path / "gpu-007.out"]) == {}  # one file: a host, or not
+    assert nodes_from_names([tmp_path / "train.out", tmp_path / "train.err"]) == {}
+
+
+def test_diagnose_of_a_slurm_folder_names_the_node_of_the_root_cause(tmp_path):
+    """A file per node, srun --label's global ranks inside: rank 301's error is on gpu-037."""
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.diagnosis.diagnose import diagnose_paths
+
+    for n in range(36, 40):
+        lines = [f"{n * 8 + r}: step {i} loss 0.5" for i in range(30) for r in range(8)]
+        if n == 37:
+            lines += ["301: Traceback (most recent call last):", '301:   File "/work/train.py", line 8, in <module>',
+                      "301: ValueError: bad batch"]
+        (tmp_path / f"gpu-{n:03d}.out").write_text("\n".join(lines) + "\n")
+    root = diagnose_paths([tmp_path], load_catalogue(include_user=False)).root_cause
+    assert (root.rank, root.node, root.fields["node"]) == (301, "gpu-037", "gpu-037")

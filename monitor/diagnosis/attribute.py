@@ -16,7 +16,7 @@ import regex
 from monitor.diagnosis.classify import Match, is_summary
 from monitor.diagnosis.records import Record
 
-_WORLD_SIZE = regex.compile(r"(?i)\bworld[_ ]?size\s*[=:]\s*(\d+)")
+WORLD_SIZE = regex.compile(r"(?i)\bworld[_ ]?size\s*[=:]\s*(\d+)")
 _SUMMARY_RANK = regex.compile(r"^\s*rank\s*:\s*(\d+)")
 _SUMMARY_PID = regex.compile(r"^\s*exitcode\s*:\s*-?\d+ \(pid: (\d+)\)")
 MAX_WORLD = 1 << 16
@@ -39,10 +39,18 @@ class Attribution:
         """Ranks that exist, from the start of each file: a line's rank, a ``world_size=N``."""
         if rank is not None:
             self.known_ranks.add(rank)
-        match = _WORLD_SIZE.search(body) if "orld" in body or "ORLD" in body else None
+        match = WORLD_SIZE.search(body) if "orld" in body or "ORLD" in body else None
         if match and 0 < int(match.group(1)) <= MAX_WORLD:
             self.world_size = max(self.world_size or 0, int(match.group(1)))
             self.known_ranks.update(range(self.world_size))
+
+    def learn_ranks(self, ranks, world_sizes) -> None:
+        """What a file's first lines say in bulk (``scan.EarlyLines``): ranks, world sizes."""
+        self.known_ranks.update(ranks)
+        for size in world_sizes:
+            if 0 < size <= MAX_WORLD:
+                self.world_size = max(self.world_size or 0, size)
+                self.known_ranks.update(range(self.world_size))
 
     def learn_summary(self, record: Record) -> list[PidRank]:
         """torchelastic's summary lists every failed rank (all of them exist) with its pid: the

@@ -12,6 +12,7 @@ classifier's templates and advice) lives in its ``_Entry``, keyed by the match's
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import regex
@@ -24,7 +25,7 @@ from monitor.diagnosis.root_cause import Occurrence
 from monitor.diagnosis.secrets import mask
 from monitor.diagnosis.templates import render
 from monitor.diagnosis.timestamps import parse_timestamp
-from monitor.logs.nodes import node_of
+from monitor.logs.nodes import node_name_of
 from monitor.model import SEVERITY_ORDER, Finding, LogLine
 
 
@@ -76,8 +77,10 @@ class LogConditions:
 
 
 class FindingBook:
-    def __init__(self, conditions: LogConditions, known_ranks: set[int], other_ranks_text: str) -> None:
+    def __init__(self, conditions: LogConditions, known_ranks: set[int], other_ranks_text: str,
+                 node_of: Callable[[str], str | None] = node_name_of) -> None:
         self.conditions = conditions
+        self._node_of = node_of  # a log file's node (its folder's node.json, or its name)
         self._known_ranks = known_ranks  # the attribution stage's, read when rendering
         self._other_ranks_text = other_ranks_text
         self.version = 0
@@ -120,15 +123,15 @@ class FindingBook:
             self._occur(entry, match, fields)
             return None
         first = record.lines[positions[0]]
-        node = node_of(first.file)
+        node = self._node_of(first.file)
         if node is not None:
-            fields.setdefault("node", node.name)  # what a remedy names to exclude: --exclude={node}
+            fields.setdefault("node", node)  # what a remedy names to exclude: --exclude={node}
         finding = Finding(
             rule=match.rule, category=match.category, severity=match.severity, role=match.role,
             title="", rank=rank, ranks=[rank] if rank is not None else [], file=first.file,
             line=first.line, count=1, evidence=[mask(record.lines[p].text) for p in match.evidence],
             fields=fields, remedy="", seq=next(self._seq), arrival=record.arrival,
-            first_seen=_record_time(record, positions), node=node.name if node is not None else None,
+            first_seen=_record_time(record, positions), node=node,
             confidence=match.confidence, confidence_note=match.confidence_note,
             rank_source=match.rank_source if rank is not None else "",
         )
@@ -152,9 +155,9 @@ class FindingBook:
         record, positions, rank = match.record, match.positions, match.rank
         finding = entry.finding
         changes: dict = {"count": finding.count + 1}
-        if finding.node is not None and (node := node_of(record.lines[positions[0]].file)) is not None:
-            if node.name not in finding.nodes:
-                changes["nodes"] = sorted({*finding.nodes, finding.node, node.name})
+        if finding.node is not None and (node := self._node_of(record.lines[positions[0]].file)) is not None:
+            if node not in finding.nodes:
+                changes["nodes"] = sorted({*finding.nodes, finding.node, node})
         if rank is not None and rank not in finding.ranks:
             changes["ranks"] = sorted([*finding.ranks, rank])
         entry.occurrences.append(Occurrence(rank, dict(fields)))
@@ -176,10 +179,10 @@ class FindingBook:
         first = record.lines[positions[0]]
         changes: dict = {"file": first.file, "line": first.line, "first_seen": stamp,
                          "evidence": [mask(record.lines[p].text) for p in positions[:MAX_EVIDENCE]]}
-        node = node_of(first.file)
+        node = self._node_of(first.file)
         if node is not None:
-            fields = {**fields, "node": fields.get("node", node.name)}
-            changes["node"] = node.name
+            fields = {**fields, "node": fields.get("node", node)}
+            changes["node"] = node
         # What confirmed the finding still does.
         changes["fields"] = fields | {k: v for k, v in finding.fields.items()
                                       if k == CONFIRMED_BY or k.startswith(CONFIRM_PREFIX)}

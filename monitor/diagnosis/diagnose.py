@@ -8,6 +8,7 @@ from pathlib import Path
 from monitor.diagnosis.catalogue import Catalogue
 from monitor.diagnosis.engine import Engine
 from monitor.model import Diagnosis, Finding
+from monitor.logs.nodes import nodes_from_names
 from monitor.logs.reader import UnreadableLog, find_logs, path_error, read_log
 from monitor.diagnosis.scan import scan_file
 from monitor.diagnosis.conclude import conclude
@@ -30,14 +31,15 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: lis
     for path in paths:
         if (error := path_error(path)) is not None:
             raise MissingPath(f"{path}: {error}")
-    engine = Engine(catalogue)
+    found_in = [(path, find_logs(path)) for path in paths]
+    # SLURM's --output=%N.out: a file per node, named after it.
+    engine = Engine(catalogue, node_names=nodes_from_names([file for _, found in found_in for file in found]))
     files: list[str] = []
     problems: list[str] = []
     unread: list[str] = []
     empty: list[str] = []
     read: set[Path] = set()
-    for path in paths:
-        found = find_logs(path)
+    for path, found in found_in:
         if path.is_dir() and not found:
             problems.append(f"{path}: no log files in this directory")
         for file in found:

@@ -26,13 +26,17 @@ from monitor.diagnosis.classify import REGEX_TIMEOUT_S, Match, classifiers
 from monitor.diagnosis.records import Record
 from monitor.diagnosis.root_cause import RankEvidence, choose, confidence, with_rank
 from monitor.diagnosis.secrets import mask
+from monitor.logs.nodes import node_name_of
 from monitor.model import TIMEOUT_CATEGORIES, Diagnosis, Finding, LogLine
 
 __all__ = ["EARLY_LINES", "Engine"]
 
 
 class Engine:
-    def __init__(self, catalogue: Catalogue, regex_timeout: float = REGEX_TIMEOUT_S) -> None:
+    def __init__(self, catalogue: Catalogue, regex_timeout: float = REGEX_TIMEOUT_S,
+                 node_names: dict[str, str] | None = None) -> None:
+        """``node_names``: the node of each file that names its node (``nodes_from_names``);
+        files of a node folder (``node.json``) are known without it."""
         self.catalogue = catalogue
         self.prefilter = catalogue.prefilter
         self.problems: list[str] = []
@@ -41,7 +45,9 @@ class Engine:
         self.attribution = Attribution()
         texts = pyexc.TEXTS.get(catalogue.lang, pyexc.TEXTS["en"])
         self.conditions = LogConditions(self.prefilter, regex_timeout, self.problems)
-        self.book = FindingBook(self.conditions, self.attribution.known_ranks, other_ranks_text=texts[4])
+        named = dict(node_names or {})
+        self.book = FindingBook(self.conditions, self.attribution.known_ranks, other_ranks_text=texts[4],
+                                node_of=lambda file: node_name_of(file) or named.get(file))
 
     # ---- the stages ----------------------------------------------------------------------
 
@@ -61,6 +67,17 @@ class Engine:
             elif isinstance(event, Glued):
                 new.append(self._glued_note(event.line))
         return new
+
+    def early_lines(self, ranks, world_sizes, count: int) -> None:
+        """What ``count`` lines among their file's first ``EARLY_LINES`` teach besides findings:
+        the ranks that exist and the world sizes they say; ``scan.py`` reads them in bulk (its
+        ``EarlyLines``) and feeds only the lines a literal marks. Counted in the order as read."""
+        self.records.lines_fed += count
+        self.attribution.learn_ranks(ranks, world_sizes)
+
+    def wants_time(self, file: str) -> bool:
+        """Whether a finding of ``file`` waits for a time written after it (so every line is read)."""
+        return file in self.records.times_wanted
 
     def flush(self, file: str | None = None) -> list[Finding]:
         """Completes the records in progress (of ``file``, or all): end of file, or idle."""

@@ -29,6 +29,9 @@ CLEAN = "clean"
 HEAD_BYTES = 64 * 1024
 TAIL_BYTES = 512 * 1024
 MAX_FILES = 64
+# Read of all files together: a folder of a thousand nodes' logs costs what two files do. The
+# files with findings are read first (``consult``).
+MAX_READ_BYTES = 2 * (HEAD_BYTES + TAIL_BYTES)
 MAX_LINE_CHARS = 2000
 MAX_MODEL_BYTES = 8 * 1024 * 1024
 EVIDENCE_LINES = 3
@@ -75,22 +78,26 @@ def tokens(line: str) -> list[str]:
 
 
 def read_lines(paths) -> list[str]:
-    """The lines the model reads of ``paths``: each file's start and end, bounded, each distinct
-    line once (digits aside): a log's thousand step lines are one line's evidence, and scoring
+    """The lines the model reads of ``paths``: each file's start and end, bounded per file and in
+    all, each distinct line once (digits aside): a log's thousand step lines are one line's evidence, and scoring
     costs what the distinct lines do."""
     lines: list[str] = []
     seen: set[str] = set()
+    budget = MAX_READ_BYTES
     for path in list(paths)[:MAX_FILES]:
+        if budget <= 0:
+            break
         try:
             with open(path, "rb") as stream:
                 size = os.fstat(stream.fileno()).st_size
-                head = stream.read(HEAD_BYTES)
+                head = stream.read(min(HEAD_BYTES, budget))
                 tail = b""
-                if size > HEAD_BYTES:
-                    stream.seek(max(HEAD_BYTES, size - TAIL_BYTES))
-                    tail = stream.read(TAIL_BYTES)
+                if size > HEAD_BYTES and (room := min(TAIL_BYTES, budget - len(head))) > 0:
+                    stream.seek(max(HEAD_BYTES, size - room))
+                    tail = stream.read(room)
         except OSError:
             continue
+        budget -= len(head) + len(tail)
         for chunk in (head, tail):
             for line in chunk.decode("utf-8", "replace").splitlines():
                 if (key := line.translate(_ZERO_DIGITS)) not in seen:
@@ -189,7 +196,7 @@ def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str])
     did not. ``remedies``: each category's remedy (its first rule's), shown with a caveat."""
     if model is None or not unsure(diagnosis):
         return diagnosis
-    said = opinion(read_lines(diagnosis.files), model)
+    said = opinion(read_lines(_files_by_evidence(diagnosis)), model)
     if said.confidence is None:
         return diagnosis
     root = diagnosis.root_cause
@@ -205,6 +212,13 @@ def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str])
             f"{said.category} cases (score {said.score:.2f})")
     return replace(diagnosis, root_cause=finding, findings=[*diagnosis.findings, finding],
                    confidence=said.confidence, confidence_note=note)
+
+
+def _files_by_evidence(diagnosis: Diagnosis) -> list[str]:
+    """The diagnosis's files, those of its root cause and findings first: what the model reads
+    within its budget is where the failure is."""
+    first = [f.file for f in ([diagnosis.root_cause] if diagnosis.root_cause else []) + diagnosis.findings if f.file]
+    return list(dict.fromkeys([*first, *diagnosis.files]))
 
 
 def review(diagnosis: Diagnosis, catalogue) -> Diagnosis:

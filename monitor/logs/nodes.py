@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -88,6 +89,37 @@ def _node_in(folder: str) -> Node | None:
 def node_of(path: str) -> Node | None:
     """The node a log file belongs to (its folder, or an ancestor, holds ``node.json``)."""
     return _node_in(os.path.dirname(os.path.abspath(path)))
+
+
+def node_name_of(path: str) -> str | None:
+    """The name of the node the log file ``path`` belongs to (``node_of``), or None."""
+    node = node_of(path)
+    return node.name if node is not None else None
+
+
+# A host name as SLURM's %N puts it in --output (gpu-037, node001, nid004069, c000001): letters,
+# then digits; not a rank's or task's file (rank3.log), nor an attempt's or run's.
+_HOST_TOKEN = re.compile(r"^(?!(?:rank|task|proc|attempt|run|part|shard|epoch|step)\d)[A-Za-z][A-Za-z0-9-]*?\d+$", re.IGNORECASE)
+_NAME_TOKENS = re.compile(r"[._]")
+
+
+def nodes_from_names(files) -> dict[str, str]:
+    """The node of each file written one per node (SLURM's ``--output=%N.out``, ``%j_%N.out``):
+    files of one folder whose names differ in one token only, a host name in each (gpu-037.out,
+    gpu-038.out). A lone file, or names that differ otherwise (rank0.log), name no node."""
+    by_folder: dict[str, list[tuple[str, list[str]]]] = {}
+    for file in map(str, files):
+        by_folder.setdefault(os.path.dirname(os.path.abspath(file)), []).append(
+            (file, _NAME_TOKENS.split(os.path.basename(file))))
+    found: dict[str, str] = {}
+    for entries in by_folder.values():
+        if len(entries) < 2 or len({len(tokens) for _, tokens in entries}) != 1:
+            continue
+        varying = [i for i in range(len(entries[0][1])) if len({tokens[i] for _, tokens in entries}) > 1]
+        if len(varying) != 1 or not all(_HOST_TOKEN.match(tokens[varying[0]]) for _, tokens in entries):
+            continue
+        found.update((file, tokens[varying[0]]) for file, tokens in entries)
+    return found
 
 
 def forget() -> None:
