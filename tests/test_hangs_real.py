@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from monitor.demo import train
-from tests.runner_helpers import monitor_cmd, only_log, read_json
-from tests.test_stacks import needs_ptrace
+pytest.importorskip("torch")  # before the demo, which imports it: skipped, not an error at collection
 
-pytest.importorskip("torch")
+from monitor.demo import train  # noqa: E402
+from tests.runner_helpers import monitor_cmd, only_log, read_json  # noqa: E402
+from tests.test_stacks import needs_ptrace  # noqa: E402
 
 TIMEOUT_S = 60
 STALL_AFTER_S = 10

@@ -39,7 +39,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import json
-    import os
     import shutil
     import sys
     import time
@@ -116,9 +115,8 @@ def run(args: argparse.Namespace) -> int:
             time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
     except KeyboardInterrupt:
         return 0
-    except BrokenPipeError:  # `monitor metrics | head`: stop quietly, also at interpreter exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    # A broken pipe (`monitor metrics | head`) is the command line's to answer, as for every
+    # command (cli.py: quietly, exit 141).
     finally:
         sampler.close()
         if recorder is not None:

@@ -39,11 +39,7 @@ def _indented(text: Text, by: int) -> Padding:
 # job's exit (an ``exit_code`` field, the log's name as file), samplers and watchers.
 def _phase(finding: Finding) -> int:
     """0 before the job started, 1 during it, 2 at its exit: the timeline's order."""
-    if finding.line == 0 and finding.rule.startswith("preflight-"):
-        return 0
-    if finding.line == 0 and "exit_code" in finding.fields:
-        return 2
-    return 1
+    return {"preflight": 0, "exit": 2}.get(finding.origin, 1)
 
 
 def _where(finding: Finding) -> str:
