@@ -1,4 +1,4 @@
-"""Log formats as data (``monitor/logs/formats.toml``): every entry's samples read as they say,
+"""Log formats as data (``monitor/formats.toml``): every entry's samples read as they say,
 every entry has samples, and an entry added to the table is used without an edit of the code."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import tomllib
 import regex
 
 from monitor.diagnosis.ruletest import check_formats
-from monitor.logs import formats
+from monitor import formats
 from monitor.logs.ranks import parse_prefix
 
 
@@ -43,3 +43,11 @@ def test_a_new_prefix_entry_is_read_without_code(monkeypatch):
     monkeypatch.setattr(ranks, "PREFIX_TABLE", formats.prefix_table(entries))
     prefix = parse_prefix("[job5]| ValueError: bad")
     assert (prefix.rank, prefix.body) == (5, "ValueError: bad")
+
+
+def test_a_broken_progress_sample_is_named_too(monkeypatch):
+    table = tomllib.loads(formats.FORMATS_FILE.read_text())
+    table["progress_sample"].append({"line": "step 7 loss 0.5", "step": 8, "loss": 0.5})
+    monkeypatch.setattr(formats, "TABLE", table)
+    (problem,) = check_formats()
+    assert problem.startswith("formats.toml: progress: sample 'step 7 loss 0.5': read as ")

@@ -23,9 +23,10 @@ ALLOWED = {
     "units": set(),
     "untrusted": set(),  # the bounded reader process: its child starts with the standard library alone
     "model": {"text"},
-    "progress": set(),
-    "logs": {"text", "model", "files", "progress"},  # progress: the furthest step a run reached
-    "diagnosis": {"text", "model", "units", "logs", "files"},  # files: the learned model written whole
+    "formats": set(),  # log formats as data (formats.toml)
+    "progress": {"formats"},
+    "logs": {"text", "model", "files", "progress", "formats"},  # progress: the furthest step a run reached
+    "diagnosis": {"text", "model", "units", "logs", "files", "formats", "progress"},  # files: the learned model written whole; progress: the formats' samples checked
     "metrics": {"text", "model", "units", "files", "diagnosis", "logs"},  # diagnosis.advice: remedies as data; logs.nodes: this node's name; files: a run's recording created new
     "checkpoints": {"text", "model", "units", "diagnosis", "untrusted"},  # diagnosis.advice: remedies as data
     "files": set(),
@@ -38,7 +39,7 @@ ALLOWED = {
                "flight_recorder"},
     "demo": {"text", "model", "units", "logs", "metrics", "flight_recorder"},
     # The UI sits on the core; only the commands (and the CLI above them) may reach it.
-    "tui": {"text", "model", "units", "logs", "diagnosis", "metrics", "session", "progress", "demo", "runner",
+    "tui": {"text", "model", "units", "formats", "logs", "diagnosis", "metrics", "session", "progress", "demo", "runner",
             "stacks", "files"},  # files: the findings exported from the screen
 }
 CORE = [package for package in ALLOWED if package != "tui"]

@@ -152,7 +152,7 @@ def _test(catalogue, only_dir: str | None) -> int:
     if only_dir:
         return 1 if failures else 0
     from monitor.diagnosis.ruletest import check_formats
-    from monitor.logs import formats  # the log formats the rules are matched behind
+    from monitor import formats  # the log formats the rules are matched behind
 
     wrong = check_formats()
     for line in wrong:

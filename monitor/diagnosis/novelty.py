@@ -20,7 +20,7 @@ from pathlib import Path
 
 import regex
 
-from monitor.logs.formats import line_level
+from monitor.formats import line_level
 from monitor.logs.ranks import parse_prefix
 from monitor.model import Category, Diagnosis, Finding
 
@@ -73,7 +73,7 @@ def line_template(text: str) -> str:
 
 
 def level(text: str) -> str:
-    """``error``, ``warning`` or ``info``, as the screen colours the line (``logs/formats.toml``)."""
+    """``error``, ``warning`` or ``info``, as the screen colours the line (``formats.toml``)."""
     return line_level(text)
 
 

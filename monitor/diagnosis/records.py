@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import regex
 
-from monitor.logs.formats import MESSAGE_START
+from monitor.formats import MESSAGE_START
 from monitor.model import LogLine
 
 # Literal text of every starter line, for the prefilter: a line without any cannot start a record.
@@ -79,7 +79,7 @@ SPAWNED = regex.compile(r"^-- Process (\d+) terminated with the following error:
 # record. faulthandler's frames ('line {} in {}', no comma) are no traceback of an exception.
 _FRAME_START = regex.compile(r'^\s+File "[^"]+", line \d+, in ')
 # Lines that are a new log message, not part of an exception's text (glog, timestamps, logging
-# levels, NCCL's ``host:pid:tid [dev] NCCL``): ``logs/formats.toml``, ``[[message_start]]``.
+# levels, NCCL's ``host:pid:tid [dev] NCCL``): ``formats.toml``, ``[[message_start]]``.
 
 
 @dataclass(slots=True)

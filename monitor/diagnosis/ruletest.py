@@ -1,6 +1,6 @@
 """Running the rules' own examples (``monitor rules test``, CI): each ``match`` example must
 produce its rule's finding and each ``no_match`` must not, through the real engine; and the
-log formats' samples (``logs/formats.toml``) must read as they say."""
+log formats' samples (``formats.toml``) must read as they say."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from monitor.diagnosis.knobs import KNOBS_FILE, mentions, unknown
 from monitor.diagnosis.templates import render
 from monitor.diagnosis.timestamps import parse_timestamp
 from monitor.diagnosis.literals import required_literals
-from monitor.logs import formats
+from monitor import formats
 from monitor.logs.ranks import parse_prefix, rank_in_text
 from monitor.model import LogLine
+from monitor.progress.parse import parse_progress
 from monitor.text import clean
 
 
@@ -187,8 +188,25 @@ def check_formats() -> list[str]:
         for sample in entry["samples"]:
             if formats.line_level(sample["line"]) != sample["level"]:
                 fail("level", entry, sample, formats.line_level(sample["line"]))
+    for sample in formats.TABLE["progress_sample"]:
+        event = parse_progress(sample["line"])
+        said = None if event is None else {
+            "step": event.step, "total": event.total, "epoch": event.epoch, "loss": event.loss,
+            "throughput": event.throughput, "unit": event.throughput_unit}
+        wanted = None if sample.get("none") else {
+            key: sample.get(key) for key in ("step", "total", "epoch", "loss", "throughput", "unit")}
+        if not _same_progress(said, wanted):
+            problems.append(f"{formats.FORMATS_FILE.name}: progress: sample {sample['line']!r}: read as {said!r}")
     for entry in formats.TABLE["message_start"]:
         for sample in entry["samples"]:
             if bool(formats.MESSAGE_START.match(sample["line"])) != sample["starts"]:
                 fail("message_start", entry, sample, not sample["starts"])
     return problems
+
+
+def _same_progress(said: dict | None, wanted: dict | None) -> bool:
+    """Progress read as a sample says (nan equals nan)."""
+    if said is None or wanted is None:
+        return said is wanted
+    return all(a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+               for a, b in ((said[k], wanted[k]) for k in said))

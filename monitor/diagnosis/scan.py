@@ -23,7 +23,7 @@ import re
 from monitor.diagnosis.attribute import WORLD_SIZE
 from monitor.diagnosis.engine import EARLY_LINES, Engine
 from monitor.diagnosis.prefilter import has_control
-from monitor.logs.formats import LEADS, PREFIXES
+from monitor.formats import LEADS, PREFIXES
 from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import make_line, open_log, read_chunks
 from monitor.logs.decode import MAX_LINE_BYTES, LineAssembler

@@ -2,7 +2,7 @@
 
 Used to order root causes found in different files (per-rank logs are read one after the
 other, so arrival order means nothing across files) and as ``Finding.first_seen``. The formats
-are data (``logs/formats.toml``); understood today, near the start of the line: ISO-like dates (``2024-12-26 02:11:16,123``,
+are data (``formats.toml``); understood today, near the start of the line: ISO-like dates (``2024-12-26 02:11:16,123``,
 ``2024-12-26T02:11:16.5+02:00``, torchelastic's ``2024-12-26_02:11:16``), glog headers
 (``E1121 10:40:02.118``, torchelastic's ``W1121 10:10:35.644000``, ``[E1218 20:27:21.426415540``),
 syslog (``Mar 02 10:44:01 host kernel: ...``) and ``dmesg -T`` (``[Sat Mar  2 11:04:18 2024]``).
@@ -20,7 +20,7 @@ import time
 
 import regex
 
-from monitor.logs.formats import TIMESTAMPS
+from monitor.formats import TIMESTAMPS
 
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 # Only look near the start of a line: a date later in the text is usually data, not a header.
@@ -30,7 +30,7 @@ _DAY = 86400
 
 def parse_timestamp(text: str) -> float | None:
     """Seconds since the epoch for the timestamp at the head of ``text``, or None. The formats
-    (``logs/formats.toml``, ``[[timestamp]]``) are tried in order; the first found decides."""
+    (``formats.toml``, ``[[timestamp]]``) are tried in order; the first found decides."""
     head = text[:_HEAD]
     for stamp in TIMESTAMPS:
         match = stamp.pattern.match(head) if stamp.anchored else stamp.pattern.search(head)

@@ -2,7 +2,7 @@
 
 The prefixes recognised at the start of a line (removed before rules are matched), the leads
 before them (a time, a pdsh host) and the rank tags inside a line are data, with samples:
-``logs/formats.toml``. Among them: ``[rank3]:`` (PyTorch's excepthook), ``[default3]:``
+``formats.toml``. Among them: ``[rank3]:`` (PyTorch's excepthook), ``[default3]:``
 (torchrun ``--tee``: a local rank), ``3: `` (``srun --label``), ``[1,3]<stderr>:`` (``mpirun
 --tag-output``), ``(RayTrainWorker pid=123, ip=...)`` (Ray: no rank, the pid keeps streams
 apart), ``c000001: `` (pdsh: the host keeps a node's streams apart), any of them after a date
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import regex
 
-from monitor.logs.formats import LEADS, PREFIX_TABLE, RANK_TAG, STREAMS
+from monitor.formats import LEADS, PREFIX_TABLE, RANK_TAG, STREAMS
 from monitor.logs.nodes import Node, node_of, read_node
 
 

@@ -13,53 +13,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import regex
-
-# A number as printed by Python, numpy and C (also nan / inf, which matter most).
-_NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|NaN|NAN|inf|Inf|INF|infinity|Infinity)"
+from monitor.formats import PROGRESS
 
 MAX_PARSED = 1024
-_KEYWORDS = regex.compile(r"loss|it/s|s/it|step|iter|epoch|samples/s|tokens/s|tok/s", regex.IGNORECASE)
-
-_TQDM = regex.compile(
-    r"(?:(?P<epochlabel>Epoch)\s+(?P<epoch>\d+)\S*\s*)?"
-    r"\d{1,3}%\|[^|]*\|\s*(?P<step>\d+)/(?P<total>\d+)\s*\[[^\]<]*(?:<[^\],]*)?"
-    r"(?:,\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>it/s|s/it))?(?P<postfix>[^\]]*)\]"
-)
-_LOSS = regex.compile(
-    r"""(?:^|[^\w.])(?:train[_/ ]|lm[_ ]|training[_ ]|total[_ ])?loss['"]?\s*[:=]?\s*(?P<loss>""" + _NUM + r")(?![\w.])",
-    regex.IGNORECASE,
-)
-_STEP = regex.compile(
-    r"(?:^|[^\w])(?:global[_ ]step|step|steps|iteration|iter|it)['\"]?\s*[:=#]?\s*\[?\s*(?P<step>\d+)"
-    r"(?:\s*/\s*(?P<total>\d+))?(?![\d.])",
-    regex.IGNORECASE,
-)
-_EPOCH = regex.compile(r"""(?:^|[^\w])epoch['"]?\s*[:=]?\s*\[?\s*(?P<epoch>\d+(?:\.\d+)?)(?:\s*/\s*(?P<total>\d+))?""", regex.IGNORECASE)
-# "samples/sec: 125" (a named value) is checked before "125 samples/s" (a value with a unit),
-# since DeepSpeed prints "iter time (s): 0.5 samples/sec: 125".
-_NAMED_THROUGHPUT = regex.compile(
-    r"""(?P<unit>train_samples_per_second|samples_per_second|tokens_per_second|samples/sec|tokens/sec)['"]?\s*[:=]\s*(?P<value>\d+(?:\.\d+)?)""",
-    regex.IGNORECASE,
-)
-# A rate unit; the number is read backwards from it (cheaper than a regex ending at the unit).
-_UNIT = regex.compile(r"(?P<unit>samples/s(?:ec)?|tokens/s(?:ec)?|tok/s|it/s|s/it)(?!\w)", regex.IGNORECASE)
-# A number that is a key's value, right before a rate unit: "grad_norm 0.469 tokens/s".
-_KEYED_BEFORE = regex.compile(r"[A-Za-z_]\w*['\"]?\s*[:=]?\s+\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\s*$")
-# The value right after a rate unit used as a key: "tokens/s 12345", "it/s: 4.2".
-_VALUE_AFTER = regex.compile(r"""['"]?\s*[:=]?\s*(?P<value>\d+(?:\.\d+)?)(?![\w.])""")
-# Lines of a traceback or an exception message ("ValueError: step 3: ...") mention steps and
-# losses but report no progress.
-_NOT_PROGRESS = regex.compile(r"Traceback \(most recent call last\)|^\s*File \"|\b[A-Z]\w*(?:Error|Exception)\b:|\braise\s")
-# A configuration key names the TOTAL number of steps ("steps=200", "max_steps: 1000").
-_TOTAL_KEY = regex.compile(
-    r"(?:^|[^\w-])(?:max|total|num|train|n)?_?(?:steps|iters|iterations)\s*=\s*(?P<total>\d+)(?![\d.])", regex.IGNORECASE
-)
-# Other metrics that show a line with a step number is a progress report ("step 5 lr 0.1").
-_METRIC = regex.compile(
-    r"(?:^|[^\w])(?:acc|accuracy|ppl|perplexity|grad_norm|lr|learning_rate)['\"]?\s*[:=]?\s*" + _NUM + r"(?![\w.])",
-    regex.IGNORECASE,
-)
+# The line shapes are data: ``formats.toml``, ``[[progress]]`` (with samples).
+_KEYWORDS = PROGRESS["keywords"]
+_TQDM = PROGRESS["tqdm"]
+_LOSS = PROGRESS["loss"]
+_STEP = PROGRESS["step"]
+_EPOCH = PROGRESS["epoch"]
+_NAMED_THROUGHPUT = PROGRESS["named_throughput"]
+_UNIT = PROGRESS["rate_unit"]
+_KEYED_BEFORE = PROGRESS["keyed_before"]
+_VALUE_AFTER = PROGRESS["value_after"]
+_NOT_PROGRESS = PROGRESS["not_progress"]
+_TOTAL_KEY = PROGRESS["total_key"]
+_METRIC = PROGRESS["metric"]
 _NUMBER_CHARS = frozenset("0123456789.eE+-")
 LONGEST_NUMBER = 24
 

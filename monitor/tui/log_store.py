@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import regex
 from rich.cells import cell_len
 
-from monitor.logs import formats
+from monitor import formats
 from monitor.logs.nodes import node_of
 from monitor.model import LogLine
 from monitor.text import clean, is_clean
@@ -40,7 +40,7 @@ _LEVELS = {"error": LEVEL_ERROR, "warning": LEVEL_WARNING, "info": LEVEL_INFO}
 
 
 def line_level(text: str) -> int:
-    """The line's level (``logs/formats.toml``, ``[[level]]``) as the screen sorts them."""
+    """The line's level (``formats.toml``, ``[[level]]``) as the screen sorts them."""
     return _LEVELS[formats.line_level(text)]
 
 

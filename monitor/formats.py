@@ -1,8 +1,8 @@
 """The table of log formats (``formats.toml`` beside this module), compiled once.
 
 Prefixes (``logs/ranks.py``), times (``diagnosis/timestamps.py``), levels (the screen, new
-lines), rank tags inside a line and the lines that start a new message (``diagnosis/records.py``)
-all read their patterns from here; ``monitor rules test`` (``diagnosis/ruletest.check_formats``)
+lines), rank tags inside a line, the lines that start a new message (``diagnosis/records.py``)
+and how progress is printed (``progress/parse.py``) all read their patterns from here; ``monitor rules test`` (``diagnosis/ruletest.check_formats``)
 runs every entry's samples through the functions that use it, so a format and its examples
 cannot drift apart.
 """
@@ -73,6 +73,17 @@ LEVELS = tuple((e["name"], regex.compile(e["pattern"])) for e in TABLE["level"])
 MESSAGE_START = regex.compile("^(?:" + "|".join(f"(?:{e['pattern']})" for e in TABLE["message_start"]) + ")")
 
 
+def _progress() -> dict[str, regex.Pattern]:
+    number = TABLE["progress_number"]["pattern"]
+    return {e["name"]: regex.compile(e["pattern"].replace("{number}", number),
+                                     regex.IGNORECASE if e.get("ignore_case", True) else 0)
+            for e in TABLE["progress"]}
+
+
+# How progress is printed (``progress/parse.py`` reads these by name).
+PROGRESS = _progress()
+
+
 def line_level(text: str) -> str:
     """``error``, ``warning`` or ``info``: the first level whose pattern the line holds."""
     for name, pattern in LEVELS:
@@ -81,7 +92,7 @@ def line_level(text: str) -> str:
     return "info"
 
 
-KINDS = ("prefix", "lead", "stream", "rank_tag", "timestamp", "level", "message_start")
+KINDS = ("prefix", "lead", "stream", "rank_tag", "timestamp", "level", "message_start", "progress")
 
 
 def entry_count() -> int:
@@ -89,4 +100,4 @@ def entry_count() -> int:
 
 
 def sample_count() -> int:
-    return sum(len(entry.get("samples", [])) for kind in KINDS for entry in TABLE[kind])
+    return sum(len(entry.get("samples", [])) for kind in KINDS for entry in TABLE[kind]) + len(TABLE["progress_sample"])
