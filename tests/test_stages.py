@@ -4,6 +4,7 @@ mode, findings handed out never change, and the book keeps no tables keyed by ``
 from __future__ import annotations
 
 import copy
+import io
 import dataclasses
 import json
 import re
@@ -71,11 +72,11 @@ def test_a_registered_classifier_speaks_in_diagnose(toy, tmp_path):
 
 def test_a_registered_classifier_speaks_in_watch_headless(toy, tmp_path):
     (tmp_path / "train.log").write_text(LOG)
-    out = _Capture()
+    out = io.StringIO()
     stop = threading.Event()
     threading.Timer(2.0, stop.set).start()
     code = watch_headless([str(tmp_path)], load_catalogue(include_user=False), out=out, stop=stop)
-    assert code == 1 and "TOYLIB quota exceeded on rank 2" in out.text
+    assert code == 1 and "TOYLIB quota exceeded on rank 2" in out.getvalue()
 
 
 def test_a_registered_classifier_speaks_in_run(toy, tmp_path, capsys):
@@ -134,16 +135,6 @@ def test_no_table_of_the_diagnosis_is_keyed_by_id():
         assert not re.search(r"(?<![\w.])id\(", path.read_text()), path.name
 
 
-class _Capture:
-    def __init__(self) -> None:
-        self.text = ""
-
-    def write(self, text: str) -> None:
-        self.text += text
-
-    def flush(self) -> None:
-        pass
-
 
 def test_a_session_reports_findings_new_changed_and_cleared(tmp_path):
     """A real file growing: rank 3's OOM is new; rank 5's is the same finding, changed (count
@@ -151,21 +142,7 @@ def test_a_session_reports_findings_new_changed_and_cleared(tmp_path):
     stall that output ended is cleared."""
     from dataclasses import replace
 
-    from monitor.session.job_session import JobSession
-
-    log = tmp_path / "job.log"
-    log.touch()
-    now = [1000.0]
-    session = JobSession([str(log)], load_catalogue(include_user=False), stall_after=0.5,
-                         clock=lambda: now[0], wall_clock=lambda: 5000.0)
-
-    def step(*lines: str, advance: float = 0.1):
-        if lines:
-            with open(log, "a") as handle:
-                handle.write("".join(line + "\n" for line in lines))
-        now[0] += advance
-        return session.step(timeout=0)
-
+    session, step = _session(tmp_path)
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
     for index in range(5):
         step(f"[rank3]: step {index}", f"[rank5]: step {index}")
@@ -190,19 +167,7 @@ def test_a_session_reports_findings_new_changed_and_cleared(tmp_path):
 
 
 def test_a_session_reports_a_stall_that_output_ended_as_cleared(tmp_path):
-    from monitor.session.job_session import JobSession
-
-    log = tmp_path / "job.log"
-    log.touch()
-    now = [1000.0]
-    session = JobSession([str(log)], load_catalogue(include_user=False), stall_after=0.5,
-                         clock=lambda: now[0], wall_clock=lambda: 5000.0)
-
-    def step(*lines: str, advance: float = 0.1):
-        with open(log, "a") as handle:
-            handle.write("".join(line + "\n" for line in lines))
-        now[0] += advance
-        return session.step(timeout=0)
+    session, step = _session(tmp_path)
 
     for index in range(5):
         step(f"[rank0]: step {index}", f"[rank1]: step {index}")
@@ -212,3 +177,24 @@ def test_a_session_reports_a_stall_that_output_ended_as_cleared(tmp_path):
     assert stall.id not in {f.id for f in session.findings}
     # What stays is a note of it (a new finding), not the stall.
     assert [f.rule for f in resumed.new_findings] == ["possible-hang-passed"]
+
+
+def _session(tmp_path):
+    """A job session on a real file, its clock moved by the test: (session, step), where
+    ``step(*lines, advance=0.1)`` appends the lines, moves the clock and steps the session."""
+    from monitor.session.job_session import JobSession
+
+    log = tmp_path / "job.log"
+    log.touch()
+    now = [1000.0]
+    session = JobSession([str(log)], load_catalogue(include_user=False), stall_after=0.5,
+                         clock=lambda: now[0], wall_clock=lambda: 5000.0)
+
+    def step(*lines: str, advance: float = 0.1):
+        if lines:
+            with open(log, "a") as handle:
+                handle.write("".join(line + "\n" for line in lines))
+        now[0] += advance
+        return session.step(timeout=0)
+
+    return session, step

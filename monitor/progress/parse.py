@@ -17,18 +17,10 @@ from monitor.formats import PROGRESS
 
 MAX_PARSED = 1024
 # The line shapes are data: ``formats.toml``, ``[[progress]]`` (with samples).
-_KEYWORDS = PROGRESS["keywords"]
-_TQDM = PROGRESS["tqdm"]
-_LOSS = PROGRESS["loss"]
-_STEP = PROGRESS["step"]
-_EPOCH = PROGRESS["epoch"]
-_NAMED_THROUGHPUT = PROGRESS["named_throughput"]
-_UNIT = PROGRESS["rate_unit"]
-_KEYED_BEFORE = PROGRESS["keyed_before"]
-_VALUE_AFTER = PROGRESS["value_after"]
-_NOT_PROGRESS = PROGRESS["not_progress"]
-_TOTAL_KEY = PROGRESS["total_key"]
-_METRIC = PROGRESS["metric"]
+(_KEYWORDS, _TQDM, _LOSS, _STEP, _EPOCH, _NAMED_THROUGHPUT, _UNIT, _KEYED_BEFORE, _VALUE_AFTER, _NOT_PROGRESS,
+ _TOTAL_KEY, _METRIC) = (PROGRESS[name] for name in (
+    "keywords", "tqdm", "loss", "step", "epoch", "named_throughput", "rate_unit", "keyed_before", "value_after",
+    "not_progress", "total_key", "metric"))
 _NUMBER_CHARS = frozenset("0123456789.eE+-")
 LONGEST_NUMBER = 24
 
