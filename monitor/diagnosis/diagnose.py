@@ -33,7 +33,7 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: lis
             raise MissingPath(f"{path}: {error}")
     found_in = [(path, find_logs(path)) for path in paths]
     # SLURM's --output=%N.out: a file per node, named after it.
-    engine = Engine(catalogue, node_names=nodes_from_names([file for _, found in found_in for file in found]))
+    engine = Engine(catalogue, node_of=nodes_from_names([file for _, found in found_in for file in found]).get)
     files: list[str] = []
     problems: list[str] = []
     unread: list[str] = []

@@ -15,6 +15,8 @@ the ranks that exist are learnt, for finding the rank that hung).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from monitor.diagnosis import advice as advice_file, pyexc
 from monitor.diagnosis.assembler import (
     EARLY_LINES, ConditionLiterals, EarlyLine, Glued, RecordAssembler, TimeWritten,
@@ -34,9 +36,9 @@ __all__ = ["EARLY_LINES", "Engine"]
 
 class Engine:
     def __init__(self, catalogue: Catalogue, regex_timeout: float = REGEX_TIMEOUT_S,
-                 node_names: dict[str, str] | None = None) -> None:
-        """``node_names``: the node of each file that names its node (``nodes_from_names``);
-        files of a node folder (``node.json``) are known without it."""
+                 node_of: Callable[[str], str | None] | None = None) -> None:
+        """``node_of``: the node of a file that names its node (SLURM's ``%N.out``: the caller's
+        ``nodes_from_names``); files of a node folder (``node.json``) are known without it."""
         self.catalogue = catalogue
         self.prefilter = catalogue.prefilter
         self.problems: list[str] = []
@@ -45,9 +47,8 @@ class Engine:
         self.attribution = Attribution()
         texts = pyexc.TEXTS.get(catalogue.lang, pyexc.TEXTS["en"])
         self.conditions = LogConditions(self.prefilter, regex_timeout, self.problems)
-        named = dict(node_names or {})
         self.book = FindingBook(self.conditions, self.attribution.known_ranks, other_ranks_text=texts[4],
-                                node_of=lambda file: node_name_of(file) or named.get(file))
+                                node_of=lambda file: node_name_of(file) or (node_of(file) if node_of else None))
 
     # ---- the stages ----------------------------------------------------------------------
 

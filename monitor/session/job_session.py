@@ -42,6 +42,7 @@ from monitor.diagnosis.conclude import conclude
 from monitor.diagnosis.novelty import Against, NoveltyWatch
 from monitor.diagnosis.second_opinion import review, unsure
 from monitor.logs.follow import Follower
+from monitor.logs.nodes import nodes_from_names
 from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import UnreadableLog, last_lines, line_end
 from monitor.model import SEVERITY_ORDER, TIMEOUT_CATEGORIES, Diagnosis, Finding, LogLine
@@ -97,7 +98,10 @@ class JobSession:
         Raises ``monitor.logs.sources.SourceError``
         for a PATH that can never name a file."""
         self.follower = Follower([str(p) for p in paths], poll=poll)
-        self.engine = Engine(catalogue)
+        # Files named after their nodes (SLURM's --output=%N.out), as the followed files show them.
+        self._named_nodes: dict[str, str] = {}
+        self._named_from = 0  # how many files the names were read from
+        self.engine = Engine(catalogue, node_of=self._named_nodes.get)
         self.stall = StallDetector(stall_after)
         self.problems: list[str] = []
         self.stop_requested = False
@@ -175,8 +179,10 @@ class JobSession:
         if not self.stop_requested and self._asked_to_stop is not None and self._asked_to_stop():
             self.request_stop()
         known = len(self.engine.findings)
+        self._name_nodes()
         attached = self._attach_big_files() if self._attach else []
         update = self.follower.read(timeout)
+        self._name_nodes()
         now = self._clock()
         step = SessionUpdate(problems=list(update.problems), new_findings=self._taken(self.engine.findings[known:]))
         if attached:
@@ -203,6 +209,13 @@ class JobSession:
         if self._on_step is not None:
             self._on_step(self, step.lines)
         return step
+
+    def _name_nodes(self) -> None:
+        """The files named after their nodes, read again when the followed files change."""
+        if len(self.follower.files) != self._named_from:
+            self._named_from = len(self.follower.files)
+            self._named_nodes.clear()
+            self._named_nodes.update(nodes_from_names(self.follower.files))
 
     def _attach_big_files(self) -> list[LogLine]:
         """Once, before the first read: each followed file of ``ATTACH_BYTES`` or more is
