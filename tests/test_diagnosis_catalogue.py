@@ -192,3 +192,22 @@ def test_cli_rules_dir_that_is_missing_empty_or_a_file_is_a_usage_error(tmp_path
     assert main(["diagnose", "--no-user-rules", "--rules", str(rules), str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"monitor: {rules}: {message}"
+
+
+def test_the_shipped_patterns_compile_when_first_used_and_a_users_as_they_load(tmp_path):
+    """Start-up compiles none of the shipped catalogue's patterns (CI compiles and tests them all:
+    `monitor rules test`); a diagnosis compiles the rules whose literals a log holds. A user's
+    rules are compiled as they load, so a bad pattern is still an error naming its file and line."""
+    from monitor.diagnosis.catalogue import load_catalogue as load
+
+    catalogue = load(include_user=False)
+    assert all(rule.compiled is None for rule in catalogue.rules)
+    oom = catalogue.by_id["cuda-oom"]
+    assert oom.patterns[0].search("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert oom.compiled is not None
+    (tmp_path / "mine.toml").write_text(
+        '[[rule]]\nid = "mine"\ncategory = "disk_full"\nseverity = "error"\nrole = "root"\n'
+        'title = "t"\npatterns = ["quota (?P<used>\\\\d+) exceeded"]\n'
+        '[rule.examples]\nmatch = ["quota 5 exceeded"]\n')
+    mine = load(extra_dirs=[tmp_path], include_user=False).by_id["mine"]
+    assert mine.compiled is not None

@@ -46,6 +46,9 @@ BUILTIN_FIELDS = {"rank", "file", "line", "count", "ranks"}
 CONFIRMED_BY = "confirmed_by"
 CONFIRM_PREFIX = "confirm_"
 _ID = regex.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+# A named group in a pattern's text (``(?P<name>`` or ``(?<name>``): the fields a rule captures.
+_GROUP_NAME = regex.compile(r"\(\?P?<([A-Za-z_]\w*)>")
+_LEADING_FLAGS = regex.compile(r"^\(\?([a-zA-Z]+)\)")
 # The categories a finding may have (``model.Category``): a typo in a rule's category is an error
 # naming the rule file and line.
 CATEGORIES = tuple(category.value for category in Category)
@@ -77,7 +80,9 @@ class Rule:
     severity: str
     role: str
     title: str
-    patterns: tuple[regex.Pattern, ...]
+    # The patterns' text; compiled on first use (``patterns``): a diagnosis compiles only the rules
+    # whose literals a log holds. A user's rules are compiled as they load (their errors located).
+    pattern_sources: tuple[str, ...]
     # Literal strings, at least one of which is in any line a pattern can match.
     prefilter: tuple[str, ...]
     # Whether the prefilter literals are compared ignoring case (the patterns use (?i)).
@@ -102,6 +107,13 @@ class Rule:
     # What a rank its pattern captures is (``model.RANK_SOURCES``; default "message"): a launcher's
     # summary names the rank it saw fail first, which is not always the first to fail.
     rank_source: str = ""
+    compiled: tuple[regex.Pattern, ...] | None = None
+
+    @property
+    def patterns(self) -> tuple[regex.Pattern, ...]:
+        if self.compiled is None:
+            self.compiled = tuple(regex.compile(source) for source in self.pattern_sources)
+        return self.compiled
 
     @property
     def where(self) -> str:
@@ -208,7 +220,7 @@ def load_catalogue(extra_dirs=(), include_user: bool = True, include_shipped: bo
         dirs.append(path)
     merged: dict[str, Rule] = {}
     for directory in dirs:
-        for rule in load_dir(directory):
+        for rule in load_dir(directory, trusted=directory == shipped_rules_dir()):
             merged.pop(rule.id, None)  # a replacement takes the later place in the order
             merged[rule.id] = rule
     _check_confirmation_fields(list(merged.values()))
@@ -221,13 +233,13 @@ def load_catalogue(extra_dirs=(), include_user: bool = True, include_shipped: bo
     return Catalogue(rules, [str(d) for d in dirs], knobs, lang, model_path=str(models[-1]) if models else None)
 
 
-def load_dir(directory: Path) -> list[Rule]:
+def load_dir(directory: Path, trusted: bool = False) -> list[Rule]:
     """Rules of every ``*.toml`` in ``directory`` (sorted by name) but the knob registry
-    (``knobs.toml``); ids must be unique in it."""
+    (``knobs.toml``); ids must be unique in it. ``trusted``: the shipped catalogue (``_build_rule``)."""
     rules: list[Rule] = []
     seen: dict[str, Rule] = {}
     for path in sorted(p for p in Path(directory).glob("*.toml") if p.name not in (KNOBS_FILE, ADVICE_FILE)):
-        for rule in load_file(path):
+        for rule in load_file(path, trusted):
             if rule.id in seen:
                 raise RuleError(
                     f"{rule.where}: rule {rule.id}: duplicate id (first defined at {seen[rule.id].where})"
@@ -237,7 +249,7 @@ def load_dir(directory: Path) -> list[Rule]:
     return rules
 
 
-def load_file(path: Path) -> list[Rule]:
+def load_file(path: Path, trusted: bool = False) -> list[Rule]:
     path = Path(path)
     text, data = read_toml_file(path, "rule file", RuleError)
     locator = _Locator(path, text)
@@ -248,7 +260,7 @@ def load_file(path: Path) -> list[Rule]:
     tables = data.get("rule", [])
     if not isinstance(tables, list):
         raise RuleError(f"{path}:1: 'rule' must be an array of tables: write [[rule]]")
-    return [_build_rule(table, index, locator) for index, table in enumerate(tables)]
+    return [_build_rule(table, index, locator, trusted) for index, table in enumerate(tables)]
 
 
 class _Locator:
@@ -279,7 +291,16 @@ class _Locator:
         return fallback
 
 
-def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
+def ignores_case(pattern: str) -> bool:
+    """Whether a pattern's leading inline flags ignore case (``(?i)``, ``(?si)``): what its
+    compiled flags say, read without compiling it."""
+    flags = _LEADING_FLAGS.match(pattern)
+    return flags is not None and "i" in flags[1]
+
+
+def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -> Rule:
+    """``trusted``: the shipped catalogue, whose patterns CI compiles and tests (``monitor rules
+    test``): compiled on first use instead of here."""
     start, end = loc.span(index)
     rule_id = table.get("id") if isinstance(table.get("id"), str) else f"#{index + 1}"
 
@@ -320,12 +341,12 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
     if not isinstance(raw_patterns, list) or not raw_patterns or not all(isinstance(p, str) for p in raw_patterns):
         raise fail("patterns must be a non-empty list of strings", loc.key_line("patterns", start, end))
     patterns = []
-    for raw in raw_patterns:
+    for raw in raw_patterns if not trusted else ():
         try:
             patterns.append(regex.compile(raw))
         except regex.error as exc:
             raise fail(f"bad pattern {raw!r}: {exc}", loc.text_line(raw, start, end, loc.key_line("patterns", start, end))) from None
-    ignore_case = any(p.flags & regex.IGNORECASE for p in patterns)
+    ignore_case = any(ignores_case(raw) for raw in raw_patterns)
 
     prefilter = table.get("prefilter")
     if prefilter is not None:
@@ -349,9 +370,7 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
             derived.extend(found)
         literals = tuple(dict.fromkeys(derived))
 
-    groups: set[str] = set()
-    for pattern in patterns:
-        groups |= set(pattern.groupindex)
+    groups = {name for raw in raw_patterns for name in _GROUP_NAME.findall(raw)}
     known = groups | BUILTIN_FIELDS
     for key in ("title", "confirmed_title", "remedy"):
         unknown = _unknown_fields(field_names(table.get(key, "")), known)
@@ -368,7 +387,8 @@ def _build_rule(table: dict, index: int, loc: _Locator) -> Rule:
     match, no_match = _build_examples(table.get("examples", {}), fail, loc, start, end)
     return Rule(
         id=table["id"], category=table["category"], severity=table["severity"], role=table["role"],
-        title=table["title"], patterns=tuple(patterns), prefilter=literals,
+        title=table["title"], pattern_sources=tuple(raw_patterns), compiled=tuple(patterns) if not trusted else None,
+        prefilter=literals,
         # Explicit prefilter strings are matched as written: their author lists each spelling.
         prefilter_ignore_case=ignore_case and prefilter is None,
         conditions=tuple(tuple(frozenset(s) for s in required_sets(raw)) for raw in raw_patterns),
@@ -473,7 +493,7 @@ def _check_confirmation_fields(rules: list[Rule]) -> None:
     for rule in rules:
         if rule.role == "confirm":
             names = captured.setdefault(rule.category, set())
-            names.update(CONFIRM_PREFIX + name for p in rule.patterns for name in p.groupindex)
+            names.update(CONFIRM_PREFIX + name for source in rule.pattern_sources for name in _GROUP_NAME.findall(source))
     for rule in rules:
         unknown = _confirmation_fields(rule) - captured.get(rule.category, set())
         if unknown:

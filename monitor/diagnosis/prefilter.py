@@ -21,7 +21,7 @@ from collections.abc import Set as AbstractSet
 import ahocorasick_rs
 import regex
 
-from monitor.diagnosis.catalogue import Catalogue
+from monitor.diagnosis.catalogue import Catalogue, ignores_case
 from monitor.diagnosis.classify import registered_literals
 from monitor.diagnosis.literals import required_literals
 from monitor.diagnosis.records import STARTER_LITERALS
@@ -66,8 +66,8 @@ class Prefilter:
                 for spelling in spellings(literal, rule.prefilter_ignore_case):
                     self._add(spelling, self._triggers, index)
             per_pattern = []
-            for pattern, sets in zip(rule.patterns, rule.conditions):
-                lower = bool(pattern.flags & regex.IGNORECASE)
+            for source, sets in zip(rule.pattern_sources, rule.conditions):
+                lower = ignores_case(source)
                 groups = tuple(
                     tuple(sorted((lit.lower() if lower else lit).encode("utf-8") for lit in options))
                     for options in sets
