@@ -134,3 +134,11 @@ def test_the_watch_screen_says_which_run_it_follows(tmp_path):
             assert all(Path(f).name.startswith(second) for f in app.files)
 
     asyncio.run(drive())
+
+
+def test_two_runs_started_in_the_same_second_are_runs_of_one_folder_not_two_jobs():
+    """`monitor run` names the second run of a second run-<stamp>-1: the same kind of name."""
+    from monitor.logs.runs import separate_jobs
+
+    files = [Path("logs/run-20261126-034501.log"), Path("logs/run-20261126-034501-1.log")]
+    assert separate_jobs(files) == [files]

@@ -153,7 +153,10 @@ def _jobs(files: list[tuple[Path, tuple[str, ...]]]) -> list[list[Path]]:
 
 
 def _alike(name: str) -> str:
-    """The part of a file or folder name that the files of one job share."""
+    """The part of a file or folder name that the files of one job share. A run's name is one
+    number whatever it holds: ``run-<stamp>-1`` is the second run started in the same second."""
+    if (stem := _RUN_STEM.match(name)) is not None:
+        name = "run-#" + name[stem.end(1):]
     return re.sub(r"\d+", "#", _STREAM_WORDS.sub("", _ENDINGS.sub("", name.lower())))
 
 
