@@ -139,8 +139,7 @@ class DescriptorCache:
 class FollowedFile:
     """The state of one followed path across the generations of what it names."""
 
-    def __init__(self, path: str, max_line_bytes: int | None = None, family: str | None = None,
-                 named: bool = False) -> None:
+    def __init__(self, path: str, family: str | None = None, named: bool = False) -> None:
         self.path = path
         # Named by the user, not found in a folder: while it does not exist, that is said once
         # and it is waited for, as ``tail -F`` does ("has appeared" once it does).
@@ -151,7 +150,7 @@ class FollowedFile:
         self.family = family or path
         self.identity: Identity | None = None
         self.offset = self.lines = 0
-        self.assembler = LineAssembler(max_line_bytes) if max_line_bytes else LineAssembler()
+        self.assembler = LineAssembler()
         self.head = b""
         # Where the first text (not NUL) of this generation was read, and its first bytes.
         self.mark: tuple[int, bytes] | None = None
