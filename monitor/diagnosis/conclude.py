@@ -20,9 +20,10 @@ from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import make_line
 from monitor.model import Diagnosis
 
-# What is read of each file for the last line of the rank that hung: its end, bounded.
-TAIL_BYTES = 1 << 20
-MAX_FILES = 64
+# What is read for the last line of the rank that hung: each file's end, and at most this much in
+# all (a folder of a thousand nodes' files costs what a few do); the rank's own file first.
+TAIL_BYTES = 256 * 1024
+MAX_READ_BYTES = 8 << 20
 
 
 def conclude(diagnosis: Diagnosis, catalogue, against: Against | None = None) -> Diagnosis:
@@ -50,9 +51,13 @@ def with_last_line(diagnosis: Diagnosis) -> Diagnosis:
 
 
 def _last_line(rank: int, files: list[str]) -> str | None:
-    """The last line of ``rank`` in the ends of ``files`` (the last file that has one)."""
+    """The last line of ``rank`` in the end of the first of ``files`` (its own file first) that has one."""
     found = None
-    for path in files[:MAX_FILES]:
+    budget = MAX_READ_BYTES
+    ordered = sorted(files, key=lambda path: FileRanks(path).file_rank != rank)  # its own file first
+    for path in ordered:
+        if budget <= 0 or found is not None:
+            break
         try:
             with open(path, "rb") as stream:
                 size = stream.seek(0, 2)
@@ -60,6 +65,7 @@ def _last_line(rank: int, files: list[str]) -> str | None:
                 tail = stream.read(TAIL_BYTES)
         except OSError:
             continue
+        budget -= len(tail)
         ranks = FileRanks(path)
         for raw in reversed(tail.split(b"\n")[1 if size > TAIL_BYTES else 0:]):
             if not raw.strip():
