@@ -208,12 +208,7 @@ def test_diagnose_of_a_slurm_folder_names_the_node_of_the_root_cause(tmp_path):
     from monitor.diagnosis.catalogue import load_catalogue
     from monitor.diagnosis.diagnose import diagnose_paths
 
-    for n in range(36, 40):
-        lines = [f"{n * 8 + r}: step {i} loss 0.5" for i in range(30) for r in range(8)]
-        if n == 37:
-            lines += ["301: Traceback (most recent call last):", '301:   File "/work/train.py", line 8, in <module>',
-                      "301: ValueError: bad batch"]
-        (tmp_path / f"gpu-{n:03d}.out").write_text("\n".join(lines) + "\n")
+    _slurm_folder(tmp_path)
     root = diagnose_paths([tmp_path], load_catalogue(include_user=False)).root_cause
     assert (root.rank, root.node, root.fields["node"]) == (301, "gpu-037", "gpu-037")
 
@@ -226,14 +221,19 @@ def test_watch_names_the_node_of_a_slurm_folder_as_diagnose_does(tmp_path):
     from monitor.diagnosis.catalogue import load_catalogue
     from monitor.session.headless import watch_headless
 
-    for n in range(36, 39):
-        lines = [f"{n * 8 + r}: step {i} loss 0.5" for i in range(20) for r in range(8)]
-        if n == 37:
-            lines += ["301: Traceback (most recent call last):", '301:   File "/work/train.py", line 8, in <module>',
-                      "301: ValueError: bad batch"]
-        (tmp_path / f"gpu-{n:03d}.out").write_text("\n".join(lines) + "\n")
+    _slurm_folder(tmp_path)
     stop, out = threading.Event(), io.StringIO()
     threading.Timer(2.0, stop.set).start()
     watch_headless([str(tmp_path)], load_catalogue(include_user=False), as_json=True, out=out, stop=stop)
     root = json.loads(out.getvalue().splitlines()[-1])["diagnosis"]["root_cause"]
     assert (root["rank"], root["node"]) == (301, "gpu-037")
+
+
+def _slurm_folder(folder) -> None:
+    """srun --label --output=%N.out: gpu-036..039.out, 8 ranks each; rank 301 (on gpu-037) raises."""
+    for n in range(36, 40):
+        lines = [f"{n * 8 + r}: step {i} loss 0.5" for i in range(20) for r in range(8)]
+        if n == 37:
+            lines += ["301: Traceback (most recent call last):", '301:   File "/work/train.py", line 8, in <module>',
+                      "301: ValueError: bad batch"]
+        (folder / f"gpu-{n:03d}.out").write_text("\n".join(lines) + "\n")
