@@ -8,7 +8,6 @@ import io
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 
@@ -21,6 +20,7 @@ from monitor.tui.app import MonitorApp
 from monitor.tui.log_view import LogView
 from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, crash_feed, crash_lines, host_sample, settle
 from tests.zone_helpers import in_time_zone
+from tests.tmux_helpers import Terminal
 
 SIZE = (80, 24)
 
@@ -335,33 +335,18 @@ def test_typed_in_a_terminal_a_slash_stays_in_the_find_and_in_a_burst_in_the_fil
     log = tmp_path / "job.log"
     log.write_text("".join(f"[rank{r}]: step {s} loss 1.0\n" for s in range(20) for r in range(2))
                    + "[rank1]: RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer\n")
-    session = f"second-hour-e-{os.getpid()}"
-    socket = str(tmp_path / "tmux.sock")
-    tmux = ["tmux", "-S", socket]
     command = f"cd {shlex.quote(os.getcwd())} && TERM=xterm-256color {shlex.quote(sys.executable)} -m monitor watch --no-bell {shlex.quote(str(log))}"
-    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "24", command], check=True)
-
-    def screen() -> str:
-        return subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
-
-    def wait_for_text(text: str) -> str:
-        for _ in range(100):
-            shown = screen()
-            if text in shown:
-                return shown
-            time.sleep(0.1)
-        raise AssertionError(f"{text!r} never shown:\n{shown}")
-
+    terminal = Terminal(tmp_path, f"second-hour-e-{os.getpid()}", command)
     try:
-        wait_for_text("following")
-        subprocess.run([*tmux, "send-keys", "-t", session, "f"], check=True)
+        terminal.wait_for_text("following", timeout=10)
+        terminal.keys("f")
         time.sleep(0.5)
-        subprocess.run([*tmux, "send-keys", "-t", session, "-l", "tcp/pair"], check=True)
-        subprocess.run([*tmux, "send-keys", "-t", session, "Enter"], check=True)
-        shown = wait_for_text("find /tcp/pair/")
+        terminal.keys("tcp/pair", literal=True)
+        terminal.keys("Enter")
+        shown = terminal.wait_for_text("find /tcp/pair/", timeout=10)
         assert "1 of 1" in shown
-        subprocess.run([*tmux, "send-keys", "-t", session, "Escape"], check=True)
-        subprocess.run([*tmux, "send-keys", "-t", session, "-l", "/a/b"], check=True)  # one burst
-        wait_for_text("/a/b/")
+        terminal.keys("Escape")
+        terminal.keys("/a/b", literal=True)  # one burst
+        terminal.wait_for_text("/a/b/", timeout=10)
     finally:
-        subprocess.run([*tmux, "kill-server"], capture_output=True)
+        terminal.close()

@@ -19,6 +19,7 @@ import pytest
 
 from monitor.runner.job import CaptureOptions, Job, new_log_path, side_file
 from tests.runner_helpers import wait_for
+from tests.tmux_helpers import Terminal
 
 # The job: a line, then it waits (in a function the stacks name) until the test lets it fail.
 JOB = """
@@ -45,31 +46,17 @@ def left_running(tmp_path: Path) -> tuple[Job, Path, Path]:
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_a_watch_of_a_job_left_running_takes_its_stacks_and_shows_its_end(tmp_path):
     job, log, go = left_running(tmp_path)
-    session = f"second-hour-g-{os.getpid()}"
-    tmux = ["tmux", "-S", str(tmp_path / "tmux.sock")]
     command = (f"cd {shlex.quote(os.getcwd())} && TERM=xterm-256color {shlex.quote(sys.executable)} "
                f"-m monitor watch --no-bell {shlex.quote(str(log))}; sleep 30")
-    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "24", command], check=True)
-
-    def screen() -> str:
-        return subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
-
-    def wait_for_text(text: str, timeout: float = 15.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            shown = screen()
-            if text in shown:
-                return shown
-            time.sleep(0.1)
-        raise AssertionError(f"{text!r} never shown:\n{shown}")
-
+    terminal = Terminal(tmp_path, f"second-hour-g-{os.getpid()}", command)
+    wait_for_text = terminal.wait_for_text
     try:
         wait_for_text("step 1 loss")
         wait_for_text("job    1 process, running")  # the job's processes, as `monitor run` shows them
-        subprocess.run([*tmux, "send-keys", "-t", session, "s"], check=True)
+        terminal.keys("s")
         shown = wait_for_text("wait_for_go")  # the job's own frame, from the pids in run-X.job.json
         assert "stacks need" not in shown
-        subprocess.run([*tmux, "send-keys", "-t", session, "Escape"], check=True)
+        terminal.keys("Escape")
         go.touch()
         shown = wait_for_text("job exited with code 1")
         assert "ValueError" in shown
@@ -78,7 +65,7 @@ def test_a_watch_of_a_job_left_running_takes_its_stacks_and_shows_its_end(tmp_pa
         assert report["run"]["exit_code"] == 1
         assert report["root_cause"]["title"].startswith("ValueError")
     finally:
-        subprocess.run([*tmux, "kill-server"], capture_output=True)
+        terminal.close()
         go.touch()
         job.wait(10)
 
