@@ -15,7 +15,6 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-import regex
 
 from monitor.diagnosis.catalogue import CONFIRM_PREFIX, CONFIRMED_BY
 from monitor.diagnosis.classify import MAX_EVIDENCE, Match, record_rank_source
@@ -113,7 +112,7 @@ class FindingBook:
 
     # ---- matches -------------------------------------------------------------------------
 
-    def take(self, match: Match, arrival_record: Record | None = None) -> Finding | None:
+    def take(self, match: Match) -> Finding | None:
         """A match into its finding: a new finding (returned), or another occurrence of one held."""
         record, positions = match.record, match.positions
         fields = {name: mask(value) for name, value in match.fields.items()}

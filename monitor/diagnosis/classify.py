@@ -24,6 +24,8 @@ from monitor.logs.ranks import parse_prefix, rank_in_text
 # A pattern that takes longer than this on one line is backtracking catastrophically.
 REGEX_TIMEOUT_S = 0.5
 MAX_EVIDENCE = 8
+# Lines after an exception in which a retry announcement says the process caught it.
+RETRY_WITHIN = 3
 # Shortest terminal width whose wrapped lines are joined again inside a record.
 WRAP_WIDTH = 80
 
@@ -243,8 +245,9 @@ class ExceptionClassifier:
                 rank=record.rank, rank_source=record_rank_source(record), fields=exception.fields(),
                 evidence=(0, *evidence),
             )]
-        after = record.bodies[exception.index + 1] if exception.index + 1 < len(record.bodies) else record.followed_by
-        if not bare and pyexc.RETRY_NEXT.search(after):
+        # What the process printed next (another rank's lines may come between, unprefixed).
+        after = [*record.bodies[exception.index + 1:exception.index + 1 + RETRY_WITHIN], record.followed_by][:RETRY_WITHIN]
+        if not bare and any(pyexc.RETRY_NEXT.search(line) for line in after):
             # The process went on to retry what raised: a logged, handled exception.
             return [Match(
                 key=(pyexc.RULE_ID + "-retried", exception.exc_type, exception.frame_file, exception.frame_line),
