@@ -125,7 +125,8 @@ class JobSession:
         self._node_watches = [NodeWatch(p, clock, wall_clock) for p in map(str, paths) if os.path.isdir(p)]
         self._node_findings: dict[tuple[str, str | None], Finding] = {}
         self._stall_held: Finding | None = None  # the active stall's finding, as the engine holds it
-        self._concluded: tuple[int, Finding | None] | None = None  # (engine version, root cause) when unsure
+        # ((engine version, ranks known), the root cause then): root_cause is asked on every poll.
+        self._concluded: tuple[tuple[int, int], Finding | None] | None = None
         self.against = against
         self._novelty = NoveltyWatch(against) if against is not None else None
 
@@ -308,13 +309,15 @@ class JobSession:
         """The one root cause of everything seen so far (``diagnosis/root_cause.py``); where the
         rules are unsure of it (an exception no rule names, only weak evidence), the second
         opinion's, as the end report will say (``conclude``): the screen and the Prometheus
-        series name the same cause. Read again only when the findings changed."""
-        root = self.engine.root_cause()
-        if root is None or not unsure(self.engine.diagnosis(self.follower.files)):
-            return root
-        if self._concluded is None or self._concluded[0] != self.engine.version:
-            diagnosis = review(self.engine.diagnosis(self.follower.files), self.engine.catalogue)
-            self._concluded = (self.engine.version, diagnosis.root_cause)
+        series name the same cause. Chosen again only when the findings (or the ranks known to
+        exist, which name a hung rank) changed."""
+        state = (self.engine.version, len(self.engine.known_ranks))
+        if self._concluded is None or self._concluded[0] != state:
+            diagnosis = self.engine.diagnosis(self.follower.files)
+            root = diagnosis.root_cause
+            if root is not None and unsure(diagnosis):
+                root = review(diagnosis, self.engine.catalogue).root_cause
+            self._concluded = (state, root)
         return self._concluded[1]
 
     def diagnosis(self) -> Diagnosis:
