@@ -36,6 +36,7 @@ RANK_SOURCES = {
     "file": "its file's name",
     "launcher": "the launcher's record of the failed process",
     "summary": "the launcher's summary: the first failure it observed",
+    "local": "the launcher's local rank of the failed process (the global rank on one node)",
     "hang": "the rank the others waited for",
 }
 

@@ -282,6 +282,68 @@ def test_rank_0_names_the_rank_that_missed_the_monitored_barrier(tmp_path: Path)
     assert (root["rule"], root["rank"], root["category"]) == ("monitored-barrier-failed", 2, "gloo_timeout")
 
 
+def test_a_rank_that_only_waited_on_rank_0_at_the_barrier_names_rank_0_in_a_two_rank_job(tmp_path: Path) -> None:
+    """Without rank 0's own log: rank 1 reached the barrier (so it is not the one that hung) and
+    waited on rank 0, the only other rank the log shows exists."""
+    root = _diagnose(tmp_path, (
+        "[E ProcessGroupGloo.cpp:137] Rank 1 successfully reached monitoredBarrier, but received errors while "
+        "waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "Root Cause (first observed failure):\n"
+        "[0]:\n"
+        "  rank      : 1 (local_rank: 1)\n"
+        "  exitcode  : 1 (pid: 4242)\n"
+    ))["root_cause"]
+    assert (root["rank"], root["rank_source"], root["category"]) == (0, "hang", "gloo_timeout")
+
+
+def test_a_peers_report_of_another_ranks_failure_takes_the_rank_mpirun_saw_fail_first(tmp_path: Path) -> None:
+    """Horovod's SHUT_DOWN_ERROR (horovod/common/common.h) on rank 1 reports an exception on another
+    rank; Open MPI's non-zero-exit help text names process [[jobid,1],0] as the first to exit."""
+    root = _diagnose(tmp_path, (
+        "[1,1]<stderr>:Traceback (most recent call last):\n"
+        '[1,1]<stderr>:  File "/opt/conda/lib/python3.6/site-packages/horovod/torch/mpi_ops.py", line 436, in synchronize\n'
+        "[1,1]<stderr>:    mpi_lib.horovod_torch_wait_and_clear(handle)\n"
+        "[1,1]<stderr>:RuntimeError: Horovod has been shut down. This was caused by an exception on one of the ranks or "
+        "an attempt to allreduce, allgather or broadcast a tensor after one of the ranks finished execution. If the "
+        "shutdown was caused by an exception, you should see the exception in the log before the first shutdown message.\n"
+        "--------------------------------------------------------------------------\n"
+        "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+        "the job to be terminated. The first process to do so was:\n"
+        "\n"
+        "  Process name: [[50371,1],0]\n"
+        "  Exit code:    1\n"
+    ))["root_cause"]
+    assert root["role"] == "cascade" and (root["rank"], root["rank_source"]) == (0, "summary")
+
+
+@pytest.mark.parametrize("known_rank_line, rank", [
+    ("", 1),                                      # one node: the local rank is the global one
+    ("[rank12]: step 100 loss 2.1\n", None),      # a rank beyond the local ones: another node
+])
+def test_a_local_rank_the_launcher_names_is_the_rank_only_where_the_log_shows_one_node(
+        tmp_path: Path, known_rank_line: str, rank: int | None) -> None:
+    """torchelastic's "failed (exitcode: 1) local_rank: 1 (pid: P)" after an error with no prefix."""
+    root = _diagnose(tmp_path, (
+        known_rank_line
+        + "RuntimeError: CUDA error: invalid device ordinal\n"
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 10621 closing signal SIGTERM\n"
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 1 (pid: 10622) of binary: /usr/bin/python3\n"
+    ))["root_cause"]
+    assert root["fields"]["exc_type"] == "RuntimeError"
+    assert root["rank"] == rank and root["rank_source"] == ("local" if rank is not None else "")
+
+
+def test_ncclss_own_report_of_a_device_side_assert_is_the_assert(tmp_path: Path) -> None:
+    """NCCL's CUDACHECK (checks.h) prints "Cuda failure '%s'" with cudaGetErrorString's text."""
+    root = _diagnose(tmp_path, (
+        "gpu-node-3:25486:25486 [0] init.cc:924 NCCL WARN Cuda failure 'device-side assert triggered'\n"
+        "terminate called after throwing an instance of 'std::runtime_error'\n"
+        "  what():  NCCL error in: /opt/pytorch/torch/lib/c10d/NCCLUtils.hpp:136, unhandled cuda error, NCCL version 2.7.8\n"
+    ))["root_cause"]
+    assert (root["rule"], root["category"]) == ("cuda-device-assert", "cuda_assert")
+
+
 def test_the_report_of_a_hang_quotes_the_last_line_of_the_rank_that_hung() -> None:
     """Seven ranks time out in the all-reduce; rank 7 never reported: its last line says what it
     was doing (fetching a data shard), from the end of the file, bounded."""

@@ -188,7 +188,8 @@ class Engine:
         """The root cause of the findings (``root_cause.choose``), with the launcher's rank for
         it where its own lines named none (``root_cause.with_rank``)."""
         findings = self.book.findings
-        return with_rank(choose(findings, self.rank_evidence()), findings)
+        evidence = self.rank_evidence()
+        return with_rank(choose(findings, evidence), findings, evidence)
 
     def diagnosis(self, files) -> Diagnosis:
         """The diagnosis so far (call ``flush()`` first to include records still in progress)."""

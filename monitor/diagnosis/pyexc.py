@@ -36,6 +36,10 @@ CASCADE_TYPES = {
     # torch.multiprocessing.spawn in the parent: a child raised (its own traceback follows) or died.
     "ProcessRaisedException", "ProcessExitedException",
 }
+# Exceptions of a generic type whose message says they report another rank's failure: Horovod's
+# SHUT_DOWN_ERROR (horovod/common/common.h), raised on every rank as a RuntimeError, or by
+# TensorFlow as UnknownError/AbortedError, after one rank's exception.
+CASCADE_MESSAGES = ("Horovod has been shut down. This was caused by an exception on one of the ranks",)
 # Shown as warnings: stopping by signal is not in itself a failure of the program.
 WARNING_TYPES = {"KeyboardInterrupt", "SignalException", "SystemExit"}
 
@@ -110,7 +114,7 @@ class PythonException:
 
     @property
     def is_cascade(self) -> bool:
-        return self.short_type in CASCADE_TYPES
+        return self.short_type in CASCADE_TYPES or self.message.lstrip().startswith(CASCADE_MESSAGES)
 
     def fields(self) -> dict[str, str]:
         return {

@@ -93,12 +93,16 @@ def hang_suspect(timeouts: list[Finding], evidence: RankEvidence) -> Finding:
         return chronological(named)[0]
     first = timeouts[0]
     reporting: set[int] = set()
+    # A rank a timeout says it waited for exists even where none of its lines is in the log.
+    known = set(evidence.known_ranks)
     completed: dict[int, float] = {}
     for finding in timeouts:
         for occurrence in evidence.occurrences.get(finding.seq, ()):
             if occurrence.rank is None:
                 continue
             reporting.add(occurrence.rank)
+            if str(occurrence.fields.get("peer", "")).isdigit():
+                known.add(int(occurrence.fields["peer"]))
             for name in LAST_COMPLETED_FIELDS:
                 value = occurrence.fields.get(name, "").lstrip("-")
                 if value.isdigit():
@@ -114,7 +118,7 @@ def hang_suspect(timeouts: list[Finding], evidence: RankEvidence) -> Finding:
     if suspect is None and reporting:
         # A number misread as a rank prefix must not become the suspect: stay in the world.
         world = evidence.world_size
-        missing = sorted(r for r in evidence.known_ranks - reporting if world is None or r < world)
+        missing = sorted(r for r in known - reporting if world is None or r < world)
         if missing:
             suspect = missing[0]
             others = ", ".join(map(str, missing))
@@ -131,15 +135,46 @@ def hang_suspect(timeouts: list[Finding], evidence: RankEvidence) -> Finding:
                    evidence=list(first.evidence), rank_source="hang")
 
 
-def with_rank(root: Finding | None, findings: list[Finding]) -> Finding | None:
-    """``root`` with a rank where its own lines named none: the rank the launcher's summary saw
-    fail first (``rank_source`` "summary"), when it names one. A copy; the finding is unchanged."""
-    if root is None or root.rank is not None:
+def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvidence | None = None) -> Finding | None:
+    """``root`` with the rank the launcher names where its own lines named none, or named only
+    the rank that reported another's failure (a cascade: Horovod's "has been shut down", a peer's
+    lost connection): the rank its summary saw fail first (``rank_source`` "summary"), else the
+    local rank it says failed, where the log shows one node's ranks only (``_local_rank``). A
+    copy; the finding is unchanged."""
+    # A hang's suspect is already the rank the others waited for (``hang_suspect``).
+    if root is None or (root.rank is not None and (root.role != "cascade" or root.rank_source == "hang")):
         return root
     summary = next((f for f in chronological(findings) if f.rank_source == "summary" and f.rank is not None), None)
-    if summary is None:
+    if summary is not None:
+        if summary.rank == root.rank:
+            return root
+        return replace(root, rank=summary.rank, ranks=list(root.ranks) or [summary.rank], rank_source="summary")
+    if root.rank is not None:
         return root
-    return replace(root, rank=summary.rank, ranks=list(root.ranks) or [summary.rank], rank_source="summary")
+    local = _local_rank(findings, evidence)
+    if local is None:
+        return root
+    return replace(root, rank=local, ranks=list(root.ranks) or [local], rank_source="local")
+
+
+# Fields in which a launcher names the local rank of a failed process: torchelastic's "failed
+# (exitcode: N) local_rank: R", DeepSpeed's "--local_rank=R", torch.multiprocessing.spawn's
+# "process R terminated".
+LOCAL_RANK_FIELDS = ("local_rank", "process_index")
+
+
+def _local_rank(findings: list[Finding], evidence: RankEvidence | None) -> int | None:
+    """The local rank of the first failure a launcher reported, taken as the global rank when
+    nothing shows a second node: no finding names a node and no rank the log shows is above
+    the highest local rank the launchers named."""
+    named = [(f, int(f.fields[k])) for f in chronological(findings) for k in LOCAL_RANK_FIELDS
+             if str(f.fields.get(k, "")).isdigit()]
+    if not named or any(f.node for f in findings):
+        return None
+    highest = max(rank for _, rank in named)
+    if evidence is not None and any(rank > highest for rank in evidence.known_ranks):
+        return None
+    return named[0][1]
 
 
 def _outlived(finding: Finding, later: list[Finding]) -> bool:
