@@ -344,6 +344,33 @@ def test_ncclss_own_report_of_a_device_side_assert_is_the_assert(tmp_path: Path)
     assert (root["rule"], root["category"]) == ("cuda-device-assert", "cuda_assert")
 
 
+@pytest.mark.parametrize("text, rule, category", [
+    # Ray's GCS via worker.py, then the actor's ActorDiedError on the driver.
+    ("2023-03-03 05:15:30,774\tWARNING worker.py:1866 -- The node with node id: 9426f4 and address: 10.0.0.7 and node "
+     "name: 10.0.0.7 has been marked dead because the detector has missed too many heartbeats from it.\n"
+     "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n",
+     "ray-node-dead", "node_failure"),
+    # Open MPI's help-errmgr-base.txt [lost-connection], then its non-zero-exit summary.
+    ("ORTE has lost communication with a remote daemon.\n\n  HNP daemon   : [[16919,0],0] on node gpu-031\n"
+     "  Remote daemon: [[16919,0],3] on node gpu-127\n\nThis is usually due to either a failure of the TCP network\n",
+     "mpirun-lost-daemon", "node_failure"),
+    # torch.distributed.launch (2.x) passes --local-rank; argparse rejects it on every worker.
+    ("usage: train.py [-h] [--local_rank LOCAL_RANK]\ntrain.py: error: unrecognized arguments: --local-rank=1\n"
+     "usage: train.py [-h] [--local_rank LOCAL_RANK]\ntrain.py: error: unrecognized arguments: --local-rank=0\n"
+     "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 2) local_rank: 0 (pid: 1201) of binary: /usr/bin/python3\n",
+     "launch-local-rank-argument", "launcher"),
+    # The agent closes its workers with the signal it received: SIGHUP, the terminal went away.
+    ("{'loss': 0.41, 'epoch': 2.3}\n"
+     "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 102241 closing signal SIGHUP\n"
+     "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 102242 closing signal SIGHUP\n",
+     "torchrun-stopped-by-signal", "stopped"),
+])
+def test_lost_nodes_broken_launches_and_outside_stops_in_their_own_words(
+        tmp_path: Path, text: str, rule: str, category: str) -> None:
+    root = _diagnose(tmp_path, text)["root_cause"]
+    assert (root["rule"], root["category"]) == (rule, category)
+
+
 def test_the_report_of_a_hang_quotes_the_last_line_of_the_rank_that_hung() -> None:
     """Seven ranks time out in the all-reduce; rank 7 never reported: its last line says what it
     was doing (fetching a data shard), from the end of the file, bounded."""
