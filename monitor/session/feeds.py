@@ -16,6 +16,7 @@ from typing import Protocol
 
 from monitor.metrics.model import Sample
 from monitor.model import Diagnosis, Finding, LogLine
+from monitor.progress.tracker import ProgressState
 from monitor.session.time_order import in_time_order
 
 # How often a running job is asked for per-rank log files it has created since the start.
@@ -37,6 +38,8 @@ class LogBatch:
     problems: list[str] = field(default_factory=list)
     # Lines read and diagnosed before ``lines`` that the screen will not draw (it fell behind).
     skipped: int = 0
+    # The progress the lines brought (the screen's log worker parses it); None: unchanged.
+    progress: ProgressState | None = None
 
     def merge(self, later: LogBatch) -> None:
         """Add a later batch to this one (several polls shown as one screen update)."""
@@ -44,6 +47,8 @@ class LogBatch:
         self.skipped += later.skipped
         if later.findings is not None:
             self.findings, self.root_cause = later.findings, later.root_cause
+        if later.progress is not None:
+            self.progress = later.progress
         if later.files:
             self.files = later.files
         self.problems.extend(later.problems)

@@ -205,7 +205,7 @@ class MonitorApp(App[int]):
         in_flight = False
         while not worker.is_cancelled:
             if not pending.finished:
-                pending.merge(self.log_feed.poll(POLL_S))
+                pending.merge(self._with_progress(self.log_feed.poll(POLL_S)))
             elif in_flight and not self._applied.wait(POLL_S):
                 continue  # the source is done: only the batch on screen is awaited
             if (excess := len(pending.lines) - MAX_PENDING_LINES) > 0:
@@ -223,6 +223,16 @@ class MonitorApp(App[int]):
                         return
                 return
             pending, last_post, in_flight = LogBatch(), time.monotonic(), True
+
+    def _with_progress(self, batch: LogBatch) -> LogBatch:
+        """The batch, carrying the progress state when its lines changed it. Parsed here, off the
+        draw path: this worker is the tracker's only writer; the screen shows the state it posts."""
+        version, now = self.progress.version, self._clock()
+        for line in batch.lines:
+            self.progress.feed(line.text, line.rank, now, line.file)
+        if self.progress.version != version:
+            batch.progress = self.progress.state
+        return batch
 
     def _start_sample(self) -> None:
         self.run_worker(self._take_sample, thread=True, group="metrics", name="metrics", exit_on_error=False)
@@ -269,14 +279,9 @@ class MonitorApp(App[int]):
     def _add_lines(self, lines: list) -> None:
         view = self.query_one(LogView)
         first = len(self.store)
-        now = self._clock()
-        progress_version = self.progress.version
         for line in lines:
             self.store.append(line)
-            self.progress.feed(line.text, line.rank, now, line.file)
         view.lines_added(first)
-        if self.progress.version != progress_version:
-            self.query_one(ProgressPanel).show(self.progress.state)
 
     def _apply(self, batch: LogBatch) -> None:
         for problem in batch.problems:
@@ -285,6 +290,8 @@ class MonitorApp(App[int]):
             self.files = batch.files
         if batch.lines:
             self._add_lines(batch.lines)
+        if batch.progress is not None:
+            self.query_one(ProgressPanel).show(batch.progress)
         if batch.findings is not None:
             self._findings = batch.findings
             new_root = batch.root_cause is not None and (self._root is None or batch.root_cause.id != self._root.id)
