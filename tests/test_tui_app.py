@@ -50,7 +50,7 @@ async def test_lines_arrive_with_rank_badges_and_the_root_cause_is_shown():
         assert panel.selected().rule == "python_exception"
         assert "ROOT CAUSE" in str(panel.query_one("#finding-text").render())
         # Progress came from the lines: step, loss and the throughput.
-        assert app.progress.state.step == 5 and app.progress.state.loss == pytest.approx(2.0)
+        assert app.progress.step == 5 and app.progress.loss == pytest.approx(2.0)
 
 
 async def test_markup_and_escape_codes_show_literally():

@@ -116,7 +116,7 @@ async def test_demo_app_follows_the_replay_and_ends_on_the_root_cause(tmp_path):
                 await pilot.pause(0.05)
             assert "GPU none:" in metrics
             assert "job    replay ended: the recorded job exited with code 1" in metrics and "running" not in metrics
-            assert app.progress.state.step == 23
+            assert app.progress.step == 23
     finally:
         replayer.stop()
 
@@ -144,7 +144,7 @@ async def test_run_app_follows_a_real_job_and_quits_without_stopping_it(tmp_path
                 if app.finished_note:
                     break
             assert app.finished_note == "job exited with code 1"
-            assert app.progress.state.step == 4
+            assert app.progress.step == 4
             assert app.query_one(FindingsPanel).root.title.startswith("ValueError")
             await pilot.press("q")  # the job has ended: no question
         assert app.return_value == 1

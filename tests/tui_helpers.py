@@ -6,6 +6,7 @@ import queue
 
 from monitor.model import Diagnosis, Finding, LogLine
 from monitor.metrics.model import DirUsage, GpuSample, HostSample, JobProcess, JobSample, Sample
+from monitor.progress import ProgressTracker
 from monitor.session.feeds import LogBatch
 
 FIRST_SEEN = 1_763_720_000.0  # a fixed wall-clock time; tests set TZ=UTC
@@ -82,9 +83,11 @@ def host_sample(with_gpus: bool = False) -> Sample:
 
 
 class ScriptedLogFeed:
-    """Hands out the batches the test queues, in order; an empty batch when none is queued."""
+    """Hands out the batches the test queues, in order; an empty batch when none is queued. Like
+    the session's feed, each batch carries the progress its lines changed."""
 
     def __init__(self, batches: list[LogBatch] | None = None) -> None:
+        self.progress = ProgressTracker(clock=lambda: 0.0)
         self.batches: queue.Queue[LogBatch] = queue.Queue()
         for batch in batches or []:
             self.batches.put(batch)
@@ -94,9 +97,15 @@ class ScriptedLogFeed:
     def poll(self, timeout: float) -> LogBatch:
         self.polls += 1
         try:
-            return self.batches.get(timeout=timeout)
+            batch = self.batches.get(timeout=timeout)
         except queue.Empty:
             return LogBatch()
+        version = self.progress.version
+        for line in batch.lines:
+            self.progress.feed(line.text, line.rank, 0.0, line.file)
+        if self.progress.version != version:
+            batch.progress = self.progress.state
+        return batch
 
     def diagnosis(self) -> Diagnosis:
         return Diagnosis(root_cause=None, findings=[], files=[])

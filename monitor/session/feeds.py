@@ -97,6 +97,7 @@ class SessionFeed:
         self._close_session = close_session
         self._next_more_paths = 0.0
         self._version = -1
+        self._progress_version = 0
 
     def poll(self, timeout: float) -> LogBatch:
         note = self._ended() if self._ended is not None else None
@@ -111,6 +112,9 @@ class SessionFeed:
             self.session.flush()
             said = self._at_end(self.session) if self._at_end is not None else ""
             batch.finished, batch.note = True, f"{note}; {said}" if said else note
+        if self.session.progress.version != self._progress_version:
+            self._progress_version = self.session.progress.version
+            batch.progress = self.session.progress.state
         if self.session.version != self._version:
             self._version = self.session.version
             root = self.session.root_cause()

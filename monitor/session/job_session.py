@@ -46,6 +46,7 @@ from monitor.logs.nodes import nodes_from_names
 from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import UnreadableLog, last_lines, line_end
 from monitor.model import SEVERITY_ORDER, TIMEOUT_CATEGORIES, Diagnosis, Finding, LogLine
+from monitor.progress import ProgressTracker
 from monitor.session.hang_probe import NOT_TAKEN_RULE, HangProbe
 from monitor.session.stall import StallDetector, resolved_note
 
@@ -103,6 +104,9 @@ class JobSession:
         self._named_from = 0  # how many files the names were read from
         self.engine = Engine(catalogue, node_of=self._named_nodes.get)
         self.stall = StallDetector(stall_after)
+        # The training progress the lines say (step, loss, rate): tracked here, once, on the
+        # session's thread; the screen and the status snapshot read it.
+        self.progress = ProgressTracker(clock)
         self.problems: list[str] = []
         self.stop_requested = False
         self._asked_to_stop = stop_requested
@@ -372,6 +376,7 @@ class JobSession:
                 next_end = next(ends, None)
             line = self._attribute(line)
             attributed.append(line)
+            self.progress.feed(line.text, line.rank, now, line.file)
             new += self._taken(engine.feed(line))
             if self._novelty is not None and (news := self._novelty.observe(line)) is not None:
                 new.append(engine.add_external(news))

@@ -1,8 +1,7 @@
 """A snapshot of one job session for readers on other threads (the Prometheus endpoint).
 
 The session belongs to one thread; a scrape comes on another. ``StatusPublisher`` runs on the
-session's thread after each step (``JobSession(on_step=...)``), follows the training progress in
-the lines it is shown, and at most once a second swaps in a new frozen ``JobStatus`` that any
+session's thread after each step (``JobSession(on_step=...)``) and at most once a second swaps in a new frozen ``JobStatus`` that any
 thread may read (one attribute assignment: a reader sees the old snapshot or the new one).
 """
 
@@ -13,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from monitor.model import Finding
-from monitor.progress import ProgressState, ProgressTracker
+from monitor.progress import ProgressState
 
 PUBLISH_EVERY_S = 1.0
 
@@ -40,14 +39,11 @@ class StatusPublisher:
     def __init__(self, clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._wall_clock = wall_clock
-        self._progress = ProgressTracker(clock)
         self._next = 0.0
         self.latest = JobStatus(time=wall_clock())
 
     def __call__(self, session, lines) -> None:
         """After one step of ``session`` (on its thread): ``lines``, the lines it brought."""
-        for line in lines:
-            self._progress.feed(line.text, line.rank)
         now = self._clock()
         if now >= self._next:
             self._next = now + PUBLISH_EVERY_S
@@ -64,6 +60,6 @@ class StatusPublisher:
         self.latest = JobStatus(
             time=wall, findings=counts, root_cause=root,
             rank_last_line=session.last_line_times(), possible_hang=session.stall.active is not None,
-            progress=self._progress.state, steps_per_s=self._progress.steps_per_s(), running=exit_code is None,
+            progress=session.progress.state, steps_per_s=session.progress.steps_per_s(), running=exit_code is None,
             exit_code=exit_code,
         )

@@ -22,7 +22,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from monitor.files import replace_file
 from monitor.model import Diagnosis, Finding
 from monitor.text import safe_json, safe_text
-from monitor.progress import ProgressTracker
+from monitor.progress import ProgressState
 from monitor.tui.driver import HangUpSafeDriver
 from monitor.session.feeds import LogBatch, LogFeed, MetricsFeed
 from monitor.tui.findings_panel import WIDE, FindingsPanel, JobTimeline, describe
@@ -116,7 +116,8 @@ class MonitorApp(App[int]):
         self.metrics_interval = metrics_interval
         self.sub_title = safe_text(title)  # a command line or path can hold escape codes too
         self.store = LogStore()
-        self.progress = ProgressTracker(clock=clock)
+        # The last progress the feed posted (the session tracks it; the screen shows it).
+        self.progress = ProgressState()
         self._clock = clock
         self._findings: list[Finding] = []
         self._root: Finding | None = None
@@ -205,7 +206,7 @@ class MonitorApp(App[int]):
         in_flight = False
         while not worker.is_cancelled:
             if not pending.finished:
-                pending.merge(self._with_progress(self.log_feed.poll(POLL_S)))
+                pending.merge(self.log_feed.poll(POLL_S))
             elif in_flight and not self._applied.wait(POLL_S):
                 continue  # the source is done: only the batch on screen is awaited
             if (excess := len(pending.lines) - MAX_PENDING_LINES) > 0:
@@ -223,16 +224,6 @@ class MonitorApp(App[int]):
                         return
                 return
             pending, last_post, in_flight = LogBatch(), time.monotonic(), True
-
-    def _with_progress(self, batch: LogBatch) -> LogBatch:
-        """The batch, carrying the progress state when its lines changed it. Parsed here, off the
-        draw path: this worker is the tracker's only writer; the screen shows the state it posts."""
-        version, now = self.progress.version, self._clock()
-        for line in batch.lines:
-            self.progress.feed(line.text, line.rank, now, line.file)
-        if self.progress.version != version:
-            batch.progress = self.progress.state
-        return batch
 
     def _start_sample(self) -> None:
         self.run_worker(self._take_sample, thread=True, group="metrics", name="metrics", exit_on_error=False)
@@ -291,6 +282,7 @@ class MonitorApp(App[int]):
         if batch.lines:
             self._add_lines(batch.lines)
         if batch.progress is not None:
+            self.progress = batch.progress
             self.query_one(ProgressPanel).show(batch.progress)
         if batch.findings is not None:
             self._findings = batch.findings
