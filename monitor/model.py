@@ -224,6 +224,12 @@ def one_line(finding: Finding) -> str:
     return f"{finding.severity.upper():<7} {ranks}: {finding.title}{where}"
 
 
+def any_error(findings) -> bool:
+    """Whether the job failed, as the findings say: one of them is an error (the exit code of
+    ``diagnose`` and ``stacks``, the screen's "failed")."""
+    return any(f.severity == "error" for f in findings)
+
+
 def chronological(findings: list[Finding]) -> list[Finding]:
     """The findings in the order they happened, by one sort key for the whole list.
 
@@ -294,7 +300,7 @@ class Diagnosis:
 
     @property
     def failed(self) -> bool:
-        return any(f.severity == "error" for f in self.findings)
+        return any_error(self.findings)
 
     def to_json(self) -> dict:
         return {

@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from monitor.cli import UsageError
     from monitor.flight_recorder.variables import recorder_of
-    from monitor.model import one_line
+    from monitor.model import any_error, one_line
     from monitor.runner.job import side_file
     from monitor.runner.processes import descendants
     from monitor.session.hang_probe import Look
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         for finding in found:
             print(one_line(finding))
             print(finding.for_display().remedy, end="\n\n")
-    return 1 if any(f.severity == "error" for f in found) else 0
+    return 1 if any_error(found) else 0
 
 
 def _job_pid(log: Path, state_path: Path) -> int:

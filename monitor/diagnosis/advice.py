@@ -24,7 +24,7 @@ class AdviceError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Advice:
+class AdviceEntry:
     id: str
     text: str
     example_fields: dict[str, str] = field(default_factory=dict)
@@ -56,16 +56,16 @@ def advice(advice_id: str, **fields: str) -> str:
 
 
 @functools.cache
-def shipped() -> dict[str, Advice]:
+def shipped() -> dict[str, AdviceEntry]:
     from monitor.diagnosis.catalogue import shipped_rules_dir
 
     directory = shipped_rules_dir()
     return load_file(directory / ADVICE_FILE) if directory is not None else {}
 
 
-def load_file(path: Path) -> dict[str, Advice]:
+def load_file(path: Path) -> dict[str, AdviceEntry]:
     _, data = read_toml_file(path, "the advice file", AdviceError)
-    entries: dict[str, Advice] = {}
+    entries: dict[str, AdviceEntry] = {}
     for index, table in enumerate(data.get("advice", [])):
         if not isinstance(table.get("id"), str) or not isinstance(table.get("text"), str):
             raise AdviceError(f"{path}: advice #{index + 1}: needs an id and a text")
@@ -75,6 +75,6 @@ def load_file(path: Path) -> dict[str, Advice]:
             if not isinstance(table[key], str) or field_names(table[key]) != field_names(table["text"]):
                 raise AdviceError(f"{path}: advice {table['id']}: {key} must be a text naming the same fields as text")
             translations[key.removeprefix("text_")] = table[key]
-        entries[table["id"]] = Advice(table["id"], table["text"], dict(example.get("fields", {})),
+        entries[table["id"]] = AdviceEntry(table["id"], table["text"], dict(example.get("fields", {})),
                                       example.get("contains", ""), translations)
     return entries

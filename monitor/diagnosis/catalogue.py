@@ -59,7 +59,7 @@ class RuleError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Advice:
+class RuleAdvice:
     text: str
     when: Condition | None = None
     # The text in other languages, by language ("zh").
@@ -93,7 +93,7 @@ class Rule:
     remedy: str = ""
     # The title once a confirm finding of the same category confirmed the finding ("": title).
     confirmed_title: str = ""
-    advice: tuple[Advice, ...] = ()
+    advice: tuple[RuleAdvice, ...] = ()
     examples_match: tuple[str, ...] = ()
     examples_no_match: tuple[str, ...] = ()
     source: str = ""
@@ -417,7 +417,7 @@ def _table_list(value, key: str, fail) -> list:
     return value
 
 
-def _build_advice(item: dict, n: int, known: set[str], fail, loc: _Locator, start: int, end: int) -> Advice:
+def _build_advice(item: dict, n: int, known: set[str], fail, loc: _Locator, start: int, end: int) -> RuleAdvice:
     line = _nth_line(loc, "[[rule.advice]]", n, start, end)
     for key in sorted(set(item) - ADVICE_KEYS):
         raise fail(f"advice: unknown key {key!r} (allowed: {', '.join(sorted(ADVICE_KEYS))})", loc.key_line(key, line, end))
@@ -449,7 +449,7 @@ def _build_advice(item: dict, n: int, known: set[str], fail, loc: _Locator, star
                 raise fail(f"advice text_{lang} must be a string", loc.key_line(f"text_{lang}", line, end))
             _check_translation(text, translated, f"advice text_{lang}", fail, loc.key_line(f"text_{lang}", line, end))
             translations[lang] = translated.strip()
-    return Advice(text=text.strip(), when=when, unless_log=unless, if_log=only_if,
+    return RuleAdvice(text=text.strip(), when=when, unless_log=unless, if_log=only_if,
                   unless_record=unless_record, if_record=if_record, translations=translations)
 
 

@@ -17,7 +17,7 @@ from typing import Protocol
 import regex
 
 from monitor.diagnosis import pyexc, records
-from monitor.diagnosis.catalogue import Advice, Catalogue, Rule
+from monitor.diagnosis.catalogue import RuleAdvice, Catalogue, Rule
 from monitor.diagnosis.records import Record
 from monitor.logs.ranks import parse_prefix, rank_in_text
 
@@ -51,7 +51,7 @@ class Match:
     confidence: str = "certain"
     confidence_note: str = ""
     confirmed_title: str = ""  # the title once a confirm finding of its category confirmed it
-    advice: tuple[Advice, ...] = ()
+    advice: tuple[RuleAdvice, ...] = ()
     skipped_advice: frozenset[int] = frozenset()  # advice this record rules out (if/unless_record)
 
 

@@ -255,7 +255,10 @@ def on_network_file_system(fd: int) -> bool:
     return best is not None and best.fstype in NETWORK_FILE_SYSTEMS
 
 
-class SamplesFile:
+class Recorder:
+    """The recording process: starts the job, copies every byte it prints to the log and the
+    terminal, and keeps its state file (the job's pid, its exit) for the monitor."""
+
     def __init__(self, opts: argparse.Namespace) -> None:
         self.opts = opts
         self.state_path = Path(opts.state)
@@ -471,7 +474,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    recorder = SamplesFile(parse_args(sys.argv[1:] if argv is None else argv))
+    recorder = Recorder(parse_args(sys.argv[1:] if argv is None else argv))
     for signum in STOP_SIGNALS:
         signal.signal(signum, recorder.on_stop_signal)
     become_subreaper()

@@ -20,7 +20,7 @@ from textual.widgets import Footer, Header, Input, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from monitor.files import replace_file
-from monitor.model import Diagnosis, Finding
+from monitor.model import Diagnosis, Finding, any_error
 from monitor.text import safe_json, safe_text
 from monitor.progress import ProgressState
 from monitor.tui.driver import HangUpSafeDriver
@@ -317,7 +317,7 @@ class MonitorApp(App[int]):
         self.set_timer(self.metrics_interval, self._start_sample)
 
     def _show_findings(self) -> None:
-        self.failed = any(f.severity == "error" for f in self._findings)
+        self.failed = any_error(self._findings)
         self.query_one(FindingsPanel).show(self._findings, self._root)
         self._mark_lines()
         self._update_status()
