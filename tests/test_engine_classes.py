@@ -371,6 +371,24 @@ def test_lost_nodes_broken_launches_and_outside_stops_in_their_own_words(
     assert (root["rule"], root["category"]) == (rule, category)
 
 
+@pytest.mark.parametrize("ready, world_line, rank", [
+    ("0, 1, 3", "", 2),                                   # the gap below the highest ready rank
+    ("2, 0, 1", "[1,3]<stderr>:Epoch 1/90\n", 3),          # a rank the log shows, missing from the list
+    ("0, 1, 2", "", None),                                # every rank it can know of was ready
+])
+def test_horovods_ready_ranks_name_the_rank_the_others_waited_for(
+        tmp_path: Path, ready: str, world_line: str, rank: int | None) -> None:
+    """Horovod before 0.20 (operations.cc): "Stalled ops: <tensor> [ready ranks: ...]"."""
+    root = _diagnose(tmp_path, world_line + (
+        "WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks "
+        "and are waiting for remainder of ranks for more than 60 seconds.\n"
+        f"Stalled ops: HorovodAllreduce_gradients_AddN_58_0 [ready ranks: {ready}], \n"
+    ))["root_cause"]
+    assert (root["rule"], root["rank"]) == ("horovod-stall", rank)
+    if rank is not None:
+        assert root["rank_source"] == "hang" and root["title"].startswith(f"Rank {rank} stalled")
+
+
 def test_the_report_of_a_hang_quotes_the_last_line_of_the_rank_that_hung() -> None:
     """Seven ranks time out in the all-reduce; rank 7 never reported: its last line says what it
     was doing (fetching a data shard), from the end of the file, bounded."""

@@ -144,6 +144,8 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
     # A hang's suspect is already the rank the others waited for (``hang_suspect``).
     if root is None or (root.rank is not None and (root.role != "cascade" or root.rank_source == "hang")):
         return root
+    if root.rank is None and (waited := _not_ready(root, evidence)) is not None:
+        return waited
     summary = next((f for f in chronological(findings) if f.rank_source == "summary" and f.rank is not None), None)
     if summary is not None:
         if summary.rank == root.rank:
@@ -155,6 +157,26 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
     if local is None:
         return root
     return replace(root, rank=local, ranks=list(root.ranks) or [local], rank_source="local")
+
+
+def _not_ready(root: Finding, evidence: RankEvidence | None) -> Finding | None:
+    """A stall report that lists the ranks that were ready (Horovod's "[ready ranks: 0, 1, 3]",
+    field ``ready``) names the rank the others waited for: the lowest rank of the job missing
+    from it (the job's ranks: those below the highest ready one, and those the log showed)."""
+    ready = {int(r) for r in str(root.fields.get("ready", "")).replace(" ", "").split(",") if r.isdigit()}
+    if not ready:
+        return None
+    world = evidence.world_size if evidence is not None else None
+    known = set(range(max(ready) + 1)) | (set(evidence.known_ranks) if evidence is not None else set())
+    missing = sorted(r for r in known - ready if world is None or r < world)
+    if not missing:
+        return None
+    rank = missing[0]
+    reason = f"rank {rank} is not among the ranks that were ready ({root.fields['ready']})"
+    return replace(root, rank=rank, ranks=list(root.ranks), rank_source="hang",
+                   title=f"Rank {rank} stalled; the others waited for it ({root.title})",
+                   fields=dict(root.fields, suspect_rank=str(rank), suspect_reason=reason),
+                   remedy=f"Hang: {reason}. Look at what rank {rank} was doing last.\n" + root.remedy)
 
 
 # Fields in which a launcher names the local rank of a failed process: torchelastic's "failed
