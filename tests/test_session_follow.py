@@ -85,3 +85,24 @@ def test_traceback_completes_after_idle_without_a_following_line(tmp_path, catal
     session.close()
     assert [f.category for f in new] == ["cuda_oom"]
     assert new[0].rank == 0 and new[0].line == 5
+
+
+def test_a_progress_bar_that_never_ends_its_line_is_followed(tmp_path, catalogue):
+    """tqdm redraws one line with \\r until its loop is done: the session's progress follows the
+    partial line as it grows, without waiting for the line's end."""
+    log = tmp_path / "rank3.log"
+    log.write_bytes(b"[rank3]: starting\n")
+    session = JobSession([str(log)], catalogue)
+    try:
+        session.step(timeout=0.2)
+        with open(log, "ab") as handle:
+            handle.write(b"\r[rank3]: Epoch 3:  45%|####5     | 450/1000 [00:10<00:12, 45.00it/s, loss=2.31]")
+        for _ in range(20):
+            session.step(timeout=0.1)
+            if session.progress.state.step is not None:
+                break
+        state = session.progress.state
+        assert (state.step, state.total, state.loss) == (450, 1000, 2.31)
+        assert session.engine.lines_fed == 1  # the partial line is no line of the log yet
+    finally:
+        session.close()

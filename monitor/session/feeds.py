@@ -76,6 +76,12 @@ class MetricsFeed(Protocol):
         worker thread, the next call after this one returned."""
 
 
+def retry_after_failed_sample(interval: float) -> float:
+    """Seconds before sampling again after a sample failed (NVML or psutil raised): no sooner
+    than 5 s, so a broken driver is not asked again every second."""
+    return max(interval, 5.0)
+
+
 class SessionFeed:
     """A JobSession as a LogFeed. ``ended`` says (in words) when the source has stopped for good
     (the job exited, the replay ended); after that, the first poll that brings no line finishes.
@@ -231,5 +237,5 @@ class MetricsPump:
                 if not warned and self._warn is not None:
                     self._warn(f"metrics sampling failed ({type(exc).__name__}: {exc}); retrying")
                 warned = True
-                pause = max(self.interval, 5.0)
+                pause = retry_after_failed_sample(self.interval)
             self._stop.wait(pause)

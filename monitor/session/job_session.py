@@ -107,6 +107,7 @@ class JobSession:
         # The training progress the lines say (step, loss, rate): tracked here, once, on the
         # session's thread; the screen and the status snapshot read it.
         self.progress = ProgressTracker(clock)
+        self._partial_seen: dict[str, str] = {}  # file -> its partial last line, as last fed
         self.problems: list[str] = []
         self.stop_requested = False
         self._asked_to_stop = stop_requested
@@ -196,6 +197,7 @@ class JobSession:
                 self._quiet_since[line.file] = now  # a record the scan left open completes when idle
         self.problems += update.problems
         step.lines = attached + self._feed(update.lines, update.ended, now, step.new_findings)
+        self._follow_partial_lines(now)
         for file, since in list(self._quiet_since.items()):
             if now - since >= IDLE_FLUSH_S:
                 if self.engine.has_pending(file):  # else there is nothing to complete
@@ -385,6 +387,16 @@ class JobSession:
             new += self._taken(engine.flush(next_end[1]))
             next_end = next(ends, None)
         return attributed
+
+    def _follow_partial_lines(self, now: float) -> None:
+        """A progress bar that redraws its line with \\r and never ends it (tqdm, until the loop
+        is done) says the progress too: each file's partial last line, when it changed, goes to
+        the progress tracker (not to the engine: it is no line yet)."""
+        for path, text in self.follower.pending().items():
+            if self._partial_seen.get(path) != text:
+                self._partial_seen[path] = text
+                line = self._attribute(LogLine(path, 0, text))
+                self.progress.feed(line.text, line.rank, now, path)
 
     def _attribute(self, line: LogLine) -> LogLine:
         """The rank as ``diagnose`` gives it (``ranks.FileRanks``)."""

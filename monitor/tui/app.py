@@ -24,7 +24,7 @@ from monitor.model import Diagnosis, Finding, any_error
 from monitor.text import safe_json, safe_text
 from monitor.progress import ProgressState
 from monitor.tui.driver import HangUpSafeDriver
-from monitor.session.feeds import LogBatch, LogFeed, MetricsFeed
+from monitor.session.feeds import LogBatch, LogFeed, MetricsFeed, retry_after_failed_sample
 from monitor.tui.findings_panel import WIDE, FindingsPanel, JobTimeline, describe
 from monitor.tui.log_store import LEVEL_ERROR, LEVEL_INFO, LEVEL_WARNING, FilterError, LineFilter, LogStore
 from monitor.tui.log_view import LogView
@@ -234,7 +234,7 @@ class MonitorApp(App[int]):
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group == "metrics" and event.state == WorkerState.ERROR:
             self.notify(f"metrics sampling failed: {event.worker.error}", severity="warning", markup=False)
-            self.set_timer(max(self.metrics_interval, 5.0), self._start_sample)
+            self.set_timer(retry_after_failed_sample(self.metrics_interval), self._start_sample)
         elif event.worker.group == "logs" and event.state == WorkerState.ERROR:
             self.notify(f"reading the logs failed: {event.worker.error}", severity="error", timeout=30, markup=False)
 
