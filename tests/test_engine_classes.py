@@ -389,6 +389,24 @@ def test_horovods_ready_ranks_name_the_rank_the_others_waited_for(
         assert root["rank_source"] == "hang" and root["title"].startswith(f"Rank {rank} stalled")
 
 
+@pytest.mark.parametrize("lead", ["2024-11-20 14:37:16 ", "2021-03-10T13:22:37.443Z: ", "Fri Oct 23 17:16:00 2020"])
+def test_a_time_written_before_the_rank_prefix_is_not_part_of_the_traceback(tmp_path: Path, lead: str) -> None:
+    """A logging wrapper's (or ts's, or horovodrun --timestamp-output's) time before each line's
+    prefix: the traceback's header, frames and exception line are read as the program wrote them."""
+    prefix = "[rank3]: " if "[" not in lead and not lead.startswith("Fri") else "[3]<stderr>:"
+    if lead.endswith("Z: "):
+        prefix = "[1,3]<stderr>:"
+    text = "".join(lead + prefix + body + "\n" for body in (
+        "Traceback (most recent call last):",
+        '  File "/home/u/train.py", line 61, in main',
+        "    batch = collate(items)",
+        "KeyError: 'input_ids'",
+    ))
+    root = _diagnose(tmp_path, text)["root_cause"]
+    assert (root["category"], root["rank"], root["fields"]["exc_type"]) == ("python_exception", 3, "KeyError")
+    assert root["confidence"] == "likely"  # the whole traceback was read, not its last line alone
+
+
 def test_the_report_of_a_hang_quotes_the_last_line_of_the_rank_that_hung() -> None:
     """Seven ranks time out in the all-reduce; rank 7 never reported: its last line says what it
     was doing (fetching a data shard), from the end of the file, bounded."""

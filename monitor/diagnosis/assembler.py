@@ -118,7 +118,7 @@ class RecordAssembler:
         # Records this line completed: what they tell may have no time of its own either.
         untimed = [e for e in events[first_event:] if isinstance(e, Record) and e.time_after is None]
         if (untimed or line.file in self.times_wanted or self._pending_per_file.get(line.file)) and \
-                (stamp := parse_timestamp(prefix.body)) is not None:
+                (stamp := parse_timestamp(prefix.lead or prefix.body)) is not None:
             for record in untimed:
                 record.time_after = stamp
             self._note_time(key, stamp, events)

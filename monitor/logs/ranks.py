@@ -38,6 +38,9 @@ class Prefix:
     body: str
     # The rank is the node's local rank (torchrun's ``[default1]:``), not the job's global one.
     local: bool = False
+    # A date and time written before the prefix (a logging wrapper, ``ts``): not part of the
+    # program's own text (``body``), but when it was written.
+    lead: str = ""
 
 
 def _may_have_prefix(text: str) -> bool:
@@ -67,8 +70,8 @@ def parse_prefix(text: str) -> Prefix:
             inner = parse_prefix(text[found.end():])
             if lead.keeps == "stream":  # a host: it names the stream where no rank or pid does
                 return Prefix(inner.rank, inner.stream or f"host={found['host']}", inner.body, inner.local)
-            if inner.rank is not None or inner.stream is not None:  # a time: it stays in the text
-                return Prefix(inner.rank, inner.stream, text[:found.end()] + inner.body, inner.local)
+            if inner.rank is not None or inner.stream is not None:  # a time: when, not what
+                return Prefix(inner.rank, inner.stream, inner.body, inner.local, text[:found.end()] + inner.lead)
         for literal, pattern in STREAMS:
             if literal in text and (own := pattern.match(text)) is not None:
                 return Prefix(None, ":".join(own.groups()), text)
