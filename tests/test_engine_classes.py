@@ -407,6 +407,23 @@ def test_a_time_written_before_the_rank_prefix_is_not_part_of_the_traceback(tmp_
     assert root["confidence"] == "likely"  # the whole traceback was read, not its last line alone
 
 
+@pytest.mark.parametrize("text, rule", [
+    # NCCL 2.12+ misc/socket.cc during ncclCommInitRank; TensorFlow/Horovod then says it failed.
+    ("node2:1203:1290 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.3<43921> failed : "
+     "Connection timed out\n"
+     "tensorflow.python.framework.errors_impl.UnknownError: ncclCommInitRank failed: unhandled system error\n",
+     "nccl-connect-failed"),
+    # torch's distributed_c10d.py on a build without NCCL (Windows, macOS, CPU-only).
+    ("-- Process 0 terminated with the following error:\nTraceback (most recent call last):\n"
+     '  File "train.py", line 40, in run\n    dist.init_process_group(backend="nccl", rank=rank, world_size=2)\n'
+     "RuntimeError: Distributed package doesn't have NCCL built in\n",
+     "nccl-not-built"),
+])
+def test_nccl_failures_told_by_nccl_and_by_torch(tmp_path: Path, text: str, rule: str) -> None:
+    root = _diagnose(tmp_path, text)["root_cause"]
+    assert (root["rule"], root["category"], root["role"]) == (rule, "nccl_error", "root")
+
+
 def test_the_report_of_a_hang_quotes_the_last_line_of_the_rank_that_hung() -> None:
     """Seven ranks time out in the all-reduce; rank 7 never reported: its last line says what it
     was doing (fetching a data shard), from the end of the file, bounded."""
