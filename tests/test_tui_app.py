@@ -179,8 +179,8 @@ async def test_no_gpu_is_said_in_one_line_and_the_host_still_shows():
         await pilot.pause(0.1)
         text = str(app.query_one("#metrics").render())
         assert "GPU none: NVML library not found" in text
-        assert "host" in text and "ram 9.0G/24.0G" in text
-        assert "r2 pid 103 95% 1.0G" in text
+        assert "host" in text and "ram 9.0/24.0GiB" in text
+        assert "r2 pid 103 95% 1.0GiB" in text
 
 
 async def test_help_screen_and_theme():

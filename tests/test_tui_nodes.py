@@ -71,5 +71,5 @@ async def test_a_job_folder_shows_nodes_and_filters_by_node(tmp_path: Path):
                 break
             await pilot.pause(0.05)
         panel = str(app.query_one(MetricsPanel).render())
-        assert "gpu-01   8 GPUs util  90% (min 90%) mem max 60.0G/80.0G 70°C 4000W" in panel, panel
+        assert "gpu-01   8 GPUs util  90% (min 90%) mem max 60.0/80.0GiB 70°C 4000W" in panel, panel
         assert "gpu-02   8 GPUs" in panel

@@ -92,7 +92,7 @@ class MetricsPanel(Widget):
         row.append(" mem ")
         row.append(filled, style=colour)
         row.append(empty, style="dim")
-        row.append(f" {fmt.size(gpu.memory_used_bytes)}/{fmt.size(gpu.memory_total_bytes)}")
+        row.append(f" {fmt.used_of(gpu.memory_used_bytes, gpu.memory_total_bytes)}")
         if gpu.temperature_c is not None:
             row.append(f" {gpu.temperature_c:.0f}°C", style="red" if gpu.temperature_c >= 85 else "")
         if gpu.power_w is not None:
@@ -119,7 +119,7 @@ class MetricsPanel(Widget):
             row.append(f"(min {low:.0f}%) ", style="bold yellow" if low < 5 else "dim")
         fullest = max(read, key=lambda g: g.memory_used_fraction or 0.0)
         fraction = fullest.memory_used_fraction
-        row.append(f"mem max {fmt.size(fullest.memory_used_bytes)}/{fmt.size(fullest.memory_total_bytes)}",
+        row.append(f"mem max {fmt.used_of(fullest.memory_used_bytes, fullest.memory_total_bytes)}",
                    style="bold red" if fraction is not None and fraction > 0.95 else "")
         temps = [g.temperature_c for g in read if g.temperature_c is not None]
         if temps:
@@ -139,19 +139,20 @@ class MetricsPanel(Widget):
         ram_fraction = host.memory_used_fraction
         row.append("ram ")
         row.append(
-            f"{fmt.size(host.memory_total_bytes - host.memory_available_bytes)}/{fmt.size(host.memory_total_bytes)}",
+            fmt.used_of(host.memory_total_bytes - host.memory_available_bytes, host.memory_total_bytes),
             style="bold red" if ram_fraction > 0.95 else "",
         )
-        if host.swap_total_bytes:
+        if host.swap_total_bytes and (host.swap_used_bytes or width >= 100):
             row.append(f" swap {fmt.size(host.swap_used_bytes)}")
         if host.shm_total_bytes:
             shm = host.shm_used_fraction or 0.0
-            row.append(f" shm {fmt.size(host.shm_used_bytes)}/{fmt.size(host.shm_total_bytes)}", style="bold red" if shm > 0.9 else "")
+            row.append(f" shm {fmt.used_of(host.shm_used_bytes, host.shm_total_bytes)}", style="bold red" if shm > 0.9 else "")
         for usage in host.dirs[: 2 if width >= 120 else 1]:
             if usage.total_bytes and usage.free_bytes is not None:
                 free = usage.free_bytes / usage.total_bytes
                 row.append(f" disk {fmt.size(usage.free_bytes)} free", style="bold red" if free < 0.05 else "")
-        if host.net_recv_bytes_per_s is not None and host.net_sent_bytes_per_s is not None:
+        # At 80 columns the row keeps what runs out (memory, shm, disk); the network rates need room.
+        if host.net_recv_bytes_per_s is not None and host.net_sent_bytes_per_s is not None and width >= 100:
             row.append(f" net ↓{fmt.size(host.net_recv_bytes_per_s)}/s ↑{fmt.size(host.net_sent_bytes_per_s)}/s")
         return row
 
@@ -164,7 +165,7 @@ class MetricsPanel(Widget):
             count = len(job.processes)
             return [Text(f"job    {count} process{'es' if count != 1 else ''}, {state}", style="dim")]
         wide = width >= 110
-        per_row = max(1, width // (36 if wide else 15))
+        per_row = max(1, width // (42 if wide else 22))
         rows, row = [], Text("ranks  ", style="bold")
         for count, proc in enumerate(sorted(ranked, key=lambda p: p.rank), start=1):
             cpu = f"{proc.cpu_percent:.0f}%" if proc.cpu_percent is not None else "?"

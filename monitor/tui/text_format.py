@@ -5,19 +5,26 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from monitor.units import clock, duration  # noqa: F401 (the panels' names for them)
+from monitor.units import binary_size, clock, duration  # noqa: F401 (the panels' names for them)
 
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 
 
 def size(value: float | None) -> str:
-    """Bytes as 1.2G / 340M / 12K."""
+    """Bytes in the binary units ``monitor metrics`` and the reports use, short: 1.2GiB / 340.0MiB
+    / 512B."""
     if value is None:
         return "?"
-    for unit, scale in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if abs(value) >= scale:
-            return f"{value / scale:.1f}{unit}"
-    return f"{value:.0f}B"
+    return binary_size(value).replace(" ", "")
+
+
+def used_of(used: float | None, total: float | None) -> str:
+    """"78.0/80.0GiB": used and total, the unit once where both have it."""
+    left, right = size(used), size(total)
+    unit = right.lstrip("0123456789.-")
+    if unit and left.endswith(unit) and left[: -len(unit)].replace(".", "").lstrip("-").isdigit():
+        return f"{left[: -len(unit)]}/{right}"
+    return f"{left}/{right}"
 
 
 def since_start(seconds: float) -> str:
