@@ -424,6 +424,22 @@ def test_nccl_failures_told_by_nccl_and_by_torch(tmp_path: Path, text: str, rule
     assert (root["rule"], root["category"], root["role"]) == (rule, "nccl_error", "root")
 
 
+@pytest.mark.parametrize("warn", [
+    "include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device",  # NCCL 2.7-2.11
+    "misc/shmutils.cc:87 NCCL WARN Error: failed to extend /dev/shm/nccl-oF4i4g to 33030148 bytes, "
+    "error: No space left on device (28)",                                                  # NCCL 2.12 on
+])
+def test_ncclss_shared_memory_running_out_is_no_full_disk(tmp_path: Path, warn: str) -> None:
+    """NCCL's /dev/shm segments say "No space left on device" too: shm, not the disk."""
+    root = _diagnose(tmp_path, (
+        f"node1:8639:8745 [0] {warn}\n"
+        "node1:8639:8745 [0] NCCL INFO include/shm.h:41 -> 2\n"
+        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, unhandled system "
+        "error, NCCL version 2.10.3\n"
+    ))["root_cause"]
+    assert (root["rule"], root["category"]) == ("nccl-shm", "shm_exhausted")
+
+
 def test_the_report_of_a_hang_quotes_the_last_line_of_the_rank_that_hung() -> None:
     """Seven ranks time out in the all-reduce; rank 7 never reported: its last line says what it
     was doing (fetching a data shard), from the end of the file, bounded."""
