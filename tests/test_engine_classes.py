@@ -440,6 +440,23 @@ def test_ncclss_shared_memory_running_out_is_no_full_disk(tmp_path: Path, warn: 
     assert (root["rule"], root["category"]) == ("nccl-shm", "shm_exhausted")
 
 
+@pytest.mark.parametrize("text, rule", [
+    # TensorFlow's BFC allocator for a tensor on the host.
+    ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
+     "shape[1024,50000] and type float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu\n",
+     "host-alloc-failed"),
+    # The kernel's oom_kill.c header, as dmesg shows it beside the job's output.
+    ("step 4100 loss 2.2\n[ 8123.410123] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), "
+     "order=0, oom_score_adj=0\n", "host-oom-kill"),
+    # An interactive bash's report of its foreground job killed by signal 9.
+    ("step 4100 loss 2.2\nKilled\n", "sigkill"),
+])
+def test_host_memory_running_out_in_the_words_of_tensorflow_the_kernel_and_bash(
+        tmp_path: Path, text: str, rule: str) -> None:
+    root = _diagnose(tmp_path, text)["root_cause"]
+    assert (root["rule"], root["category"]) == (rule, "host_oom")
+
+
 def test_the_report_of_a_hang_quotes_the_last_line_of_the_rank_that_hung() -> None:
     """Seven ranks time out in the all-reduce; rank 7 never reported: its last line says what it
     was doing (fetching a data shard), from the end of the file, bounded."""

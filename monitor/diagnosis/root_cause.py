@@ -15,7 +15,8 @@ In order:
    rank a timeout's own message names (monitoredBarrier), or the rank that never reached, or
    never finished, the collective the others waited in;
 3. the earliest other error that is not a confirmation (only cascades: a SIGKILL before the
-   peers' lost connections);
+   peers' lost connections), else the earliest confirmation a log line made (the kernel's OOM
+   kill of a process, SLURM's oom-kill event, with nothing else failing: weak, not nothing);
 4. a stall (the job went silent while nothing failed);
 5. how the job exited (a bare "exited with 1" says less than any of the above).
 
@@ -76,6 +77,9 @@ def choose(findings: list[Finding], ranks: RankEvidence | None = None) -> Findin
     errors = [f for f in weighed if f.severity == "error" and f.role != "confirm"]
     if errors:
         return chronological(errors)[0]
+    confirms = [f for f in weighed if f.severity == "error" and f.role == "confirm" and f.origin == "log"]
+    if confirms:
+        return chronological(confirms)[0]
     stalls = [f for f in findings if f.origin == "stall" and f.role == "root"]  # not one that passed
     if stalls:
         return stalls[-1]
