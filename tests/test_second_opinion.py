@@ -125,7 +125,7 @@ def test_a_bad_model_file_is_one_line_and_the_rules_alone_decide(tmp_path: Path,
     model.write_text(content)
     with pytest.raises(ModelError, match=says):
         load_model(model)
-    log = _job(tmp_path, "Loading model\nKilled\n")
+    log = _job(tmp_path, "Loading model\nthe worker went away\n")
     out = _monitor("diagnose", "--json", "--model", str(model), str(log))
     assert out.returncode == 0, out.stderr  # nothing found by the rules; the model said nothing
     [problem] = json.loads(out.stdout)["problems"]

@@ -339,5 +339,6 @@ def _confirmed(target: Finding, confirm: Finding) -> Finding:
 
 
 def _record_time(record: Record, positions: tuple[int, ...]) -> float | None:
-    """When a record's occurrence was written: its first line's time, else its matched line's."""
-    return parse_timestamp(record.bodies[0]) or parse_timestamp(record.bodies[positions[0]])
+    """When a record's occurrence was written: its first line's time, else its matched line's (the
+    whole line: a time written before the rank prefix is not in the body)."""
+    return parse_timestamp(record.lines[0].text) or parse_timestamp(record.lines[positions[0]].text)
