@@ -29,8 +29,8 @@ class Prefix:
 @dataclass(frozen=True, slots=True)
 class Lead:
     name: str
-    keeps: str  # "text": it stays in the line's text; "stream": its host names the stream
-    first: str  # "digit" | "alpha": what its first character is (a cheap test before the regex)
+    keeps: str  # "text": it stays in the line's text; "stream": its host names the stream; "nothing"
+    first: str  # "digit" | "alpha" | "quote" (">"): what its first character is (a cheap test before the regex)
     pattern: regex.Pattern
 
 

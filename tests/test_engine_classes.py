@@ -445,9 +445,9 @@ def test_ncclss_shared_memory_running_out_is_no_full_disk(tmp_path: Path, warn: 
     ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
      "shape[1024,50000] and type float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu\n",
      "host-alloc-failed"),
-    # The kernel's oom_kill.c header, as dmesg shows it beside the job's output.
-    ("step 4100 loss 2.2\n[ 8123.410123] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), "
-     "order=0, oom_score_adj=0\n", "host-oom-kill"),
+    # The kernel's oom_kill.c (__oom_kill_process), as dmesg shows it beside the job's output.
+    ("step 4100 loss 2.2\n[ 8123.410123] Memory cgroup out of memory: Killed process 7015 (python) "
+     "total-vm:212841116kB, anon-rss:198234520kB, file-rss:0kB\n", "host-oom-kill"),
     # An interactive bash's report of its foreground job killed by signal 9.
     ("step 4100 loss 2.2\nKilled\n", "sigkill"),
 ])
@@ -455,6 +455,21 @@ def test_host_memory_running_out_in_the_words_of_tensorflow_the_kernel_and_bash(
         tmp_path: Path, text: str, rule: str) -> None:
     root = _diagnose(tmp_path, text)["root_cause"]
     assert (root["rule"], root["category"]) == (rule, "host_oom")
+
+
+@pytest.mark.parametrize("quote", ["> ", "> > ", ">"])
+def test_a_quoted_paste_is_read_as_the_program_wrote_it(tmp_path: Path, quote: str) -> None:
+    """A log quoted in a GitHub comment or a mail: the quote marks go, the rank prefix and the
+    traceback under them are read."""
+    text = "".join(quote + line + "\n" for line in (
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "/home/u/train.py", line 61, in main',
+        "[rank1]:     batch = collate(items)",
+        "[rank1]: KeyError: 'input_ids'",
+    ))
+    root = _diagnose(tmp_path, text)["root_cause"]
+    assert (root["category"], root["rank"], root["fields"]["exc_type"], root["confidence"]) == (
+        "python_exception", 1, "KeyError", "likely")
 
 
 def test_the_report_of_a_hang_quotes_the_last_line_of_the_rank_that_hung() -> None:

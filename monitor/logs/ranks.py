@@ -47,7 +47,7 @@ def _may_have_prefix(text: str) -> bool:
     """Whether ``text`` starts as one of the prefixes can (``[``, ``(``, a digit or whitespace):
     this runs on every line, and a plain line then skips the regex."""
     first = text[:1]
-    return first == "[" or first == "(" or first.isdigit() or first.isspace()
+    return first == "[" or first == "(" or first == ">" or first.isdigit() or first.isspace()
 
 
 def _number(match: regex.Match) -> tuple[str, str]:
@@ -63,11 +63,13 @@ def parse_prefix(text: str) -> Prefix:
     if match is None:
         first = text[:1]
         for lead in LEADS:
-            if not (first.isdigit() if lead.first == "digit" else first.isalpha()):
+            if not (first.isdigit() if lead.first == "digit" else first == ">" if lead.first == "quote" else first.isalpha()):
                 continue
             if (found := lead.pattern.match(text)) is None:
                 continue
             inner = parse_prefix(text[found.end():])
+            if lead.keeps == "nothing":  # a quote: the paste's, not the program's
+                return inner
             if lead.keeps == "stream":  # a host: it names the stream where no rank or pid does
                 return Prefix(inner.rank, inner.stream or f"host={found['host']}", inner.body, inner.local)
             if inner.rank is not None or inner.stream is not None:  # a time: when, not what
