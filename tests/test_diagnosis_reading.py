@@ -260,3 +260,17 @@ def test_fast_scan_cuts_an_overlong_progress_line_as_the_line_path_does(tmp_path
         scan_file(log, engine, chunk_bytes=chunk)
         engine.flush()
         assert [(f.rule, f.line, f.count) for f in engine.findings] == slow, chunk
+
+
+def test_a_gz_cut_in_its_first_bytes_is_one_line_not_a_traceback(tmp_path):
+    """gzip raises EOFError (no strerror) on a stream cut before its end: mypy found the reader
+    reading .strerror from it."""
+    import gzip
+    import subprocess
+    import sys
+    log = tmp_path / "rank0.log.gz"
+    log.write_bytes(gzip.compress(b"step 1 loss 2.0\n" * 100)[:5])
+    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", str(log)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"monitor: {log}: ") and out.stderr.count("\n") == 1, out.stderr
+    assert "Traceback" not in out.stderr

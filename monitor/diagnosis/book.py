@@ -25,7 +25,7 @@ from monitor.diagnosis.secrets import mask
 from monitor.diagnosis.templates import render
 from monitor.diagnosis.timestamps import parse_timestamp
 from monitor.logs.nodes import node_name_of
-from monitor.model import SEVERITY_ORDER, Finding, LogLine
+from monitor.model import SEVERITY_ORDER, Category, Finding, LogLine
 
 
 @dataclass(slots=True)
@@ -126,7 +126,7 @@ class FindingBook:
         if node is not None:
             fields.setdefault("node", node)  # what a remedy names to exclude: --exclude={node}
         finding = Finding(
-            rule=match.rule, category=match.category, severity=match.severity, role=match.role,
+            rule=match.rule, category=Category(match.category), severity=match.severity, role=match.role,
             title="", rank=rank, ranks=[rank] if rank is not None else [], file=first.file,
             line=first.line, count=1, evidence=[mask(record.lines[p].text) for p in match.evidence],
             fields=fields, remedy="", seq=next(self._seq), arrival=record.arrival,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import regex
 
-from monitor.model import RANK_SOURCES, Category
+from monitor.model import RANK_SOURCES, Category, Confidence, Role, Severity
 from monitor.diagnosis.conditions import Condition, ConditionError
 from monitor.diagnosis.advice import ADVICE_FILE
 from monitor.diagnosis.knobs import KNOBS_FILE, Knob, KnobError, load_registry
@@ -77,8 +77,8 @@ class RuleAdvice:
 class Rule:
     id: str
     category: str
-    severity: str
-    role: str
+    severity: Severity
+    role: Role
     title: str
     # The patterns' text; compiled on first use (``patterns``): a diagnosis compiles only the rules
     # whose literals a log holds. A user's rules are compiled as they load (their errors located).
@@ -102,7 +102,7 @@ class Rule:
     translations: dict[str, dict[str, str]] = field(default_factory=dict)
     # How sure a match is of its category (``model.Confidence``): a message that other causes
     # print too (a bare SIGKILL) is not ``certain``; ``confidence_note`` says what is missing.
-    confidence: str = "certain"
+    confidence: Confidence = "certain"
     confidence_note: str = ""
     # What a rank its pattern captures is (``model.RANK_SOURCES``; default "message"): a launcher's
     # summary names the rank it saw fail first, which is not always the first to fail.
@@ -126,7 +126,9 @@ class Rule:
         advice = tuple(replace(a, text=a.translations.get(lang, a.text)) for a in self.advice)
         if not texts and advice == self.advice:
             return self
-        return replace(self, **(texts or {}), advice=advice)
+        # A translation holds only text fields (title, confirmed_title, remedy); mypy checks its
+        # str values against every field of Rule.
+        return replace(self, **(texts or {}), advice=advice)  # type: ignore[arg-type]
 
 
 @dataclass

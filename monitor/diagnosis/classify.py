@@ -20,6 +20,7 @@ from monitor.diagnosis import pyexc, records
 from monitor.diagnosis.catalogue import RuleAdvice, Catalogue, Rule
 from monitor.diagnosis.records import Record
 from monitor.logs.ranks import parse_prefix, rank_in_text
+from monitor.model import Confidence, Role, Severity
 
 # A pattern that takes longer than this on one line is backtracking catastrophically.
 REGEX_TIMEOUT_S = 0.5
@@ -38,8 +39,8 @@ class Match:
     key: tuple
     rule: str  # Finding.rule
     category: str
-    severity: str
-    role: str
+    severity: Severity
+    role: Role
     title: str  # templates (``templates.render``) over the finding's fields
     remedy: str
     record: Record
@@ -48,7 +49,7 @@ class Match:
     rank_source: str  # ``model.RANK_SOURCES``; "" with no rank
     fields: Mapping[str, str]
     evidence: tuple[int, ...]  # the record's lines shown as evidence
-    confidence: str = "certain"
+    confidence: Confidence = "certain"
     confidence_note: str = ""
     confirmed_title: str = ""  # the title once a confirm finding of its category confirmed it
     advice: tuple[RuleAdvice, ...] = ()
@@ -83,7 +84,8 @@ def unregister(kind: type) -> None:
 
 def registered_literals() -> tuple[str, ...]:
     """The literals of the registered classifiers, for the prefilter."""
-    return tuple(literal for kind in _REGISTERED for literal in kind.literals)
+    # A registered kind is a class: its literals are a class attribute, which the factory type does not show.
+    return tuple(literal for kind in _REGISTERED for literal in kind.literals)  # type: ignore[attr-defined]
 
 
 def classifiers(catalogue: Catalogue, problems: list[str], regex_timeout: float = REGEX_TIMEOUT_S) -> list[Classifier]:
@@ -111,7 +113,7 @@ class RuleClassifier:
     line of the record or on two lines a terminal wrapped."""
 
     fallback = False
-    literals = ()  # the prefilter holds the rules' own
+    literals: tuple[str, ...] = ()  # the prefilter holds the rules' own
 
     def __init__(self, catalogue: Catalogue, problems: list[str], regex_timeout: float = REGEX_TIMEOUT_S) -> None:
         self.catalogue = catalogue
@@ -158,6 +160,7 @@ class RuleClassifier:
     def _views(self, record: Record) -> list[tuple[tuple[int, ...], str, set[int]]]:
         """What patterns are tried on: each line of the record, then each pair of lines that a
         terminal wrapped (the first as long as the record's longest line, 80+ characters)."""
+        views: list[tuple[tuple[int, ...], str, set[int]]]
         views = [((i,), body, hits) for i, (body, hits) in enumerate(zip(record.bodies, record.rule_hits))]
         if is_summary(record):
             # torchelastic lists the ranks it stopped (exit -15) before its "Root Cause" entry:
@@ -216,7 +219,7 @@ class ExceptionClassifier:
     or an exception's last line standing alone (weaker: it may have been caught)."""
 
     fallback = True
-    literals = ()  # the record starters (``records.STARTER_LITERALS``)
+    literals: tuple[str, ...] = ()  # the record starters (``records.STARTER_LITERALS``)
 
     def __init__(self, lang: str) -> None:
         self._texts = pyexc.TEXTS.get(lang, pyexc.TEXTS["en"])
@@ -231,7 +234,7 @@ class ExceptionClassifier:
         if exception is None:
             return []
         positions = (exception.index,)
-        evidence = positions
+        evidence: tuple[int, ...] = positions
         frame_line = next((i for i, b in enumerate(record.bodies)
                            if exception.frame_file and f'"{exception.frame_file}", line {exception.frame_line}' in b), None)
         if frame_line is not None and frame_line not in positions:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from monitor.diagnosis.catalogue import Catalogue
@@ -18,7 +19,7 @@ class MissingPath(Exception):
     """A path given on the command line does not exist (a usage error)."""
 
 
-def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: list[Finding] = ()) -> Diagnosis:
+def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Sequence[Finding] = ()) -> Diagnosis:
     """Reads every log file of ``paths`` (files, .gz, folders) and diagnoses the job.
     ``evidence``: findings from beside the logs (``monitor.evidence``: stacks, flight-recorder
     dumps), weighed with the logs' for the root cause.

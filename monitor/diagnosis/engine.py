@@ -29,7 +29,7 @@ from monitor.diagnosis.records import Record
 from monitor.diagnosis.root_cause import RankEvidence, choose, confidence, with_rank
 from monitor.diagnosis.secrets import mask
 from monitor.logs.nodes import node_name_of
-from monitor.model import TIMEOUT_CATEGORIES, Diagnosis, Finding, LogLine
+from monitor.model import TIMEOUT_CATEGORIES, Category, Diagnosis, Finding, LogLine
 
 __all__ = ["EARLY_LINES", "Engine"]
 
@@ -108,12 +108,14 @@ class Engine:
 
     def _glued_note(self, line: LogLine) -> Finding:
         """Once: the output of several ranks ran together, and how to keep it apart."""
-        return self.book.add_external(Finding(
-            rule="glued-output", category="launcher", severity="info", role="confirm",
+        note = self.book.add_external(Finding(
+            rule="glued-output", category=Category.LAUNCHER, severity="info", role="confirm",
             title=advice_file.advice("title-glued-output"),
             file=line.file, line=line.line, evidence=[mask(line.text)], origin="log",
             remedy=advice_file.advice("glued-output"),
         ), self.records.lines_fed)
+        assert note is not None  # no source_key: never a new value of one held
+        return note
 
     # ---- what the stages hold ------------------------------------------------------------
 

@@ -123,6 +123,7 @@ def lookup(name: str, registry: dict[str, Knob]) -> Knob | None:
     if name in registry:
         return registry[name]
     bare = name.rstrip("=")
+    suffixes: tuple[str, ...]
     if _WORD.fullmatch(bare):
         suffixes = (f"({bare}=)", f".{bare}")
     elif _SHORT_CALL.fullmatch(name):

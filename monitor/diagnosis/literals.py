@@ -84,7 +84,7 @@ def _alternation(p: str, i: int, top: bool = False) -> tuple[list[set[str]], int
     bests = [_best(b) for b in branches]
     if any(b is None for b in bests):
         return [], i
-    return [set().union(*bests)], i
+    return [set().union(*(b for b in bests if b is not None))], i
 
 
 def _quantifier(p: str, i: int) -> tuple[int, int]:

@@ -117,6 +117,7 @@ def _silent(state: NodeState, last: float, quiet: float) -> Finding:
 def _monitor_lost(state: NodeState, now: float) -> Finding:
     name = state.node.name
     log_at = state.log_at or 0.0
+    assert state.metrics_at is not None  # asked only of a node whose monitor kept a sample
     words = LOG_WORDS.get(language(), LOG_WORDS["en"])
     if log_at > state.metrics_at:
         log = words["grows"] if now - log_at < MONITOR_QUIET_S else words["went on"].format(clock(log_at))

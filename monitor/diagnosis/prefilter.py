@@ -89,7 +89,7 @@ class Prefilter:
             ident = self._id(literal)
             self._starters.add(ident)
 
-        self._literals = sorted(self._ids, key=self._ids.get)
+        self._literals = sorted(self._ids, key=self._ids.__getitem__)
         self._line_ac = ahocorasick_rs.BytesAhoCorasick(self._literals, implementation=ahocorasick_rs.Implementation.DFA)
         self._chunk_acs: dict[frozenset[int], tuple[ahocorasick_rs.BytesAhoCorasick, int]] = {}
 
@@ -121,9 +121,11 @@ class Prefilter:
         lowered = None
         for index in triggered:
             for groups, lower in self._conditions[index]:
-                if lower and lowered is None:
-                    lowered = data.lower()
-                haystack = lowered if lower else data
+                haystack = data
+                if lower:
+                    if lowered is None:
+                        lowered = data.lower()
+                    haystack = lowered
                 if all(any(literal in haystack for literal in group) for group in groups):
                     rules.add(index)
                     break

@@ -152,6 +152,7 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
         return waited
     summary = next((f for f in chronological(findings) if f.rank_source == "summary" and f.rank is not None), None)
     if summary is not None:
+        assert summary.rank is not None  # picked for its rank
         if summary.rank == root.rank:
             return root
         return replace(root, rank=summary.rank, ranks=list(root.ranks) or [summary.rank], rank_source="summary")
@@ -228,6 +229,7 @@ def confidence(root: Finding | None) -> tuple[Confidence | None, str]:
     if root.origin in _LAST_RESORTS:
         return level, note
     if root.category in TIMEOUT_CATEGORIES:
+        inferred: tuple[Confidence, str]
         inferred = ("likely", "only timeouts: no rank logged an error of its own, so the rank that hung "
                               "is inferred from which rank the others waited for")
         return _weaker((level, note), inferred)

@@ -190,13 +190,13 @@ def check_formats() -> list[str]:
                 fail("level", entry, sample, formats.line_level(sample["line"]))
     for sample in formats.TABLE["progress_sample"]:
         event = parse_progress(sample["line"])
-        said = None if event is None else {
+        read_as = None if event is None else {
             "step": event.step, "total": event.total, "epoch": event.epoch, "loss": event.loss,
             "throughput": event.throughput, "unit": event.throughput_unit}
         wanted = None if sample.get("none") else {
             key: sample.get(key) for key in ("step", "total", "epoch", "loss", "throughput", "unit")}
-        if not _same_progress(said, wanted):
-            problems.append(f"{formats.FORMATS_FILE.name}: progress: sample {sample['line']!r}: read as {said!r}")
+        if not _same_progress(read_as, wanted):
+            problems.append(f"{formats.FORMATS_FILE.name}: progress: sample {sample['line']!r}: read as {read_as!r}")
     for entry in formats.TABLE["message_start"]:
         for sample in entry["samples"]:
             if bool(formats.MESSAGE_START.match(sample["line"])) != sample["starts"]:

@@ -170,7 +170,9 @@ def _scan(path, engine: Engine, chunk_bytes: int, limit: int | None) -> tuple[in
             return number, done  # the partial last line is the follower's
         if long_line is not None:
             number += 1
-            feed(long_line.flush())
+            last = long_line.flush()
+            assert last is not None  # it holds more than MAX_LINE_BYTES
+            feed(last)
         elif carry:
             number += 1
             feed(carry)

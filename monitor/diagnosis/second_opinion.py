@@ -19,7 +19,7 @@ from pathlib import Path
 
 import regex
 
-from monitor.model import Category, Diagnosis, Finding
+from monitor.model import Category, Confidence, Diagnosis, Finding
 
 FORMAT = "monitor-second-opinion/1"
 RULE_ID = "learned-opinion"
@@ -65,7 +65,7 @@ class Model:
 class Opinion:
     category: str
     score: float
-    confidence: str | None  # likely | weak | None (below both thresholds: no opinion)
+    confidence: Confidence | None  # likely | weak | None (below both thresholds: no opinion)
     lines: tuple[str, ...] = ()
     nearest: tuple[tuple[str, str, float], ...] = ()  # (source, category, similarity)
     scores: dict[str, float] = field(default_factory=dict)
@@ -123,7 +123,7 @@ def opinion(lines: list[str], model: Model) -> Opinion:
     scores = score(x, model)
     best = max(model.categories, key=lambda c: (scores[c], c))
     likely, weak = model.thresholds.get(best, (model.likely, model.weak))
-    level = "likely" if scores[best] >= likely else "weak" if scores[best] >= weak else None
+    level: Confidence | None = "likely" if scores[best] >= likely else "weak" if scores[best] >= weak else None
     if best == CLEAN:
         return Opinion(best, scores[best], None, scores=scores)
     return Opinion(best, scores[best], level, _weightiest(lines, model, best), _nearest(x, model), scores)
@@ -234,12 +234,13 @@ def review(diagnosis: Diagnosis, catalogue) -> Diagnosis:
 
 
 def _finding(said: Opinion, remedy: str, model: Model, file: str) -> Finding:
+    assert said.confidence is not None  # ``consult`` makes a finding only of an opinion held
     like = [f"{source} ({category}, {sim:.2f})" for source, category, sim in said.nearest]
     title = f"Likely {said.category} (no rule matched; the log resembles known {said.category} cases)"
     caveat = ("This is the learned second opinion, not a rule match: check the lines above before you act on it. "
               f"Nearest labelled cases: {', '.join(like)}.")
     return Finding(
-        rule=RULE_ID, category=said.category, severity="error", role="root", title=title, file=file,
+        rule=RULE_ID, category=Category(said.category), severity="error", role="root", title=title, file=file,
         evidence=list(said.lines), fields={"score": f"{said.score:.2f}", "nearest": "; ".join(like)},
         remedy="\n".join(part for part in (remedy, caveat) if part), origin="model",
         confidence=said.confidence, confidence_note=f"no rule matched: a model trained on {len(model.cases)} labelled logs says so",

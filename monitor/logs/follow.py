@@ -23,6 +23,7 @@ import resource
 import stat
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 from monitor.model import LogLine
 from monitor.logs.tracked_file import (
@@ -255,7 +256,7 @@ class Follower:
             return None  # logrotate's copy of a file not yet truncated: its lines are read there
         return copy_of or FROM_START
 
-    def _copy_start(self, path: str, identity: Identity) -> ReadUpTo | bool | None:
+    def _copy_start(self, path: str, identity: Identity) -> ReadUpTo | Literal[False] | None:
         """For a rotated copy (copytruncate) of a followed file: False while the original still
         holds the same bytes (or the copy is too short to tell), or where the copy's unread part
         starts; None if not a copy. False too when ``path`` no longer names ``identity``: copies
@@ -283,7 +284,7 @@ class Follower:
             return None
 
     @staticmethod
-    def _copy_of(copy: int, size: int, originals: list[FollowedFile]) -> ReadUpTo | bool | None:
+    def _copy_of(copy: int, size: int, originals: list[FollowedFile]) -> ReadUpTo | Literal[False] | None:
         head = os.pread(copy, 256, 0)
         for original in originals:
             if len(head) < len(original.head) and original.head.startswith(head):
@@ -368,9 +369,9 @@ class Follower:
         elif path == OVERFLOW:
             self._dirty.update(self._files)
         elif path in self._event_names:
-            name = self._event_names[path]
-            self._dirty.add(name)
-            self._evented.add(name)
+            known = self._event_names[path]
+            self._dirty.add(known)
+            self._evented.add(known)
         else:
             for source in self.sources:
                 name = source.name_of(path)

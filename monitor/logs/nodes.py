@@ -18,6 +18,7 @@ import json
 import os
 import re
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -46,7 +47,7 @@ class Node:
         return local_rank if self.rank_offset is None else self.rank_offset + local_rank
 
 
-def node_name(env: dict[str, str] | None = None, given: str | None = None) -> str:
+def node_name(env: Mapping[str, str] | None = None, given: str | None = None) -> str:
     """This node's name, as the scheduler knows it: ``given`` (``--node``), SLURM's
     ``SLURMD_NODENAME``, else the short host name (Kubernetes pods and plain ssh launches)."""
     env = os.environ if env is None else env
@@ -54,7 +55,7 @@ def node_name(env: dict[str, str] | None = None, given: str | None = None) -> st
     return name.translate(_UNSAFE).lstrip(".") or "node"
 
 
-def job_id(env: dict[str, str] | None = None) -> str:
+def job_id(env: Mapping[str, str] | None = None) -> str:
     """The job's id: SLURM's (an array task as ``<array job>_<task>``), else ""."""
     env = os.environ if env is None else env
     if array := env.get("SLURM_ARRAY_JOB_ID"):
@@ -127,7 +128,7 @@ def forget() -> None:
     _node_in.cache_clear()
 
 
-def nodes_in(folder: str | os.PathLike) -> list[Node]:
+def nodes_in(folder: str | os.PathLike[str]) -> list[Node]:
     """The nodes of a job folder (its sub-folders that are nodes), by name; [] for any other."""
     try:
         entries = sorted(e.path for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))

@@ -81,10 +81,10 @@ def parse_prefix(text: str) -> Prefix:
     body = text[match.end():]
     kind, number = _number(match)
     # Prefixes can stack: srun --label around torchrun --tee around the excepthook's [rankN]:.
-    inner = PREFIX_TABLE.pattern.match(body) if _may_have_prefix(body) else None
-    if inner is not None and (inner_number := _number(inner))[0] != "pid":
+    inner_match = PREFIX_TABLE.pattern.match(body) if _may_have_prefix(body) else None
+    if inner_match is not None and (inner_number := _number(inner_match))[0] != "pid":
         kind, number = inner_number
-        body = body[inner.end():]
+        body = body[inner_match.end():]
     if kind == "pid":
         return Prefix(None, f"pid={number}", body)
     return Prefix(int(number), None, body, local=kind == "local")
@@ -115,6 +115,7 @@ class FileRanks:
 
     def _global(self, local: int) -> int:
         node = self.node
+        assert node is not None  # ``of`` asks only for a file in a node's folder
         if local not in node.ranks and node.rank_offset is None and time.monotonic() >= self._next_look:
             # A live node whose ranks had not started when this file was opened (a c10d rendezvous
             # hands out node ranks): look at its node.json again, every few seconds at most.

@@ -77,7 +77,7 @@ def find_logs(path: str | os.PathLike) -> list[Path]:
     root = Path(path)
     if not root.is_dir():
         return [root]
-    found = []
+    found: list[Path] = []
     for directory, subdirs, files in os.walk(root):
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
         found.extend(path for f in sorted(files) if is_log_like(path := Path(directory) / f) or is_link_loop(path))
@@ -98,8 +98,9 @@ def open_log(path: str | os.PathLike):
     try:
         handle = gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
         head = handle.peek(SNIFF_BYTES)[:SNIFF_BYTES] if hasattr(handle, "peek") else b""
-    except (OSError, EOFError) as exc:
-        raise UnreadableLog(f"{path}: cannot read: {(exc.strerror or str(exc)).lower()}") from None
+    except (OSError, EOFError) as exc:  # EOFError: a .gz cut short; it has no strerror
+        strerror = exc.strerror if isinstance(exc, OSError) else None
+        raise UnreadableLog(f"{path}: cannot read: {(strerror or str(exc)).lower()}") from None
     if looks_binary(head):
         handle.close()
         raise UnreadableLog(f"{path}: binary file, skipped", binary=True)

@@ -313,15 +313,15 @@ def last_good(runs: list[Run], before: Run) -> Run | None:
     `monitor run` recorded it, or, where nothing recorded how it ended (a SLURM output), got to a
     further step than ``before``."""
     older = runs[:runs.index(before)] if before in runs else []
-    unknown = object()
-    reached = unknown  # ``before``'s furthest step, read only when a run without a record needs it
+    reached: int | None = None  # ``before``'s furthest step, read only when a run without a record needs it
+    looked = False
     for run in list(reversed(older))[:MAX_RUNS_LOOKED_AT]:
         code = exit_code(run)
         if code == 0:
             return run
         if code is None:
-            if reached is unknown:
-                reached = furthest_step(before)
+            if not looked:
+                reached, looked = furthest_step(before), True
             step = furthest_step(run)
             if step is not None and (reached is None or step > reached):
                 return run

@@ -198,6 +198,7 @@ class FollowedFile:
             return False
         self.mtime = st.st_mtime
         if self.identity is None:
+            assert identity is not None  # st is not None here
             start = start_for(self.path, identity)
             if start is None:
                 return False

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from monitor.diagnosis.advice import advice
-from monitor.model import STOPPED_RULE, Diagnosis, Finding
+from monitor.model import STOPPED_RULE, Category, Diagnosis, Finding
 from monitor.runner.processes import signal_name
 
 
@@ -40,7 +40,7 @@ def _finding(rule: str, category: str, severity, title: str, log_path: Path, exi
     fields = {"exit_code": str(exit_code)}
     if name:
         fields["signal"] = name
-    return Finding(rule=rule, category=category, severity=severity, role="root", title=title,
+    return Finding(rule=rule, category=Category(category), severity=severity, role="root", title=title,
                    file=str(log_path), fields=fields, remedy=remedy, origin="exit",
                    confidence="weak", confidence_note=advice("confidence-exit"))
 

@@ -9,6 +9,7 @@ others) and plain ``python``.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -205,7 +206,7 @@ def rank_log_files(command: list[str], since: float) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
-def slurm_context(env: dict[str, str] | None = None) -> dict[str, str]:
+def slurm_context(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The SLURM job, step and node this runs in (empty outside SLURM)."""
     env = os.environ if env is None else env
     return {key: env[key] for key in SLURM_KEYS if env.get(key)}

@@ -13,12 +13,12 @@ import shutil
 import socket
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 
 from monitor.diagnosis.advice import advice
-from monitor.model import Finding, Severity
+from monitor.model import Category, Finding, Severity
 from monitor.metrics.gpu import GpuReader
 from monitor.metrics.model import GpuSample
 from monitor.metrics.nvml import Nvml, import_pynvml
@@ -33,7 +33,8 @@ GPU_BUSY_SHARE = 0.10
 RESOLVE_TIMEOUT_S = 3.0
 
 # Knobs that cost speed or flood the log; fine while debugging, harmful left on.
-KNOBS = {  # variable: (the values that cost, None for any; severity; the advice in advice.toml)
+# variable: (the values that cost, None for any; severity; the advice in advice.toml)
+KNOBS: dict[str, tuple[set[str] | None, Severity, str]] = {
     "NCCL_DEBUG": ({"INFO", "TRACE"}, "warning", "knob-nccl-debug"),
     "NCCL_DEBUG_SUBSYS": (None, "info", "knob-nccl-debug-subsys"),
     "CUDA_LAUNCH_BLOCKING": ({"1"}, "warning", "knob-cuda-launch-blocking"),
@@ -45,7 +46,7 @@ KNOBS = {  # variable: (the values that cost, None for any; severity; the advice
 
 def _finding(name: str, severity: Severity, title: str, remedy: str, evidence: list[str],
              category: str = "preflight", **fields: str) -> Finding:
-    return Finding(rule=f"preflight-{name}", category=category, severity=severity, role="confirm",
+    return Finding(rule=f"preflight-{name}", category=Category(category), severity=severity, role="confirm",
                    title=title, evidence=evidence, fields=dict(fields), remedy=remedy, origin="preflight")
 
 
@@ -92,7 +93,7 @@ _NO_GPU_REASONS = {"no_library": "no-gpu-no-library", "no_driver": "no-gpu-no-dr
 def _no_gpu(status: str, message: str) -> Finding:
     # A driver that is installed but broken is a GPU machine the job cannot use; the rest is
     # what a CPU machine looks like.
-    severity = "warning" if status in ("no_driver", "version_mismatch") else "info"
+    severity: Severity = "warning" if status in ("no_driver", "version_mismatch") else "info"
     return _finding("no-gpu", severity,
                     advice("title-no-gpu", reason=advice(_NO_GPU_REASONS.get(status, "no-gpu-unavailable"))),
                     advice("no-gpu", message=message),
@@ -100,7 +101,7 @@ def _no_gpu(status: str, message: str) -> Finding:
 
 
 def _check_devices(plan: LaunchPlan, env: dict[str, str], devices: list[GpuSample]) -> list[Finding]:
-    visible = sorted((d for d in devices if d.cuda_index is not None), key=lambda d: d.cuda_index)
+    visible = sorted((d for d in devices if d.cuda_index is not None), key=lambda d: cast(int, d.cuda_index))
     found = _check_count(plan, env.get("CUDA_VISIBLE_DEVICES"), visible)
     for device in visible:
         if device.status == "lost":
@@ -224,7 +225,7 @@ def check_port(plan: LaunchPlan) -> list[Finding]:
             return []  # not an address of this machine: rank 0 runs elsewhere
         port = free_port()
         return [_finding(
-            "port", "warning", advice("title-port-in-use", port=str(plan.master_port), source=plan.port_source),
+            "port", "warning", advice("title-port-in-use", port=str(plan.master_port), source=str(plan.port_source)),
             advice("port-in-use", port=str(plan.master_port), free_port=str(port)),
             [f"{plan.port_source}={plan.master_port}"], category="port_in_use",
             port=str(plan.master_port), free_port=str(port))]

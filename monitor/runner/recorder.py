@@ -305,8 +305,8 @@ class Recorder:
             # and no job, never a job whose output goes nowhere or through the link.
             self.log_fd = open_to_append(Path(self.opts.log))
         except OSError as exc:
-            return self.not_started(read_fd, write_fd, f"cannot write the log {self.opts.log}: {why(exc)}",
-                                    NO_LOG_EXIT)
+            self.not_started(read_fd, write_fd, f"cannot write the log {self.opts.log}: {why(exc)}", NO_LOG_EXIT)
+            return None
         try:
             # stdin: ours, which the monitor gives us (its own when headless, else /dev/null).
             self.job = subprocess.Popen(
@@ -315,7 +315,8 @@ class Recorder:
         except OSError as exc:
             os.close(self.log_fd)
             code = 126 if isinstance(exc, PermissionError) else 127
-            return self.not_started(read_fd, write_fd, f"cannot start {self.opts.command[0]}: {exc.strerror}", code)
+            self.not_started(read_fd, write_fd, f"cannot start {self.opts.command[0]}: {exc.strerror}", code)
+            return None
         os.close(write_fd)
         self.state.update(job_pid=self.job.pid, started=time.time(), pty=bool(self.opts.pty))
         self.save_state()
@@ -357,6 +358,7 @@ class Recorder:
             if "leftovers" not in self.state:
                 self.state["leftovers"] = [{"pid": pid, "command": command_line(pid)} for pid in left]
             if self.stop_signal is None:
+                assert self.job is not None  # the job's end was seen (job_gone_at), so it was started
                 self.stop_signal, self.stop_at = signal.SIGTERM, now
                 signal_job(self.job.pid, left, signal.SIGTERM)
         # Nothing alive can write any more, yet no end of file: stop waiting for it.
@@ -365,6 +367,7 @@ class Recorder:
     # -- the pump ----------------------------------------------------------------------------
     def pump(self, read_fd: int) -> None:
         log_fd = self.log_fd
+        assert log_fd is not None  # start() opened it before it returned the read end
         tee = open_copy(sys.stdout.fileno(), self.opts.log) if self.opts.tee else None
         poller = select.poll()
         poller.register(read_fd, select.POLLIN)

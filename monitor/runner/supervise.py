@@ -9,10 +9,11 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from monitor.diagnosis.changes import changes
 from monitor.diagnosis.novelty import Against, run_templates, save_templates, templates_of
@@ -83,7 +84,7 @@ class StopForwarder:
     def __init__(self) -> None:
         self.job: Job | None = None
         self.received: str | None = None
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None] = {}
 
     def __enter__(self) -> StopForwarder:
         for signum in STOP_SIGNALS:
@@ -192,7 +193,7 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
     """One launch to its end. Returns the exit code (None: left running), the restart decision
     and the root cause's category (for the next decision)."""
     log_path = new_log_path(options.log_dir)
-    meta = {"command": options.command, "cwd": os.getcwd(), "attempt": attempt,
+    meta: dict[str, Any] = {"command": options.command, "cwd": os.getcwd(), "attempt": attempt,
             "launcher": plan.launcher, "under_srun": plan.under_srun,
             "slurm": launchers.slurm_context(), "log": str(log_path),
             "preflight": [f.to_json() for f in checks]}
@@ -220,7 +221,7 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
                                         against=good[0] if good else None)
         watcher = _start_checkpoint_watch(options.checkpoint_dirs, job, session.post)
         try:
-            if not headless and not _run_tui(present, job, session, metrics):
+            if present is not None and not _run_tui(present, job, session, metrics):  # not headless
                 say(f"the job is still running (pid {job.pid}) and recording to {log_path}; "
                     f"follow it with `monitor watch {log_path}`")
                 session.close()
@@ -296,7 +297,7 @@ def _publisher(outlets: Outlets):
     return publisher
 
 
-def open_session(job: Job, catalogue, checks: list[Finding] = (), stall_after: float | None = None,
+def open_session(job: Job, catalogue, checks: Sequence[Finding] = (), stall_after: float | None = None,
                  recorder: flight_recorder.RecorderPlan | None = None, *, on_step=None, observers=(),
                  against: Against | None = None) -> tuple[JobSession, SamplerFeed]:
     """The job's session (its logs, the preflight findings, its stop requests, a probe that

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -154,7 +154,7 @@ class SamplerFeed:
     metrics too."""
 
     def __init__(self, sampler, post: Callable[[list[Finding]], None], *, history=None, detector=None,
-                 samples_file=None, observers: list[Callable[[Sample], None]] = ()) -> None:
+                 samples_file=None, observers: Sequence[Callable[[Sample], None]] = ()) -> None:
         """``observers``: called with each sample after it was kept (a node's rank map, the
         Prometheus endpoint); they must not raise."""
         from monitor.metrics.history import History

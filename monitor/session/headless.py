@@ -31,12 +31,14 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
     stop = stop or threading.Event()
     # Until the session is up (a glob walked, big files scanned), Ctrl-C and SIGTERM end the
     # start-up as they end any command: there is nothing to summarise yet.
+    session: JobSession  # made below: the probe posts to it once it runs
     probe = recorded.hang_probe(lambda findings: session.post(findings)) if recorded is not None else None
     session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True, against=against,
                          probe=probe)
     restore = _stop_on_signals(stop)
     job_pids = recorded.pids if recorded is not None else None
-    pump = MetricsPump(SamplerFeed(sampler or watch_sampler(paths, job_pids), session.post), warn=say).start()
+    feed = SamplerFeed(sampler or watch_sampler(paths, job_pids), session.post)
+    pump = MetricsPump(feed, warn=say).start()
     try:
         for problem in session.problems:
             say(problem)
@@ -60,7 +62,7 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
                 break
     finally:
         pump.stop()
-        pump.feed.close()
+        feed.close()
         session.close()
         restore()
     never_appeared = session.follower.never_appeared

@@ -30,7 +30,7 @@ import os
 import queue
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from monitor.diagnosis.engine import Engine
@@ -336,7 +336,7 @@ class JobSession:
     # -- internals ---------------------------------------------------------------------------
     def _take_posted(self) -> list[Finding]:
         """Take in what other threads posted; returns the findings that are new."""
-        new = []
+        new: list[Finding] = []
         while True:
             try:
                 finding = self._posted.get_nowait()
@@ -381,7 +381,9 @@ class JobSession:
             self.progress.feed(line.text, line.rank, now, line.file)
             new += self._taken(engine.feed(line))
             if self._novelty is not None and (news := self._novelty.observe(line)) is not None:
-                new.append(engine.add_external(news))
+                noted = engine.add_external(news)
+                assert noted is not None  # no source_key: never a new value of one held
+                new.append(noted)
             self._quiet_since[line.file] = now
         while next_end is not None:
             new += self._taken(engine.flush(next_end[1]))
@@ -418,7 +420,9 @@ class JobSession:
             if key in self._node_findings:
                 held[key] = self._node_findings[key]
             else:
-                held[key] = self.engine.add_external(finding)
+                taken = self.engine.add_external(finding)
+                assert taken is not None  # no source_key: never a new value of one held
+                held[key] = taken
                 step.new_findings.append(held[key])
         self._node_findings = held
 
@@ -429,12 +433,13 @@ class JobSession:
             finding = self.stall.check(now, self._wall_clock())
             if finding is not None:
                 self._stall_held = self.engine.add_external(finding)
+                assert self._stall_held is not None  # no source_key: never a new value of one held
                 step.new_findings.append(self._stall_held)
                 if self.probe is not None:
                     self.probe.trigger("stall")
 
     def _stall_passed(self, cleared: Finding | None, now: float, exited: bool = False,
-                      resumed: list[LogLine] = ()) -> Finding | None:
+                      resumed: Sequence[LogLine] = ()) -> Finding | None:
         """The stall ``cleared`` (if any; ended by output, the lines ``resumed``, or by a clean
         exit) is withdrawn and kept in the history as a note worded by what ended it (the note
         returned): someone away from the screen still learns there was one. What the stacks

@@ -111,6 +111,7 @@ class JobExporter(Collector):
         """Write the textfile now. A failure is one line in ``error``, said when it is new: the
         callers (a sample's observers) have no one to tell, and a file rewritten every second
         that cannot be written would otherwise say so every second."""
+        assert self._textfile is not None  # called once keep_textfile named it
         try:
             write_to_textfile(self._textfile, self.registry)
         except OSError as exc:
@@ -164,8 +165,8 @@ class JobExporter(Collector):
             if process.worker or process.rank is None:
                 continue
             for index in process.gpu_indices:
-                gpu = by_index.get(index)
-                ranks.add_metric([self.job_id, self.node, self.hostname, str(index), gpu.uuid if gpu else "",
+                device = by_index.get(index)
+                ranks.add_metric([self.job_id, self.node, self.hostname, str(index), (device.uuid or "") if device else "",
                                   str(process.rank), "" if process.local_rank is None else str(process.local_rank)], 1.0)
         yield ranks
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from monitor.diagnosis.advice import advice
@@ -110,7 +111,7 @@ class StallDetector:
         )
 
 
-def resolved_note(stall: Finding, wall_now: float, exited: bool = False, resumed: list[LogLine] = ()) -> Finding:
+def resolved_note(stall: Finding, wall_now: float, exited: bool = False, resumed: Sequence[LogLine] = ()) -> Finding:
     """What stays of a stall once it ended: an info note of when and how long, worded by what
     ended it: the job exited well (``exited``); among the ``resumed`` lines an error (the silence
     ended in a failure, not in work resuming); only some of its ranks printed again (the others

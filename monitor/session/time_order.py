@@ -11,6 +11,8 @@ cost of a look at a few lines per file.
 
 from __future__ import annotations
 
+from typing import cast
+
 from monitor.diagnosis.timestamps import parse_timestamp
 from monitor.model import LogLine
 
@@ -42,7 +44,8 @@ def in_time_order(lines: list[LogLine]) -> list[LogLine]:
     previous = min((k for k in keys if k is not None), default=0.0)
     for p, key in enumerate(keys):
         if key is None:
-            keys[p] = previous
-        previous = keys[p]
-    order = sorted(range(len(lines)), key=lambda p: keys[p])  # stable: a file's lines keep their order
+            keys[p] = key = previous
+        previous = key
+    # Every key is a time now: the loops above filled each None.
+    order = sorted(range(len(lines)), key=lambda p: cast(float, keys[p]))  # stable: a file's lines keep their order
     return [lines[p] for p in order]
