@@ -1,0 +1,25 @@
+"""Markers by what a test module starts (pyproject.toml registers them): `real_job` for modules
+that run real training jobs (torch/gloo under torchrun, or `monitor run` of a real process),
+`terminal` for those that drive the screen in a real tmux terminal. `-m "not real_job"` is the
+quick loop; CI runs everything."""
+
+from __future__ import annotations
+
+import pytest
+
+# Modules whose tests start torch jobs (tests/jobs/, monitor/demo/train.py) under torchrun or mp.
+TORCH_JOBS = {
+    "test_classes_real_jobs", "test_demo_train_scenarios", "test_demo_train_tempdir", "test_hangs_real",
+    "test_flight_recorder", "test_multinode_real", "test_novelty_real", "test_runner_torchrun",
+    "test_faults_round3_c", "test_ckpt_verify", "test_ckpt_watch",
+}
+TERMINAL = {"test_second_hour_e", "test_second_hour_g_left_running"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
+        if module in TORCH_JOBS:
+            item.add_marker(pytest.mark.real_job)
+        if module in TERMINAL:
+            item.add_marker(pytest.mark.terminal)
