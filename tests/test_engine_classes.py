@@ -472,6 +472,21 @@ def test_a_quoted_paste_is_read_as_the_program_wrote_it(tmp_path: Path, quote: s
         "python_exception", 1, "KeyError", "likely")
 
 
+def test_a_progress_bar_between_the_frames_does_not_end_the_traceback(tmp_path: Path) -> None:
+    """A log collector that writes tqdm's \\r as "#015" puts the bar's state between a traceback's
+    frames: the frames and the exception after it are still the traceback's."""
+    root = _diagnose(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "run_clm.py", line 344, in main\n'
+        "    trainer.train()\n"
+        '  File "/opt/conda/lib/python3.8/site-packages/torch/nn/parallel/distributed.py", line 282, in __init__\n'
+        "#015 86%|########6 | 56/65 [00:04<00:00, 12.03ba/s]    ).format(device_ids, output_device)\n"
+        "AssertionError: DistributedDataParallel device_ids and output_device arguments only work with "
+        "single-device CUDA modules\n"
+    ))["root_cause"]
+    assert (root["fields"]["exc_type"], root["confidence"], root["fields"]["frame_line"]) == ("AssertionError", "likely", "344")
+
+
 def test_the_report_of_a_hang_quotes_the_last_line_of_the_rank_that_hung() -> None:
     """Seven ranks time out in the all-reduce; rank 7 never reported: its last line says what it
     was doing (fetching a data shard), from the end of the file, bounded."""

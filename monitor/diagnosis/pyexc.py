@@ -154,8 +154,12 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
             if body[:1] in (" ", "\t") or not stripped:
                 continue
             match = _EXCEPTION.match(stripped)
+            if match is None:
+                # Another stream's line in the middle of the frames (a progress bar redrawn with
+                # \r, which a log collector wrote as "#015 86%|..."): the frames go on after it.
+                continue
             in_frames = False
-            if match and (not headerless or _EXCEPTION_NAME.search(match["type"])):
+            if not headerless or _EXCEPTION_NAME.search(match["type"]):
                 exception = (match["type"], (match["message"] or "").strip(), index)
     if exception is None:
         return None
