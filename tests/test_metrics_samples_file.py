@@ -90,3 +90,30 @@ def test_write_failure_stops_recording_not_the_caller(tmp_path):
     assert recorder.write(sample) is False
     assert "No space left on device" in recorder.error and str("/dev/full") in recorder.error
     assert recorder.write(sample) is False
+
+
+def test_a_samples_file_that_fails_is_said_once_and_sampling_goes_on():
+    """The pipeline every mode shares (feeds.SamplerFeed): a samples file that can no longer be
+    written (a full disk) is said in one line, once; the samples and their findings go on."""
+    from monitor.metrics.sampler import Sampler
+    from monitor.session.feeds import SamplerFeed
+
+    class FullDisk:
+        error = "metrics.jsonl: recording stopped: No space left on device"
+        writes = 0
+
+        def write(self, sample):
+            self.writes += 1
+            return False
+
+        def close(self):
+            pass
+
+    said, posted, disk = [], [], FullDisk()
+    feed = SamplerFeed(Sampler(), posted.extend, samples_file=disk, warn=said.append)  # this machine, real psutil
+    try:
+        samples = [feed.sample() for _ in range(3)]
+    finally:
+        feed.close()
+    assert said == [FullDisk.error] and disk.writes == 1
+    assert len(samples) == 3 and all(s.host.memory_total_bytes > 0 for s in samples)

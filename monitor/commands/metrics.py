@@ -46,11 +46,10 @@ def run(args: argparse.Namespace) -> int:
     import psutil
 
     from monitor.cli import UsageError
-    from monitor.metrics.history import History
     from monitor.metrics.samples_file import SamplesFile
     from monitor.metrics.render import render_finding, render_sample
     from monitor.metrics.sampler import Sampler
-    from monitor.metrics.signals import SignalDetector
+    from monitor.session.feeds import SamplerFeed
     from monitor.text import safe_text, say
 
     check_seconds("--interval", args.interval, at_least=0.1)
@@ -70,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
 
     exporter = _exporter(args)
     sampler = Sampler(job_pids=args.pid or None, watch_dirs=args.dir)
-    history, detector = History(), SignalDetector()
+    # The same pipeline as a watched or launched job's (sample, history, signals, file, endpoint).
+    found: list = []
+    feed = SamplerFeed(sampler, found.extend, samples_file=recorder, warn=say,
+                       observers=[exporter.observe] if exporter is not None else [])
     taken = 0
     redraw = sys.stdout.isatty() and not args.json and count != 1
     drawn_rows, last_gpu_message = 0, None
@@ -82,14 +84,8 @@ def run(args: argparse.Namespace) -> int:
         time.sleep(min(args.interval, 0.5) if args.once else args.interval)
         while True:
             started = time.monotonic()
-            sample = sampler.sample()
-            history.add(sample)
-            findings = detector.update(sample, history)
-            if exporter is not None:
-                exporter.observe(sample)  # a textfile it cannot write is said by the exporter, once
-            if recorder is not None and not recorder.write(sample) and recorder.error:
-                say(recorder.error)  # names the file, which may hold anything
-                recorder = None
+            sample = feed.sample()  # a textfile the exporter cannot write is said by it, once
+            findings, found[:] = list(found), []
             if args.json:
                 data = sample.to_json()
                 data["findings"] = [f.to_json() for f in findings]
@@ -118,9 +114,7 @@ def run(args: argparse.Namespace) -> int:
     # A broken pipe (`monitor metrics | head`) is the command line's to answer, as for every
     # command (cli.py: quietly, exit 141).
     finally:
-        sampler.close()
-        if recorder is not None:
-            recorder.close()
+        feed.close()
 
 
 def _rows(block: str, columns: int) -> int:

@@ -154,9 +154,11 @@ class SamplerFeed:
     metrics too."""
 
     def __init__(self, sampler, post: Callable[[list[Finding]], None], *, history=None, detector=None,
-                 samples_file=None, observers: Sequence[Callable[[Sample], None]] = ()) -> None:
+                 samples_file=None, observers: Sequence[Callable[[Sample], None]] = (),
+                 warn: Callable[[str], None] | None = None) -> None:
         """``observers``: called with each sample after it was kept (a node's rank map, the
-        Prometheus endpoint); they must not raise."""
+        Prometheus endpoint); they must not raise. ``warn``: told once, in one line naming the
+        file, when the samples file can no longer be written (a full disk): sampling goes on."""
         from monitor.metrics.history import History
         from monitor.metrics.signals import SignalDetector
 
@@ -166,12 +168,15 @@ class SamplerFeed:
         self.detector = detector if detector is not None else SignalDetector()
         self.samples_file = samples_file
         self.observers = list(observers)
+        self._warn = warn
 
     def sample(self) -> Sample:
         sample = self.sampler.sample()
         self.history.add(sample)
-        if self.samples_file is not None:
-            self.samples_file.write(sample)
+        if self.samples_file is not None and not self.samples_file.write(sample):
+            if self._warn is not None and self.samples_file.error:
+                self._warn(self.samples_file.error)
+            self.samples_file = None
         for observe in self.observers:
             observe(sample)
         findings = self.detector.update(sample, self.history)
