@@ -40,8 +40,8 @@ def test_run_feed_picks_up_per_rank_files_as_they_appear(tmp_path):
     combined.write_text("")
     rank_file = tmp_path / "logdir" / "attempt_0" / "2" / "stderr.log"
     created: list = []
-    session = JobSession([str(combined)], load_catalogue(include_user=False))
-    feed = SessionFeed(session, more_paths=lambda: list(created))
+    session = JobSession([str(combined)], load_catalogue(include_user=False), more_paths=lambda: list(created))
+    feed = SessionFeed(session)
     try:
         feed.poll(0.1)
         rank_file.parent.mkdir(parents=True)
@@ -51,7 +51,7 @@ def test_run_feed_picks_up_per_rank_files_as_they_appear(tmp_path):
             "[rank2]: ValueError: bad batch\n"
         )
         created.append(rank_file)
-        feed._next_more_paths = 0.0  # the job reports its new file on the next poll
+        session._next_more_paths = 0.0  # the job reports its new file on the next poll
         deadline = time.monotonic() + 10
         root = None
         while root is None and time.monotonic() < deadline:

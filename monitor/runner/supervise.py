@@ -27,7 +27,7 @@ from monitor.runner import explain, launchers, preflight, restart
 from monitor.runner.environment import EnvironmentProbe
 from monitor.runner.job import CaptureOptions, Job, JobStartError, new_log_path, side_file
 from monitor.runner.recorder import write_state
-from monitor.session.feeds import MORE_PATHS_EVERY_S, MetricsPump, SamplerFeed
+from monitor.session.feeds import MetricsPump, SamplerFeed
 from monitor.session.hang_probe import HangProbe
 from monitor.session.job_session import JobSession
 from monitor.text import say
@@ -306,7 +306,8 @@ def open_session(job: Job, catalogue, checks: Sequence[Finding] = (), stall_afte
     what the screen shows and the end report explains."""
     probe = HangProbe(job.pids, job.log_path, lambda findings: session.post(findings), recorder)
     session = JobSession([job.log_path, *job.extra_log_paths()], catalogue, stall_after=stall_after,
-                         stop_requested=lambda: job.stop_requested, probe=probe, on_step=on_step, against=against)
+                         stop_requested=lambda: job.stop_requested, probe=probe, on_step=on_step, against=against,
+                         more_paths=job.extra_log_paths)  # torchrun creates per-rank files late
     session.add([copy.copy(finding) for finding in checks])  # one copy per attempt: the session numbers them
     metrics = SamplerFeed(Sampler(job_pids=job.pids, watch_dirs=[str(job.log_path.parent)]), session.post,
                           samples_file=_samples_file(job.log_path), observers=observers)
@@ -327,12 +328,8 @@ def _follow_to_end(job: Job, session: JobSession, pump: MetricsPump | None) -> i
     does not show (metrics, checkpoints, a stall) are said on stderr as they come."""
     if pump is not None:
         pump.start()
-    next_more_paths = 0.0
     try:
         while (code := job.wait(timeout=0)) is None:
-            if time.monotonic() >= next_more_paths:
-                session.follow(job.extra_log_paths())  # torchrun creates per-rank files late
-                next_more_paths = time.monotonic() + MORE_PATHS_EVERY_S
             update = session.step(timeout=0.25)
             for finding in update.new_findings:
                 if pump is not None and finding.origin != "log":
@@ -340,7 +337,6 @@ def _follow_to_end(job: Job, session: JobSession, pump: MetricsPump | None) -> i
     finally:
         if pump is not None:
             pump.stop()
-    session.follow(job.extra_log_paths())
     return code
 
 

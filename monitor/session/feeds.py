@@ -9,7 +9,6 @@ run`` use the same ones, so no mode sees findings another does not.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -20,7 +19,6 @@ from monitor.progress.tracker import ProgressState
 from monitor.session.time_order import in_time_order
 
 # How often a running job is asked for per-rank log files it has created since the start.
-MORE_PATHS_EVERY_S = 2.0
 
 
 @dataclass(slots=True)
@@ -89,27 +87,20 @@ class SessionFeed:
     on with it: ``monitor run`` waits for the job's end and explains it after the screen)."""
 
     def __init__(self, session, *, ended: Callable[[], str | None] | None = None,
-                 more_paths: Callable[[], list] | None = None, close_session: bool = True,
-                 at_end: Callable[[object], str] | None = None) -> None:
-        """``more_paths``: asked every few seconds for files to follow that appeared since the
-        start (a job's per-rank files under torchrun --log-dir). ``at_end``: called with the
+                 close_session: bool = True, at_end: Callable[[object], str] | None = None) -> None:
+        """``at_end``: called with the
         session once, when the source has ended and all it wrote is read, before the findings
         are handed out (a watched job's exit finding and end report); what it says is added
         to the note."""
         self.session = session
         self._ended = ended
         self._at_end = at_end
-        self._more_paths = more_paths
         self._close_session = close_session
-        self._next_more_paths = 0.0
         self._version = -1
         self._progress_version = 0
 
     def poll(self, timeout: float) -> LogBatch:
         note = self._ended() if self._ended is not None else None
-        if self._more_paths is not None and time.monotonic() >= self._next_more_paths:
-            self.session.follow(self._more_paths())
-            self._next_more_paths = time.monotonic() + MORE_PATHS_EVERY_S
         update = self.session.step(timeout=timeout)
         batch = LogBatch(lines=in_time_order(update.lines), files=[str(f) for f in update.files],
                          problems=list(update.problems))

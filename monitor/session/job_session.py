@@ -68,6 +68,9 @@ HANDLED_NOTE = "the job exited 0: the program caught this exception and went on"
 GPUS_IDLE_RULE = "metrics-gpus-idle"
 
 
+MORE_PATHS_EVERY_S = 2.0
+
+
 @dataclass(slots=True)
 class SessionUpdate:
     """What one ``JobSession.step`` brought."""
@@ -87,7 +90,7 @@ class JobSession:
                  clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time,
                  stop_requested: Callable[[], bool] | None = None, probe: HangProbe | None = None,
                  on_step: Callable[[JobSession, list[LogLine]], None] | None = None, attach: bool = False,
-                 against: Against | None = None) -> None:
+                 against: Against | None = None, more_paths: Callable[[], list] | None = None) -> None:
         """``stop_requested``: asked on every step whether the job was asked to stop (``Job.
         stop_requested``; see ``request_stop``). ``probe``: takes the job's stacks when a hang is
         suspected (a session of logs alone has none). ``on_step``: called on the session's thread
@@ -95,7 +98,9 @@ class JobSession:
         already big when the session starts (a watch opened on a long job) are diagnosed with the
         fast scan of ``diagnose`` and followed from their end; the screen gets their last lines.
         ``against``: the last run that ended well (``diagnosis/novelty.py``): new warning and error
-        lines are told as they come, and the diagnosis lists what is new since it.
+        lines are told as they come, and the diagnosis lists what is new since it. ``more_paths``:
+        asked every few seconds, and at the end, for files to follow that appeared since the start
+        (``Job.extra_log_paths``: torchrun --log-dir's per-rank files).
         Raises ``monitor.logs.sources.SourceError``
         for a PATH that can never name a file."""
         self.follower = Follower([str(p) for p in paths], poll=poll)
@@ -117,6 +122,10 @@ class JobSession:
         self._file_ranks: dict[str, FileRanks] = {}
         self._quiet_since: dict[str, float] = {}  # files fed since their records were completed
         self._closed = False
+        # Asked every few seconds (and once more at the end) for files to follow that appeared
+        # since the start: a job's per-rank files under torchrun --log-dir come late.
+        self._more_paths = more_paths
+        self._next_more_paths = 0.0
         self.probe = probe
         self._evidence: dict[str, list[Finding]] = {}  # origin -> the latest capture's findings
         self._probation: tuple[float, list[Finding]] | None = None
@@ -139,6 +148,12 @@ class JobSession:
     def follow(self, paths) -> None:
         """Follow more files from now on (see ``Follower.add``)."""
         self.follower.add([str(p) for p in paths])
+
+    def _look_for_more_paths(self, now: bool = False) -> None:
+        if self._more_paths is None or (not now and self._clock() < self._next_more_paths):
+            return
+        self.follow(self._more_paths())
+        self._next_more_paths = self._clock() + MORE_PATHS_EVERY_S
 
     def post(self, findings: list[Finding]) -> None:
         """Findings from another thread (metric signals, checkpoint checks); the next ``step``
@@ -185,6 +200,7 @@ class JobSession:
         if not self.stop_requested and self._asked_to_stop is not None and self._asked_to_stop():
             self.request_stop()
         known = len(self.engine.findings)
+        self._look_for_more_paths()
         self._name_nodes()
         attached = self._attach_big_files() if self._attach else []
         update = self.follower.read(timeout)
@@ -290,6 +306,7 @@ class JobSession:
         self._closed = True
         if self.probe is not None:
             self.probe.join(PROBE_JOIN_S)  # a capture under way: its findings belong to this job
+        self._look_for_more_paths(now=True)
         update = self.follower.close()
         self._feed(update.lines, update.ended, self._clock(), [])
         self.problems += update.problems

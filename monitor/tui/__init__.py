@@ -52,8 +52,7 @@ def run_app(job, session, metrics, *, bell: bool = True):
     from monitor.session.feeds import SessionFeed
     from monitor.tui.app import MonitorApp
 
-    feed = SessionFeed(session, ended=lambda: job_ending(job.exit_code()), more_paths=job.extra_log_paths,
-                       close_session=False)
+    feed = SessionFeed(session, ended=lambda: job_ending(job.exit_code()), close_session=False)
     return MonitorApp(feed, metrics, title=" ".join(job.command), job=job, probe=session.probe, bell=bell)
 
 
