@@ -334,16 +334,6 @@ def test_a_local_rank_the_launcher_names_is_the_rank_only_where_the_log_shows_on
     assert root["rank"] == rank and root["rank_source"] == ("local" if rank is not None else "")
 
 
-def test_ncclss_own_report_of_a_device_side_assert_is_the_assert(tmp_path: Path) -> None:
-    """NCCL's CUDACHECK (checks.h) prints "Cuda failure '%s'" with cudaGetErrorString's text."""
-    root = _diagnose(tmp_path, (
-        "gpu-node-3:25486:25486 [0] init.cc:924 NCCL WARN Cuda failure 'device-side assert triggered'\n"
-        "terminate called after throwing an instance of 'std::runtime_error'\n"
-        "  what():  NCCL error in: /opt/pytorch/torch/lib/c10d/NCCLUtils.hpp:136, unhandled cuda error, NCCL version 2.7.8\n"
-    ))["root_cause"]
-    assert (root["rule"], root["category"]) == ("cuda-device-assert", "cuda_assert")
-
-
 @pytest.mark.parametrize("text, rule, category", [
     # Ray's GCS via worker.py, then the actor's ActorDiedError on the driver.
     ("2023-03-03 05:15:30,774\tWARNING worker.py:1866 -- The node with node id: 9426f4 and address: 10.0.0.7 and node "
@@ -424,20 +414,24 @@ def test_nccl_failures_told_by_nccl_and_by_torch(tmp_path: Path, text: str, rule
     assert (root["rule"], root["category"], root["role"]) == (rule, "nccl_error", "root")
 
 
-@pytest.mark.parametrize("warn", [
-    "include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device",  # NCCL 2.7-2.11
-    "misc/shmutils.cc:87 NCCL WARN Error: failed to extend /dev/shm/nccl-oF4i4g to 33030148 bytes, "
-    "error: No space left on device (28)",                                                  # NCCL 2.12 on
+@pytest.mark.parametrize("warn, rule, category", [
+    # NCCL's CUDACHECK (checks.h): "Cuda failure '%s'" with cudaGetErrorString's text.
+    ("init.cc:924 NCCL WARN Cuda failure 'device-side assert triggered'", "cuda-device-assert", "cuda_assert"),
+    # Its /dev/shm segments say "No space left on device" too: shm, not the disk.
+    ("include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device",  # NCCL 2.7-2.11
+     "nccl-shm", "shm_exhausted"),
+    ("misc/shmutils.cc:87 NCCL WARN Error: failed to extend /dev/shm/nccl-oF4i4g to 33030148 bytes, "
+     "error: No space left on device (28)", "nccl-shm", "shm_exhausted"),        # NCCL 2.12 on
 ])
-def test_ncclss_shared_memory_running_out_is_no_full_disk(tmp_path: Path, warn: str) -> None:
-    """NCCL's /dev/shm segments say "No space left on device" too: shm, not the disk."""
+def test_ncclss_own_warning_names_the_cause_before_torchs_wrapper(tmp_path: Path, warn: str, rule: str, category: str) -> None:
+    """NCCL's WARN line, then torch's generic "NCCL error ... unhandled ... error": the WARN says why."""
     root = _diagnose(tmp_path, (
         f"node1:8639:8745 [0] {warn}\n"
         "node1:8639:8745 [0] NCCL INFO include/shm.h:41 -> 2\n"
         "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, unhandled system "
         "error, NCCL version 2.10.3\n"
     ))["root_cause"]
-    assert (root["rule"], root["category"]) == ("nccl-shm", "shm_exhausted")
+    assert (root["rule"], root["category"]) == (rule, category)
 
 
 @pytest.mark.parametrize("text, rule", [
