@@ -9,13 +9,18 @@ import time
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
+def binary_unit(value: float) -> tuple[str, int]:
+    """The unit ``value`` bytes are shown in, and its size in bytes: ("GiB", 1 << 30)."""
+    for power, unit in enumerate(_UNITS):
+        if abs(value) < 1024 ** (power + 1) or unit == _UNITS[-1]:
+            return unit, 1024 ** power
+    raise AssertionError("unreachable: the last unit always returns")
+
+
 def binary_size(value: float) -> str:
     """512 B, 3.2 MiB, 78.0 GiB."""
-    for unit in _UNITS:
-        if abs(value) < 1024 or unit == _UNITS[-1]:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable: the last unit always returns")
+    unit, scale = binary_unit(value)
+    return f"{value:.0f} {unit}" if unit == "B" else f"{value / scale:.1f} {unit}"
 
 
 def duration(seconds: float | None) -> str:

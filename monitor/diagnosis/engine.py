@@ -108,14 +108,12 @@ class Engine:
 
     def _glued_note(self, line: LogLine) -> Finding:
         """Once: the output of several ranks ran together, and how to keep it apart."""
-        note = self.book.add_external(Finding(
+        return self.add_new(Finding(
             rule="glued-output", category=Category.LAUNCHER, severity="info", role="confirm",
             title=advice_file.advice("title-glued-output"),
             file=line.file, line=line.line, evidence=[mask(line.text)], origin="log",
             remedy=advice_file.advice("glued-output"),
-        ), self.records.lines_fed)
-        assert note is not None  # no source_key: never a new value of one held
-        return note
+        ))
 
     # ---- what the stages hold ------------------------------------------------------------
 
@@ -164,6 +162,14 @@ class Engine:
         so far. Returns it as held (its ``seq`` set), or None when it replaced the value held
         under its ``source_key``."""
         return self.book.add_external(finding, self.records.lines_fed)
+
+    def add_new(self, finding: Finding) -> Finding:
+        """``add_external`` of a finding without a ``source_key`` (a stall, a node gone quiet, a
+        new line): always held as new; returns it as held."""
+        assert not finding.source_key, "a finding with a source_key may replace one held: add_external"
+        held = self.book.add_external(finding, self.records.lines_fed)
+        assert held is not None  # only a finding with a source_key replaces one held
+        return held
 
     def revise(self, finding: Finding) -> None:
         """A new value of a finding held (the same ``seq``)."""

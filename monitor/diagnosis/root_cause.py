@@ -120,23 +120,31 @@ def hang_suspect(timeouts: list[Finding], evidence: RankEvidence) -> Finding:
             suspect = laggards[0]
             reason = f"rank {suspect} completed the fewest collectives (last completed work {low:g})"
     if suspect is None and reporting:
-        # A number misread as a rank prefix must not become the suspect: stay in the world.
-        world = evidence.world_size
-        missing = sorted(r for r in known - reporting if world is None or r < world)
+        missing = _missing(known, reporting, evidence.world_size)
         if missing:
             suspect = missing[0]
             others = ", ".join(map(str, missing))
             reason = f"rank{'s' if len(missing) > 1 else ''} {others} never reported the timeout the others hit: it never reached the collective"
     if suspect is None:
         return first
-    fields = dict(first.fields, suspect_rank=str(suspect), suspect_reason=reason)
+    return _suspected(first, suspect, reason, "the others timed out waiting")
+
+
+def _missing(known: set[int], present: set[int], world: int | None) -> list[int]:
+    """The ranks known to exist that are not ``present``, lowest first; within the world size
+    where one is known (a number misread as a rank prefix must not become the suspect)."""
+    return sorted(r for r in known - present if world is None or r < world)
+
+
+def _suspected(finding: Finding, rank: int, reason: str, others: str) -> Finding:
+    """``finding`` retitled to name the rank the others waited for, and why."""
     remedy = (
-        f"Hang: {reason}. Look at what rank {suspect} was doing last (its final lines, a slow "
-        f"checkpoint or eval, a data-loader stall, a code path the other ranks did not take).\n" + first.remedy
+        f"Hang: {reason}. Look at what rank {rank} was doing last (its final lines, a slow "
+        f"checkpoint or eval, a data-loader stall, a code path the other ranks did not take).\n" + finding.remedy
     )
-    title = f"Rank {suspect} stalled; the others timed out waiting ({first.title})"
-    return replace(first, title=title, rank=suspect, fields=fields, remedy=remedy, ranks=list(first.ranks),
-                   evidence=list(first.evidence), rank_source="hang")
+    return replace(finding, title=f"Rank {rank} stalled; {others} ({finding.title})", rank=rank,
+                   fields=dict(finding.fields, suspect_rank=str(rank), suspect_reason=reason), remedy=remedy,
+                   ranks=list(finding.ranks), evidence=list(finding.evidence), rank_source="hang")
 
 
 def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvidence | None = None) -> Finding | None:
@@ -171,17 +179,12 @@ def _not_ready(root: Finding, evidence: RankEvidence | None) -> Finding | None:
     ready = {int(r) for r in str(root.fields.get("ready", "")).replace(" ", "").split(",") if r.isdigit()}
     if not ready:
         return None
-    world = evidence.world_size if evidence is not None else None
     known = set(range(max(ready) + 1)) | (set(evidence.known_ranks) if evidence is not None else set())
-    missing = sorted(r for r in known - ready if world is None or r < world)
+    missing = _missing(known, ready, evidence.world_size if evidence is not None else None)
     if not missing:
         return None
-    rank = missing[0]
-    reason = f"rank {rank} is not among the ranks that were ready ({root.fields['ready']})"
-    return replace(root, rank=rank, ranks=list(root.ranks), rank_source="hang",
-                   title=f"Rank {rank} stalled; the others waited for it ({root.title})",
-                   fields=dict(root.fields, suspect_rank=str(rank), suspect_reason=reason),
-                   remedy=f"Hang: {reason}. Look at what rank {rank} was doing last.\n" + root.remedy)
+    reason = f"rank {missing[0]} is not among the ranks that were ready ({root.fields['ready']})"
+    return _suspected(root, missing[0], reason, "the others waited for it")
 
 
 # Fields in which a launcher names the local rank of a failed process: torchelastic's "failed

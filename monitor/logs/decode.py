@@ -69,6 +69,11 @@ class LineAssembler:
         self._last_state = b""
 
     @property
+    def has_partial(self) -> bool:
+        """Whether a partial last line is held (cheap: ``pending`` copies it)."""
+        return bool(self._partial or self._overflowed or self._redraws)
+
+    @property
     def pending(self) -> bytes:
         """The partial last line (no newline yet), as far as it is kept."""
         return self._with_states(bytes(self._partial))
@@ -87,9 +92,7 @@ class LineAssembler:
 
     def flush(self) -> bytes | None:
         """The partial last line as a line of its own (at end of file), or None if empty."""
-        if not self._partial and not self._overflowed and not self._redraws:
-            return None
-        return self._take()
+        return self._take() if self.has_partial else None
 
     def reset(self) -> None:
         """Forget the partial line (the file was truncated or replaced)."""

@@ -136,8 +136,9 @@ class Follower:
         return True
 
     def pending(self) -> dict[str, str]:
-        """Each file's partial last line (no newline yet), cleaned, for display only."""
-        return {path: text for path, f in self._files.items() if (text := f.pending_text())}
+        """Each file's partial last line (no newline yet), cleaned, for display only. Asked on every
+        step of a session: a file without one costs a look, not a copy and a clean."""
+        return {path: text for path, f in self._files.items() if f.assembler.has_partial and (text := f.pending_text())}
 
     def read(self, timeout: float = 0.2) -> FollowUpdate:
         """New lines (and ends, problems) of all files; blocks at most ``timeout`` seconds."""

@@ -43,6 +43,10 @@ class Prefix:
     lead: str = ""
 
 
+# What a lead's first character is (``formats.Lead.first``): a cheap test before its regex.
+_STARTS = {"digit": str.isdigit, "alpha": str.isalpha, "quote": lambda first: first == ">"}
+
+
 def _may_have_prefix(text: str) -> bool:
     """Whether ``text`` starts as one of the prefixes can (``[``, ``(``, a digit or whitespace):
     this runs on every line, and a plain line then skips the regex."""
@@ -63,7 +67,7 @@ def parse_prefix(text: str) -> Prefix:
     if match is None:
         first = text[:1]
         for lead in LEADS:
-            if not (first.isdigit() if lead.first == "digit" else first == ">" if lead.first == "quote" else first.isalpha()):
+            if not _STARTS[lead.first](first):
                 continue
             if (found := lead.pattern.match(text)) is None:
                 continue

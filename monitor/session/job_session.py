@@ -398,9 +398,7 @@ class JobSession:
             self.progress.feed(line.text, line.rank, now, line.file)
             new += self._taken(engine.feed(line))
             if self._novelty is not None and (news := self._novelty.observe(line)) is not None:
-                noted = engine.add_external(news)
-                assert noted is not None  # no source_key: never a new value of one held
-                new.append(noted)
+                new.append(engine.add_new(news))
             self._quiet_since[line.file] = now
         while next_end is not None:
             new += self._taken(engine.flush(next_end[1]))
@@ -437,9 +435,7 @@ class JobSession:
             if key in self._node_findings:
                 held[key] = self._node_findings[key]
             else:
-                taken = self.engine.add_external(finding)
-                assert taken is not None  # no source_key: never a new value of one held
-                held[key] = taken
+                held[key] = self.engine.add_new(finding)
                 step.new_findings.append(held[key])
         self._node_findings = held
 
@@ -449,8 +445,7 @@ class JobSession:
         if self.stall.active is None and not step.lines and self._silence_unexplained():
             finding = self.stall.check(now, self._wall_clock())
             if finding is not None:
-                self._stall_held = self.engine.add_external(finding)
-                assert self._stall_held is not None  # no source_key: never a new value of one held
+                self._stall_held = self.engine.add_new(finding)
                 step.new_findings.append(self._stall_held)
                 if self.probe is not None:
                     self.probe.trigger("stall")
@@ -466,7 +461,7 @@ class JobSession:
         if self._stall_held is not None:
             self._withdraw([self._stall_held])
             self._stall_held = None
-        note = self.engine.add_external(resolved_note(cleared, self._wall_clock(), exited, resumed))
+        note = self.engine.add_new(resolved_note(cleared, self._wall_clock(), exited, resumed))
         on_trial = [f for found in self._evidence.values() for f in found if f.fields.get("trigger") == "stall"]
         if on_trial:
             self._probation = (now + PROBATION_S, on_trial)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from monitor.units import binary_size, clock, duration  # noqa: F401 (the panels' names for them)
+from monitor.units import binary_size, binary_unit, clock, duration  # noqa: F401 (the panels' names for them)
 
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -19,12 +19,12 @@ def size(value: float | None) -> str:
 
 
 def used_of(used: float | None, total: float | None) -> str:
-    """"78.0/80.0GiB": used and total, the unit once where both have it."""
-    left, right = size(used), size(total)
-    unit = right.lstrip("0123456789.-")
-    if unit and left.endswith(unit) and left[: -len(unit)].replace(".", "").lstrip("-").isdigit():
-        return f"{left[: -len(unit)]}/{right}"
-    return f"{left}/{right}"
+    """"78.0/80.0GiB": used and total, the unit once where both are shown in it."""
+    if used is not None and total is not None:
+        unit, scale = binary_unit(total)
+        if unit != "B" and binary_unit(used)[0] == unit:
+            return f"{used / scale:.1f}/{total / scale:.1f}{unit}"
+    return f"{size(used)}/{size(total)}"
 
 
 def since_start(seconds: float) -> str:
