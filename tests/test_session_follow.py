@@ -93,6 +93,7 @@ def test_a_progress_bar_that_never_ends_its_line_is_followed(tmp_path, catalogue
     log = tmp_path / "rank3.log"
     log.write_bytes(b"[rank3]: starting\n")
     session = JobSession([str(log)], catalogue)
+    session.track_progress()  # as the screen does: nothing parses progress for nobody
     try:
         session.step(timeout=0.2)
         with open(log, "ab") as handle:

@@ -219,6 +219,8 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
         session, metrics = open_session(job, catalogue, checks, options.stall_after_s, recorder,
                                         on_step=publisher, observers=outlets.observers(),
                                         against=good[0] if good else None)
+        if publisher is not None:
+            session.track_progress()  # the endpoint's monitor_training_* series
         watcher = _start_checkpoint_watch(options.checkpoint_dirs, job, session.post)
         try:
             if present is not None and not _run_tui(present, job, session, metrics):  # not headless

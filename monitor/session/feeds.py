@@ -93,6 +93,7 @@ class SessionFeed:
         are handed out (a watched job's exit finding and end report); what it says is added
         to the note."""
         self.session = session
+        session.track_progress()  # the screen shows it
         self._ended = ended
         self._at_end = at_end
         self._close_session = close_session
