@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from monitor.commands.options import language
+from monitor.diagnosis.advice import speaking
 from monitor.diagnosis.catalogue import RuleError, load_catalogue
 from monitor.diagnosis.ruletest import check_rules
 
@@ -76,7 +77,8 @@ def test_a_translation_must_name_the_same_fields_and_knobs(tmp_path):
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "mine.toml").write_text(RULE)
-    catalogue = load_catalogue([rules], include_user=False, include_shipped=False, lang="zh")
+    with speaking("zh"):
+        catalogue = load_catalogue([rules], include_user=False, include_shipped=False)
     rule = catalogue.by_id["my-error"]
     assert rule.title == "我的错误（rank {rank}）" and rule.remedy == "错误码 {code}：设置 MY_KNOB=1。"
     (rules / "mine.toml").write_text(RULE.replace("错误码 {code}", "错误码 {cod}"))
@@ -106,11 +108,8 @@ def test_every_shipped_rule_and_advice_has_its_chinese_text():
 def test_advice_of_findings_no_rule_makes_follows_the_language(tmp_path):
     from monitor.diagnosis import advice
 
-    try:
-        advice.use_language("zh")
+    with advice.speaking("zh"):
         assert advice.advice("exit-code") == "看退出之前日志里的第一个错误。"
-    finally:
-        advice.use_language("en")
     assert advice.advice("exit-code") == "See the first error in the log above the exit."
 
 
@@ -118,13 +117,10 @@ def test_the_monitors_own_findings_speak_the_language_too(tmp_path):
     from monitor.diagnosis import advice
     from monitor.runner.explain import exit_finding
 
-    try:
-        advice.use_language("zh")
+    with advice.speaking("zh"):
         assert exit_finding(tmp_path / "run.log", 1, None).title == "作业以代码 1 退出"
         assert exit_finding(tmp_path / "run.log", 137, "SIGTERM", killed=True).title.startswith(
             "按请求停止（向作业的每个进程发送了 SIGTERM，宽限期过后")
-    finally:
-        advice.use_language("en")
     assert exit_finding(tmp_path / "run.log", 1, None).title == "The job exited with code 1"
 
 
@@ -158,11 +154,8 @@ def test_metric_preflight_checkpoint_and_stacks_findings_speak_the_language_too(
         return {"memory": memory, "knob": knob, "bad": bad, "stacks": stacks}
 
     english = findings()
-    try:
-        advice.use_language("zh")
+    with advice.speaking("zh"):
         chinese = findings()
-    finally:
-        advice.use_language("en")
     assert english["memory"].title == "GPU memory near full on rank 0 (GPU 0: 78.0 of 80.0 GiB, 98%)"
     assert chinese["memory"].title == "rank 0 的 GPU 显存接近用满（GPU 0：78.0/80.0 GiB，98%）"
     assert chinese["memory"].remedy.startswith("GPU 0 上还剩 2.0 GiB，共 80.0 GiB。")

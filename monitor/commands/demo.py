@@ -41,9 +41,8 @@ def run(args: argparse.Namespace) -> int:
     check_number("--speed", args.speed, at_least=0.01, at_most=1000)
     try:
         recording = load_recording(args.recording or BUNDLED)
-        lang = language(args)
-        use_language(lang)
-        catalogue = load_catalogue(lang=lang)
+        use_language(language(args))
+        catalogue = load_catalogue()
     except (RecordingFormatError, RuleError) as exc:
         raise UsageError(str(exc)) from None
     headless_off_a_terminal(args)

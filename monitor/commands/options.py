@@ -46,10 +46,9 @@ def load_rules(args: argparse.Namespace, extra: tuple[str, ...] = ()):
     from monitor.diagnosis.advice import use_language
     from monitor.diagnosis.catalogue import RuleError, load_catalogue
 
-    lang = language(args)
-    use_language(lang)  # the advice of findings no rule makes (the exit, metrics, nodes)
+    use_language(language(args))  # before the rules: their texts and all other advice read it
     try:
-        catalogue = load_catalogue([*args.rules, *extra], include_user=not args.no_user_rules, lang=lang)
+        catalogue = load_catalogue([*args.rules, *extra], include_user=not args.no_user_rules)
     except RuleError as exc:
         raise UsageError(str(exc)) from None
     if (model := getattr(args, "model", None)) is not None:

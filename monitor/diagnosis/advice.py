@@ -9,7 +9,9 @@ of the user's input: it raises ``KeyError``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +35,9 @@ class AdviceEntry:
     translations: dict[str, str] = field(default_factory=dict)
 
 
-# The language advice is given in: the process's (a command's --lang or locale: ``use_language``).
+# The one language of everything the process says: a command sets it once from --lang or the locale
+# (``use_language``) before it loads rules; the catalogue's texts (``load_catalogue``) and the advice
+# of findings no rule makes both read it here, so the two cannot disagree.
 _language = "en"
 
 
@@ -44,6 +48,17 @@ def use_language(lang: str) -> None:
 
 def language() -> str:
     return _language
+
+
+@contextlib.contextmanager
+def speaking(lang: str) -> Iterator[None]:
+    """The process's language is ``lang`` for the block, then what it was."""
+    before = _language
+    use_language(lang)
+    try:
+        yield
+    finally:
+        use_language(before)
 
 
 def advice(advice_id: str, **fields: str) -> str:

@@ -17,7 +17,7 @@ import regex
 
 from monitor.model import RANK_SOURCES, Category, Confidence, Role, Severity
 from monitor.diagnosis.conditions import Condition, ConditionError
-from monitor.diagnosis.advice import ADVICE_FILE
+from monitor.diagnosis.advice import ADVICE_FILE, language
 from monitor.diagnosis.knobs import KNOBS_FILE, Knob, KnobError, load_registry
 from monitor.diagnosis.literals import required_literals, required_sets
 from monitor.diagnosis.templates import field_names
@@ -202,10 +202,10 @@ def user_rules_dir() -> Path:
     return Path(base) / "monitor" / "rules"
 
 
-def load_catalogue(extra_dirs=(), include_user: bool = True, include_shipped: bool = True,
-                   lang: str = "en") -> Catalogue:
+def load_catalogue(extra_dirs=(), include_user: bool = True, include_shipped: bool = True) -> Catalogue:
     """All rules from the shipped catalogue, the user's directory and ``extra_dirs``, their
-    texts in ``lang`` where they have them."""
+    texts in the process's language (``advice.language``) where they have them."""
+    lang = language()
     dirs: list[Path] = []
     if include_shipped and (shipped := shipped_rules_dir()) is not None:
         dirs.append(shipped)
