@@ -491,3 +491,67 @@ def test_the_report_of_a_hang_quotes_the_last_line_of_the_rank_that_hung() -> No
     assert (root["rank"], root["rank_source"]) == (7, "hang")
     assert root["evidence"][-1] == "rank 7's last line: [default7]:[data] fetching shard 17/64 from s3://corpus/tok/shard-0017.bin"
     assert root["fields"]["suspect_last_line"].endswith("fetching shard 17/64 from s3://corpus/tok/shard-0017.bin")
+
+
+# torchelastic's summary (_format_failure in torch/distributed/elastic/multiprocessing/errors): with
+# @record on the entry point, the root cause's entry carries the rank's traceback after
+# "traceback : ", each line after the first indented two more spaces.
+TORCHELASTIC_SUMMARY = """\
+Traceback (most recent call last):
+  File "/opt/venv/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/run.py", line 892, in main
+    run(args)
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2024-05-02_10:11:12
+  host      : node-b
+  rank      : 6 (local_rank: 2)
+  exitcode  : -15 (pid: 4242)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 4242
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2024-05-02_10:11:10
+  host      : node-b
+  rank      : 5 (local_rank: 1)
+  exitcode  : 1 (pid: 4241)
+  error_file: /tmp/torchelastic_x/none_y/attempt_0/1/error.json
+  traceback : Traceback (most recent call last):
+    File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 357, in wrapper
+      return f(*args, **kwargs)
+             ^^^^^^^^^^^^^^^^^^
+    File "/home/u/train.py", line 40, in main
+      raise ValueError(f"bad shard {shard}")
+  ValueError: bad shard 17
+  
+============================================================
+"""
+
+
+def test_the_traceback_in_torchelastics_summary_is_its_ranks_exception(tmp_path: Path) -> None:
+    root = _diagnose(tmp_path, TORCHELASTIC_SUMMARY)["root_cause"]
+    assert (root["category"], root["rank"], root["rank_source"]) == ("python_exception", 5, "summary")
+    assert (root["fields"]["exc_type"], root["fields"]["frame_file"], root["fields"]["frame_line"]) == (
+        "ValueError", "/home/u/train.py", "40")
+
+
+def test_a_known_error_in_torchelastics_summary_takes_its_rank(tmp_path: Path) -> None:
+    text = TORCHELASTIC_SUMMARY.replace("ValueError: bad shard 17", (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity "
+        "of 79.14 GiB of which 1.20 GiB is free."))
+    root = _diagnose(tmp_path, text)["root_cause"]
+    assert (root["category"], root["rank"], root["rule"]) == ("cuda_oom", 5, "cuda-oom")
+
+
+def test_a_traceback_shifted_right_as_a_whole_is_still_read(tmp_path: Path) -> None:
+    """The summary's entry cut above its header (a paste of its end): frames at four spaces, the
+    exception line at two."""
+    cut = TORCHELASTIC_SUMMARY[TORCHELASTIC_SUMMARY.index("    File \"/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic"):]
+    root = _diagnose(tmp_path, cut)["root_cause"]
+    assert (root["category"], root["fields"]["exc_type"], root["fields"]["frame_line"]) == ("python_exception", "ValueError", "40")

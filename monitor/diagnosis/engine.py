@@ -24,8 +24,8 @@ from monitor.diagnosis.assembler import (
 from monitor.diagnosis.attribute import Attribution
 from monitor.diagnosis.book import FindingBook, LogConditions
 from monitor.diagnosis.catalogue import Catalogue
-from monitor.diagnosis.classify import REGEX_TIMEOUT_S, Match, classifiers
-from monitor.diagnosis.records import Record
+from monitor.diagnosis.classify import REGEX_TIMEOUT_S, Match, classifiers, is_summary
+from monitor.diagnosis.records import Record, embedded_traceback
 from monitor.diagnosis.root_cause import RankEvidence, choose, confidence, with_rank
 from monitor.diagnosis.secrets import mask
 from monitor.logs.nodes import node_name_of
@@ -91,6 +91,8 @@ class Engine:
         """A completed record through classify, attribute and the finding book."""
         for learnt in self.attribution.learn_summary(record):
             self.book.rank_of_pid(learnt.pid, learnt.rank)
+        if is_summary(record) and (embedded := embedded_traceback(record)) is not None:
+            self._decide(embedded, new)  # first: its rank is the failing rank's own
         for match in self._classify(record):
             finding = self.book.take(self.attribution.attribute(match))
             if finding is not None:

@@ -131,11 +131,17 @@ def parse_exception_line(body: str) -> PythonException | None:
     return PythonException(match["type"], match["message"].strip(), "", "", "", 0)
 
 
+def _shifted_exception(stripped: str) -> bool:
+    match = _EXCEPTION.match(stripped)
+    return match is not None and _EXCEPTION_NAME.search(match["type"]) is not None
+
+
 def parse_traceback(bodies: list[str]) -> PythonException | None:
     """The final exception of a traceback record (its lines without rank prefixes)."""
     frames: list[tuple[str, str, str]] = []
     exception: tuple[str, str, int] | None = None
     headerless = in_frames = bool(bodies) and _FRAME.match(bodies[0]) is not None
+    frame_indent = 2
     for index, body in enumerate(bodies):
         stripped = body.strip()
         if stripped.startswith("Traceback (most recent call last)"):
@@ -149,9 +155,18 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
         if in_frames:
             frame = _FRAME.match(body)
             if frame:
+                if not frames:
+                    frame_indent = len(body) - len(body.lstrip())
                 frames.append((frame["file"], frame["line"], (frame["func"] or "").strip()))
                 continue
-            if body[:1] in (" ", "\t") or not stripped:
+            if not stripped:
+                continue
+            if body[:1] in (" ", "\t") and (
+                len(body) - len(body.lstrip()) > frame_indent - 2 or not _shifted_exception(stripped)
+            ):
+                # A frame's source line. A traceback shifted right as a whole (torchelastic's
+                # summary indents the traceback of a rank's error file under "traceback :", a paste
+                # indented as code) keeps its exception line two columns left of its frames.
                 continue
             match = _EXCEPTION.match(stripped)
             if match is None:

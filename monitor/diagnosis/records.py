@@ -71,6 +71,12 @@ _CHAIN = ("During handling of the above exception", "The above exception was the
 _CPP_START = regex.compile(r"^(?:terminate called after throwing an instance of|Exception raised from .* \(most recent call first\):)")
 _CPP_CONT = regex.compile(r"^(?:\s*what\(\):|\s*frame #\d+:|\s*<omitting python frames>|Exception raised from )")
 _RULER = regex.compile(r"^\s*={10,}\s*$")
+# torchelastic's summary of a failed rank (``_format_failure`` in torch/distributed/elastic/
+# multiprocessing/errors): "  rank      : 5 (local_rank: 1)" and, where the entry point was
+# decorated with @record, "  traceback : " + the rank's traceback with each line after the first
+# indented by two more spaces.
+_ENTRY_RANK = regex.compile(r"^\s*rank\s*: (\d+) \(local_rank: \d+\)")
+_ENTRY_TRACEBACK = regex.compile(r"^\s*traceback : (?:Traceback \(most recent call last\):)?\s*$")
 # torch.multiprocessing.spawn (ProcessRaisedException): "-- Process {index} terminated with the
 # following error:" before the child's traceback.
 SPAWNED = regex.compile(r"^-- Process (\d+) terminated with the following error:$")
@@ -220,6 +226,34 @@ def _continues_traceback(record: Record, body: str) -> bool:
             return True
         return False
     return False
+
+
+def embedded_traceback(record: Record) -> Record | None:
+    """The traceback torchelastic's summary carries for its root cause (from the rank's error
+    file), as a traceback record of that rank; None where the summary has none."""
+    if not record.seen_root_cause:
+        return None
+    root = next(i for i, body in enumerate(record.bodies) if "Root Cause" in body)
+    rank = start = None
+    for index in range(root, len(record.bodies)):
+        body = record.bodies[index]
+        if rank is None and (match := _ENTRY_RANK.match(body)):
+            rank = int(match[1])
+        elif _ENTRY_TRACEBACK.match(body):
+            if TRACEBACK_HEADER in body:
+                start = index
+            elif index + 1 < len(record.bodies) and record.bodies[index + 1].strip() == TRACEBACK_HEADER:
+                start = index + 1  # the assembler put the header on a line of its own
+            break
+    if start is None:
+        return None
+    end = len(record.bodies)
+    while end > start + 1 and (_RULER.match(record.bodies[end - 1]) or not record.bodies[end - 1].strip()):
+        end -= 1
+    bodies = [TRACEBACK_HEADER, *(b[2:] if b.startswith("  ") else b for b in record.bodies[start + 1:end])]
+    return Record("traceback", record.lines[start:end], bodies, rank, state="done", arrival=record.arrival,
+                  rule_hits=record.rule_hits[start:end], time_after=record.time_after,
+                  rank_from="summary" if rank is not None else "")
 
 
 def trim(record: Record) -> Record:
