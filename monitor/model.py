@@ -38,6 +38,7 @@ RANK_SOURCES = {
     "summary": "the launcher's summary: the first failure it observed",
     "local": "the launcher's local rank of the failed process (the global rank on one node)",
     "hang": "the rank the others waited for",
+    "process": "NCCL's setup lines of the same process",
 }
 
 

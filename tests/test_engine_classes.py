@@ -555,3 +555,37 @@ def test_a_traceback_shifted_right_as_a_whole_is_still_read(tmp_path: Path) -> N
     cut = TORCHELASTIC_SUMMARY[TORCHELASTIC_SUMMARY.index("    File \"/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic"):]
     root = _diagnose(tmp_path, cut)["root_cause"]
     assert (root["category"], root["fields"]["exc_type"], root["fields"]["frame_line"]) == ("python_exception", "ValueError", "40")
+
+
+# NCCL_DEBUG=INFO (src/debug.cc: "%s:%d:%d [%d] NCCL INFO " with host, pid, tid and the CUDA device;
+# a WARN adds "%s:%d " of its source): the device is no rank, but the process's own setup lines
+# say its rank: "comm %p rank %d nranks %d cudaDev %d busId %lx - Init COMPLETE" (init.cc),
+# "Channel %02d/%d : %d[%d] -> %d[%d] via ..." (the sender's rank first; "[receive]" lines put
+# the peer first: transport/net.cc).
+NCCL_SETUP = (
+    "n1:700:790 [0] NCCL INFO comm 0x5581 rank 4 nranks 8 cudaDev 0 busId 1000 commId 0x9f - Init COMPLETE\n"
+    "n1:701:791 [1] NCCL INFO comm 0x5582 rank 5 nranks 8 cudaDev 1 busId 2000 commId 0x9f - Init COMPLETE\n"
+    "n1:700:792 [0] NCCL INFO Channel 00/02 : 3[3000] -> 4[1000] [receive] via NET/IB/0\n"
+    "n1:701:793 [1] NCCL INFO Channel 00/02 : 5[2000] -> 6[3000] [send] via NET/IB/0\n"
+    # A tensor-parallel group of two beside the world: other ranks, a narrower communicator.
+    "n1:701:794 [1] NCCL INFO comm 0x5590 rank 1 nranks 2 cudaDev 1 busId 2000 commId 0xa1 - Init COMPLETE\n"
+)
+
+
+def test_an_nccl_error_takes_the_rank_its_process_set_up_with(tmp_path: Path) -> None:
+    root = _diagnose(tmp_path, NCCL_SETUP + "n1:701:701 [1] enqueue.cc:1085 NCCL WARN Cuda failure 'out of memory'\n")["root_cause"]
+    assert (root["category"], root["rank"], root["rank_source"]) == ("cuda_oom", 5, "process")
+
+
+def test_channel_lines_alone_name_the_rank_only_where_they_agree(tmp_path: Path) -> None:
+    channels = (
+        "n2:900:990 [0] NCCL INFO Channel 00/02 : 2[1000] -> 3[2000] via P2P/CUMEM/read\n"
+        "n2:900:990 [0] NCCL INFO Channel 01/02 : 1[1000] -> 2[2000] [receive] via NET/Socket/0\n"
+        "n2:901:991 [1] NCCL INFO Channel 00/02 : 3[2000] -> 0[1000] via P2P/CUMEM/read\n"
+        "n2:901:991 [1] NCCL INFO Channel 00/02 : 1[2000] -> 0[1000] via P2P/CUMEM/read\n"
+    )
+    warn = "n2:{pid}:{pid} [0] enqueue.cc:1085 NCCL WARN Cuda failure 'out of memory'\n"
+    root = _diagnose(tmp_path, channels + warn.format(pid=900))["root_cause"]
+    assert (root["category"], root["rank"], root["rank_source"]) == ("cuda_oom", 2, "process")
+    root = _diagnose(tmp_path, channels + warn.format(pid=901))["root_cause"]
+    assert (root["category"], root["rank"]) == ("cuda_oom", None)  # its channels disagree

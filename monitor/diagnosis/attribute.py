@@ -5,6 +5,14 @@ Ranks exist where the first lines of a file carry them or say ``world_size=N``, 
 launcher's summary lists them; the summary also pairs each failed rank with its pid, so a
 SIGKILL or a kernel OOM kill that names only the pid gets its rank (``Attribution.rank_of``),
 and matches taken earlier get it too (the finding book, from ``learn_summary``'s answer).
+
+NCCL's own lines (``host:pid:tid [dev] NCCL ...``: the device in brackets is no rank) say their
+process's rank where NCCL_DEBUG=INFO sets up a communicator: "comm 0x.. rank R nranks N ..."
+(init.cc), "Channel 00/02 : R[dev] -> P[dev] via ..." (the sender's rank first; "[receive]"
+lines put the peer first: transport/net.cc) and "Ring 00 : P -> R -> N" (NCCL 2.4). A process
+in several communicators (a tensor-parallel group beside the world) shows other ranks in each:
+the widest communicator's rank counts, and a process whose channels disagree gets none. An error
+NCCL prints in that process (``NCCL WARN Cuda failure 'out of memory'``) gets that rank.
 """
 
 from __future__ import annotations
@@ -15,11 +23,19 @@ import regex
 
 from monitor.diagnosis.classify import Match, is_summary
 from monitor.diagnosis.records import Record
+from monitor.logs.ranks import parse_prefix
 
 WORLD_SIZE = regex.compile(r"(?i)\bworld[_ ]?size\s*[=:]\s*(\d+)")
 _SUMMARY_RANK = regex.compile(r"^\s*rank\s*:\s*(\d+)")
 _SUMMARY_PID = regex.compile(r"^\s*exitcode\s*:\s*-?\d+ \(pid: (\d+)\)")
 MAX_WORLD = 1 << 16
+# Lines of NCCL's that name their process's rank: each becomes a record (``prefilter``), to learn
+# from. Of the channels, the first only: a communicator sets up 2 to 32 alike, and the fast path
+# should skip the rest of that noise.
+RANK_LITERALS = (" NCCL INFO comm 0x", " NCCL INFO Channel 00", " NCCL INFO Ring 00")
+_NCCL_COMM = regex.compile(r"\bNCCL INFO comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)\b")
+_NCCL_CHANNEL = regex.compile(r"\bNCCL INFO Channel \d+(?:/\d+)? : (\d+)\[[0-9a-fx]+\] -> (\d+)\[[0-9a-fx]+\]( \[receive\])?")
+_NCCL_RING = regex.compile(r"\bNCCL INFO Ring \d+ : \d+ -> (\d+) -> \d+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +50,10 @@ class Attribution:
         self.known_ranks: set[int] = set()
         self.world_size: int | None = None  # from a world_size=N line, when one was seen
         self._pid_ranks: dict[str, int] = {}
+        # Per NCCL stream (host:pid): the widest communicator's (nranks, rank), and the ranks its
+        # channel and ring lines gave.
+        self._comm_ranks: dict[str, tuple[int, int | None]] = {}
+        self._channel_ranks: dict[str, set[int]] = {}
 
     def learn_early(self, rank: int | None, body: str) -> None:
         """Ranks that exist, from the start of each file: a line's rank, a ``world_size=N``."""
@@ -71,8 +91,42 @@ class Attribution:
                     learnt.append(PidRank(pid, summary_rank))
         return learnt
 
+    def learn_process(self, record: Record) -> None:
+        """The rank an NCCL line says its process has (a line record of ``RANK_LITERALS``)."""
+        if record.kind != "line" or " NCCL INFO " not in record.bodies[0]:
+            return
+        stream = parse_prefix(record.lines[0].text).stream
+        if stream is None:
+            return
+        body = record.bodies[0]
+        if (comm := _NCCL_COMM.search(body)) is not None:
+            rank, size = int(comm[1]), int(comm[2])
+            held_size, held_rank = self._comm_ranks.get(stream, (0, None))
+            if size > held_size:
+                self._comm_ranks[stream] = (size, rank)
+            elif size == held_size and rank != held_rank:
+                self._comm_ranks[stream] = (size, None)  # two communicators as wide: no telling
+        elif (channel := _NCCL_CHANNEL.search(body)) is not None:
+            self._channel_ranks.setdefault(stream, set()).add(int(channel[2] if channel[3] else channel[1]))
+        elif (ring := _NCCL_RING.search(body)) is not None:
+            self._channel_ranks.setdefault(stream, set()).add(int(ring[1]))
+
+    def process_rank(self, stream: str) -> int | None:
+        """The rank NCCL's lines of process ``stream`` (host:pid) said it has, if they agree."""
+        if stream in self._comm_ranks:
+            return self._comm_ranks[stream][1]
+        ranks = self._channel_ranks.get(stream, set())
+        return next(iter(ranks)) if len(ranks) == 1 else None
+
     def attribute(self, match: Match) -> Match:
-        """``match`` with the rank of the pid it names, where it named no rank."""
-        if match.rank is None and (pid := match.fields.get("pid")) is not None and pid in self._pid_ranks:
+        """``match`` with the rank of the pid it names, or of the NCCL process whose line it is,
+        where it named no rank."""
+        if match.rank is not None:
+            return match
+        if (pid := match.fields.get("pid")) is not None and pid in self._pid_ranks:
             return replace(match, rank=self._pid_ranks[pid], rank_source="launcher")
+        if self._comm_ranks or self._channel_ranks:
+            stream = parse_prefix(match.record.lines[match.positions[0]].text).stream
+            if stream is not None and (rank := self.process_rank(stream)) is not None:
+                return replace(match, rank=rank, rank_source="process")
         return match
