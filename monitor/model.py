@@ -266,7 +266,8 @@ def _times(findings: list[Finding]) -> dict[int, float] | None:
             # The next finding's time bounds this one's, whichever way it was known (a "before" too).
             if (time := finding.first_seen if finding.first_seen is not None else finding.before or later) is not None:
                 times[id(finding)] = later = time
-        earlier = None
+        # The first finding has a time: some finding of the file has one, and bounds all before it.
+        earlier = times[id(same[0])]
         for finding in same:  # the last ones, with no time after them: the time before them
             earlier = times.setdefault(id(finding), earlier)
     return times

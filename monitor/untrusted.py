@@ -32,6 +32,7 @@ import struct
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 # What the child's data may take: with the interpreter's own pages (about 10 MB) the child stays
 # under 140 MB, and with the monitor beside it (40-60 MB) the two under 200 MB.
@@ -83,9 +84,11 @@ def run_bounded(target: str, *args: str, memory: int = MEMORY_BYTES, timeout_s: 
                                  stderr=subprocess.STDOUT, close_fds=True)
     except (OSError, ValueError) as exc:
         raise Refused(f"cannot start a reader process ({getattr(exc, 'strerror', None) or exc})") from None
+    pipe = child.stdout
+    assert pipe is not None  # stdout=PIPE
     output: list[bytes] = []
     # The child bounds what it writes; so does this read (a pipe, never a file of unknown size).
-    reader = threading.Thread(target=lambda: output.append(child.stdout.read(max_result + 4096)), daemon=True)
+    reader = threading.Thread(target=lambda: output.append(pipe.read(max_result + 4096)), daemon=True)
     reader.start()
     deadline = time.monotonic() + timeout_s
     timed_out = False
@@ -100,7 +103,7 @@ def run_bounded(target: str, *args: str, memory: int = MEMORY_BYTES, timeout_s: 
             child.kill()
             child.wait()
         reader.join()
-        child.stdout.close()
+        pipe.close()
     if timed_out:
         raise Refused(f"reading it took longer than {timeout_s:g} s")
     text = b"".join(output)
@@ -222,18 +225,24 @@ class BoundedUnpickler(pickle._Unpickler):
     otherwise; raising ``TooBig`` from a subclass's hook is a refusal too."""
 
     refused_opcodes: frozenset[int] = frozenset()
+    # Each class's own table (in its __dict__, made once by _table()): declared, not defined here.
+    _dispatch_table: ClassVar[dict]
 
     def __init__(self, file, max_opcodes: int) -> None:
         super().__init__(file)
-        self.dispatch = _Opcodes(self._table(), max_opcodes)
+        # typeshed declares dispatch a class variable, but pickle's loop reads self.dispatch: an
+        # instance's own table replaces the class's for this load only.
+        self.dispatch = _Opcodes(self._table(), max_opcodes)  # type: ignore[misc]
 
     def find_class(self, module: str, name: str):
         raise pickle.UnpicklingError(f"it names {module}.{name}")
 
     def _load_bytearray8(self) -> None:
         # The stock opcode allocates the declared length before reading: read it first instead.
-        (size,) = struct.unpack("<Q", self.read(8))
-        self.append(bytearray(self.read(size)))
+        # read and append are bound by pickle's load() (self.read = file.read, ...), which
+        # typeshed does not declare.
+        (size,) = struct.unpack("<Q", self.read(8))  # type: ignore[attr-defined]
+        self.append(bytearray(self.read(size)))  # type: ignore[attr-defined]
 
     @classmethod
     def _table(cls) -> dict:

@@ -66,6 +66,10 @@ def test_a_last_line_cut_by_a_crash_is_skipped(tmp_path):
     ("content", "message"),
     [
         (b'{"monitor_metrics": 1}\nnot json\n{"time": 1}\n', ":2: not JSON"),
+        # Valid JSON syntax that json.loads refuses with a plain ValueError (no .msg): Python's
+        # limit on the digits of an int.
+        pytest.param(b'{"monitor_metrics": 1}\n{"time": ' + b"1" * 5000 + b'}\n', ":2: not JSON (Exceeds the limit",
+                     id="int-of-5000-digits"),
         (b'{"monitor_metrics": 1}\n\xff\xfe\x00garbage\n', ":2: not UTF-8"),
         (b'{"monitor_metrics": 1}\n{"time": 1}\n', ":2: not a metrics sample"),
         (b'{"monitor_metrics": 9}\n', ":1: recording format 9 is not supported"),

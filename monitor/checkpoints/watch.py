@@ -19,14 +19,14 @@ import psutil
 
 from monitor.checkpoints.verify import SUFFIXES, CheckResult, check_checkpoint
 from monitor.diagnosis.advice import advice
-from monitor.model import Finding
+from monitor.model import Category, Finding
 
 # Checkpoints up to this size get every CRC checked; bigger ones only their structure (which
 # already catches truncation), so the check never competes with training for minutes of I/O.
 DEEP_CHECK_MAX_BYTES = 1 << 30
 
 def _finding(rule: str, title: str, path: Path, remedy: str, evidence: list[str], **fields: str) -> Finding:
-    return Finding(rule=rule, category="corrupt_checkpoint", severity="warning", role="root",
+    return Finding(rule=rule, category=Category.CORRUPT_CHECKPOINT, severity="warning", role="root",
                    title=title, file=str(path), evidence=evidence, fields={"path": str(path), **fields},
                    remedy=remedy, origin="checkpoint")
 

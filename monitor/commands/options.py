@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import TypedDict
 
 
 def add_rules_options(parser: argparse.ArgumentParser) -> None:
@@ -60,8 +61,15 @@ def load_rules(args: argparse.Namespace, extra: tuple[str, ...] = ()):
 # refuse a few hundred years with an OverflowError.
 LONGEST_WAIT_S = 7 * 24 * 3600
 # A TCP port, and a process id (Linux's PID_MAX_LIMIT: a bigger one overflows os.kill).
-PORT = {"at_least": 1, "at_most": 65535}
-PID = {"at_least": 1, "at_most": 4194304}
+class NumberRange(TypedDict, total=False):
+    """Bounds of check_number, kept together to pass as ``**PORT``."""
+
+    at_least: float
+    at_most: float
+
+
+PORT: NumberRange = {"at_least": 1, "at_most": 65535}
+PID: NumberRange = {"at_least": 1, "at_most": 4194304}
 
 
 def check_number(option: str, value: float | None, *, at_least: float | None = None,

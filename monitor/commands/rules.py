@@ -102,12 +102,12 @@ def _list(catalogue, as_json: bool) -> int:
     import json
 
     if as_json:
-        rows = [
+        records = [
             {"id": r.id, "category": r.category, "severity": r.severity, "role": r.role, "title": r.title,
              "source": r.source, "line": r.line, "prefilter": list(r.prefilter)}
             for r in catalogue.rules
         ]
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(records, indent=2))
         return 0
     import sys
 

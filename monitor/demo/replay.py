@@ -158,6 +158,8 @@ class Replayer:
             self._thread.join()
 
     def _write_all(self) -> None:
+        started = self._started
+        assert started is not None  # start() sets it before it starts this thread
         events = sorted(
             (t, order, name, text)
             for name, lines in self.recording.streams.items()
@@ -168,12 +170,12 @@ class Replayer:
             position = 0
             while position < len(events) and not self._stop.is_set():
                 due = self._replayed(events[position][0])
-                wait = due / self.speed - (self._clock() - self._started)
+                wait = due / self.speed - (self._clock() - started)
                 if wait > 0 and self._stop.wait(wait):
                     break
                 touched = set()
                 # Everything due by now goes out in one go, then each touched file is flushed.
-                now = (self._clock() - self._started) * self.speed
+                now = (self._clock() - started) * self.speed
                 while position < len(events) and self._replayed(events[position][0]) <= now:
                     _, _, name, text = events[position]
                     handles[name].write(text.encode("utf-8") + b"\n")

@@ -15,6 +15,7 @@ engineer finds them by hand by diffing the failed log against the last one that 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -124,7 +125,7 @@ def new_lines(paths, good: set[str]) -> list[NewLine]:
             for template, (text, file, line, rank, count, _) in ordered]
 
 
-def _lines(path):
+def _lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of the lines of ``path`` whose zeroed form is new to this pass: the
     repeated step lines of a big log are skipped at C speed before any Python looks at them."""
     seen: set[bytes] = set()

@@ -67,7 +67,7 @@ class Entry:
     state: str                 # scheduled / started / completed (gloo says only scheduled)
     retired: bool              # finished and out of the recorder's live set
     is_p2p: bool
-    timeout_ms: int | None
+    timeout_ms: float | None   # torch writes an int; a cached dump (JSON) may hold a float
     frames: list[CallSite] = field(default_factory=list)  # innermost first
 
     def call_site(self) -> CallSite | None:

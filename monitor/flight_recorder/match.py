@@ -59,13 +59,13 @@ def _first_mismatch(group: str, per_rank: dict[int, list[Entry]]) -> Finding | N
         for entry in entries:
             by_seq[entry.seq][rank] = entry
     for seq in sorted(by_seq):
-        entries = by_seq[seq]
-        if len(entries) < 2:
+        at_seq = by_seq[seq]
+        if len(at_seq) < 2:
             continue
         for what, key in (("op", lambda e: e.op), ("input sizes", _input_signature)):
-            signatures = {rank: key(entry) for rank, entry in entries.items()}
+            signatures = {rank: key(entry) for rank, entry in at_seq.items()}
             if len(set(map(repr, signatures.values()))) > 1:
-                return _mismatch_finding(group, seq, entries, signatures, what)
+                return _mismatch_finding(group, seq, at_seq, signatures, what)
     return None
 
 

@@ -44,7 +44,8 @@ def serve_dump_requests() -> str | None:
 
 
 def _answer(pipe: str, dump_path: str) -> None:
-    from torch._C._distributed_c10d import _dump_fr_trace
+    # A private binding that torch's stub (torch/_C/_distributed_c10d.pyi, 2.13) does not declare.
+    from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined]
 
     while True:
         try:

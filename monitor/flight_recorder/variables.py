@@ -42,7 +42,7 @@ class RecorderPlan:
 
     folder: Path
     dump_prefix: str
-    pipe_prefix: str | None
+    pipe_prefix: str
     set: dict[str, str] = field(default_factory=dict)        # variables we set
     kept: dict[str, str] = field(default_factory=dict)       # the user's own, left alone
 
@@ -116,13 +116,14 @@ def recorder_of(pids: list[int]) -> RecorderPlan | None:
         try:
             process = psutil.Process(pid)
             env = process.environ()
-            if "RANK" not in env or not _first(env, PIPE_FILE):
+            pipe_file = _first(env, PIPE_FILE)
+            if "RANK" not in env or not pipe_file:
                 continue
             cwd = Path(process.cwd())
         except (psutil.Error, OSError):
             continue
         dump_prefix = str(cwd / (_first(env, DUMP_FILE) or TORCH_DEFAULT_DUMP_FILE))
-        pipe_prefix = str(cwd / _first(env, PIPE_FILE))
+        pipe_prefix = str(cwd / pipe_file)
         return RecorderPlan(folder=Path(dump_prefix).parent, dump_prefix=dump_prefix, pipe_prefix=pipe_prefix)
     return None
 

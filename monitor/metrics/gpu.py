@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.metrics.model import GpuEvent, GpuProcess, GpuSample
+from monitor.metrics.model import DeviceStatus, GpuEvent, GpuEventKind, GpuProcess, GpuSample
 from monitor.metrics.nvml import GpuLost, Nvml
 from monitor.metrics.visible import DeviceId, cuda_ordinals
 
@@ -65,7 +65,7 @@ class _Device:
     handle: Any
     name: str | None
     uuid: str | None
-    status: str = "ok"
+    status: DeviceStatus = "ok"
     message: str = ""
     mig_enabled: bool = False
     parent: _Device | None = None
@@ -129,7 +129,7 @@ class GpuReader:
         return device
 
     def _open_mig(self, parent: _Device) -> list[_Device]:
-        migs = []
+        migs: list[_Device] = []
         try:
             slots = self.nvml.call("nvmlDeviceGetMaxMigDeviceCount", parent.handle) or 0
             for slot in range(slots):
@@ -205,8 +205,8 @@ class GpuReader:
 
     def _read_device(self, device: _Device, now: float, slow: bool, events: list[GpuEvent]) -> GpuSample:
         sample = self._identity(device)
-        parent_lost = device.parent is not None and device.parent.status == "lost"
-        if device.status == "ok" and not parent_lost:
+        lost_parent = device.parent if device.parent is not None and device.parent.status == "lost" else None
+        if device.status == "ok" and lost_parent is None:
             try:
                 if device.mig_index is None:
                     self._read_full(device, sample, slow, now, events)
@@ -214,8 +214,8 @@ class GpuReader:
                     self._read_mig(device, sample)
             except GpuLost as exc:
                 device.status, device.message = "lost", _lost_message(device.index, exc)
-        if parent_lost:
-            sample.status, sample.message = "lost", device.parent.message
+        if lost_parent is not None:
+            sample.status, sample.message = "lost", lost_parent.message
         else:
             sample.status, sample.message = device.status, device.message
         # Reported once, also for a GPU already lost when the monitor started.
@@ -283,7 +283,7 @@ class GpuReader:
     # -- events ------------------------------------------------------------------------------
 
     def _counter_events(self, device: _Device, s: GpuSample, now: float, events: list[GpuEvent]) -> None:
-        counters = (
+        counters: tuple[tuple[str, GpuEventKind, str], ...] = (
             ("ecc_volatile_corrected", "ecc_corrected", "corrected ECC errors (volatile)"),
             ("ecc_volatile_uncorrected", "ecc_uncorrected", "uncorrected ECC errors (volatile)"),
             ("remapped_rows_correctable", "remapped_rows", "rows remapped after correctable errors"),

@@ -38,10 +38,11 @@ _NAN = float("nan")
 
 
 def gpu_series(gpu: GpuSample | int, field: str, mig_index: int | None = None) -> str:
-    node = None
     if isinstance(gpu, GpuSample):
-        gpu, mig_index, node = gpu.index, gpu.mig_index, gpu.node
-    device = f"{node}/{gpu}" if node else f"{gpu}"  # GPU 0 of every node is a series of its own
+        index, mig_index, node = gpu.index, gpu.mig_index, gpu.node
+    else:
+        index, node = gpu, None
+    device = f"{node}/{index}" if node else f"{index}"  # GPU 0 of every node is a series of its own
     return f"gpu.{device}.{field}" if mig_index is None else f"gpu.{device}.mig{mig_index}.{field}"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import Any
 
 import psutil
 
@@ -22,7 +23,8 @@ class HostReader:
         # thread each time would read 0% forever.
         self._cpu = psutil.cpu_times()
         self._cores = psutil.cpu_times(percpu=True)
-        self._last: tuple[float, object, object] | None = None
+        # (when, disk counters, net counters): psutil's named tuples, untyped (psutil has no stubs).
+        self._last: tuple[float, Any, Any] | None = None
 
     def read(self, now: float) -> HostSample:
         memory = psutil.virtual_memory()

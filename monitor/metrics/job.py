@@ -75,7 +75,7 @@ class JobReader:
                 processes.append(row)
         rank_of = {p.pid: p.rank for p in processes}
         for row in processes:
-            row.worker = row.rank is not None and rank_of.get(row.ppid) == row.rank
+            row.worker = row.rank is not None and row.ppid is not None and rank_of.get(row.ppid) == row.rank
         return JobSample(root_pids=roots, alive=bool(processes), processes=processes)
 
     def _process(self, pid: int) -> psutil.Process | None:

@@ -89,10 +89,11 @@ class Nvml:
         if fn is None:
             self.missing_functions.add(name)
             return False
+        assert self.lib is not None  # fn came from it
         try:
             fn(*args)
         except self.lib.NVMLError as exc:
-            if isinstance(exc, getattr(self.lib, "NVMLError_FunctionNotFound", ())):
+            if _is_error(self.lib, exc, "NVMLError_FunctionNotFound"):
                 self.missing_functions.add(name)
             return False
         return True
@@ -123,12 +124,13 @@ class Nvml:
         if fn is None:
             self.missing_functions.add(name)
             return "missing", None
+        assert self.lib is not None  # fn came from it
         try:
             return "ok", fn(*args)
         except self.lib.NVMLError as exc:
-            if isinstance(exc, getattr(self.lib, "NVMLError_GpuIsLost", ())):
+            if _is_error(self.lib, exc, "NVMLError_GpuIsLost"):
                 raise GpuLost(str(exc)) from exc
-            if isinstance(exc, getattr(self.lib, "NVMLError_FunctionNotFound", ())):
+            if _is_error(self.lib, exc, "NVMLError_FunctionNotFound"):
                 self.missing_functions.add(name)
                 return "missing", None
             return "error", None
@@ -136,11 +138,18 @@ class Nvml:
     def shutdown(self) -> None:
         with self._lock:
             if self._initialised:
+                assert self.lib is not None  # nvmlInit succeeded on it
                 self._initialised = False
                 try:
                     self.lib.nvmlShutdown()
                 except self.lib.NVMLError:
                     pass
+
+
+def _is_error(lib: Any, exc: BaseException, name: str) -> bool:
+    """Whether ``exc`` is ``lib``'s error class ``name`` (never, where an old binding or a fake
+    lacks that class)."""
+    return isinstance(exc, getattr(lib, name, ()))
 
 
 def classify_init_error(lib: Any, exc: Exception) -> tuple[GpuStatus, str]:

@@ -52,18 +52,18 @@ class Sampler:
         self._host = HostReader(watch_dirs)
         self._job = JobReader(job_pids) if job_pids is not None else None
 
-    def _open_nvml(self) -> None:
+    def _open_nvml(self) -> Nvml:
         if self._nvml_lib is not None:
             self._nvml = Nvml(self._nvml_lib)
         else:
             self._nvml = Nvml(import_pynvml(), check_binding=True)
         if self._nvml.ok:
             self._gpus = GpuReader(self._nvml, self._visible)
+        return self._nvml
 
     def sample(self) -> Sample:
         cpu_before = time.thread_time()
-        if self._nvml is None:
-            self._open_nvml()
+        nvml = self._nvml if self._nvml is not None else self._open_nvml()
         now = time.time()
         gpus, events = self._gpus.read(now) if self._gpus else ([], [])
         job = self._job.read() if self._job else None
@@ -71,8 +71,8 @@ class Sampler:
         sample = Sample(
             time=now,
             host=self._host.read(now),
-            gpu_status=self._nvml.status,
-            gpu_message=self._gpu_message(gpus),
+            gpu_status=nvml.status,
+            gpu_message=self._gpu_message(nvml, gpus),
             gpus=gpus,
             events=events,
             job=job,
@@ -81,15 +81,15 @@ class Sampler:
         sample.sample_cpu_s = time.thread_time() - cpu_before
         return sample
 
-    def _gpu_message(self, gpus: list[GpuSample]) -> str:
-        if not self._nvml.ok:
-            return self._nvml.message
+    def _gpu_message(self, nvml: Nvml, gpus: list[GpuSample]) -> str:
+        if not nvml.ok:
+            return nvml.message
         notes = []
         if not gpus:
             notes.append("NVML works but reports no GPUs")
         if self._gpus and gpus and not self._gpus.xid_events_available:
             notes.append("Xid events are not available from this driver")
-        missing = sorted(self._nvml.missing_functions)
+        missing = sorted(nvml.missing_functions)
         if missing:
             notes.append(f"this driver lacks {', '.join(missing)} (older driver than nvidia-ml-py; fell back where possible)")
         return "; ".join(notes)

@@ -110,7 +110,10 @@ def _parse(path: Path, number: int, raw: bytes) -> Iterator[Sample]:
     except UnicodeDecodeError:
         raise SamplesFileError(f"{path}:{number}: not UTF-8 (is this a metrics recording?)") from None
     except ValueError as exc:
-        raise SamplesFileError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        # Not every ValueError of json.loads is a JSONDecodeError with a .msg: an int of more
+        # digits than Python converts (sys.get_int_max_str_digits) is a plain ValueError.
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise SamplesFileError(f"{path}:{number}: not JSON ({reason})") from None
     if isinstance(data, dict) and "monitor_metrics" in data:
         if data["monitor_metrics"] != FORMAT_VERSION:
             raise SamplesFileError(f"{path}:{number}: recording format {data['monitor_metrics']!r} is not supported")

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from monitor.diagnosis.advice import advice
 from monitor.logs.nodes import node_name
-from monitor.model import Finding, Role, Severity
+from monitor.model import Category, Finding, Role, Severity
 from monitor.metrics.gpu import THROTTLE_REASONS
 from monitor.metrics.history import History, gpu_series
 from monitor.metrics.job import ALLOC_CONF_VARIABLES
@@ -49,7 +50,7 @@ class Thresholds:
 # numbers not listed are reported as errors with a pointer to it.
 # The advice (rules/advice.toml) for each: "gpu-hardware" or "gpu-app-fault".
 _HW_ADVICE, _APP_ADVICE = "gpu-hardware", "gpu-app-fault"
-XID = {
+XID: dict[int, tuple[Severity, Role, str, str]] = {
     13: ("error", "root", "graphics engine exception", _APP_ADVICE),
     31: ("error", "root", "GPU memory page fault", _APP_ADVICE),
     43: ("error", "root", "GPU stopped processing (the application hit a fault)", _APP_ADVICE),
@@ -174,7 +175,7 @@ class SignalDetector:
             latch = self._latch(("gpu_memory", gpu.label), t.sustain_s)
             if latch.update(sample.time, fraction >= t.gpu_memory_fraction, fraction < t.gpu_memory_clear_fraction):
                 raised.append(self._raise(
-                    ("gpu_memory", gpu.label), sample.time, lambda g=gpu: _gpu_memory_finding(g, sample, history)
+                    ("gpu_memory", gpu.label), sample.time, partial(_gpu_memory_finding, gpu, sample, history)
                 ))
         return raised
 
@@ -212,6 +213,7 @@ class SignalDetector:
         if not latch.update(sample.time, fraction >= t.shm_fraction, fraction < t.shm_clear_fraction):
             return []
         used, total = host.shm_used_bytes, host.shm_total_bytes
+        assert used is not None and total is not None  # the fraction was computed from them
         remedy = advice("shm-near-full", free=_gib(total - used), total=_gib(total), shm=advice("shm"))
 
         def build() -> Finding:
@@ -231,8 +233,8 @@ class SignalDetector:
         gpus = [g for g in _job_gpus(sample, require_cuda_index=False) if g.mig_index is None]
         if not gpus or job.pid_mapping == "none":
             return []
-        utils = [g.utilization_gpu_percent for g in gpus]
-        if any(u is None for u in utils):
+        utils = [u for g in gpus if (u := g.utilization_gpu_percent) is not None]
+        if len(utils) < len(gpus):
             return []
         # The history scan is the costly part: only when every GPU is idle right now.
         idle = job.alive and all(u <= t.idle_percent for u in utils) and history.span_s() >= t.idle_s and all(
@@ -269,7 +271,7 @@ class SignalDetector:
             if latch.update(sample.time, bool(reasons), not reasons):
                 raised.append(self._raise(
                     ("throttle", gpu.label), sample.time,
-                    lambda g=gpu, r=reasons: _throttle_finding(g, r, sample, history),
+                    partial(_throttle_finding, gpu, reasons, sample, history),
                 ))
         return raised
 
@@ -283,7 +285,7 @@ class SignalDetector:
             key = (event.kind, event.gpu_index, event.code)
             first = key not in self._findings
             finding = self._raise(
-                key, sample.time, lambda e=event: _event_finding(e, sample), count=event.count, refresh=False
+                key, sample.time, partial(_event_finding, event, sample), count=event.count, refresh=False
             )
             if first:
                 raised.append(finding)
@@ -296,7 +298,7 @@ class SignalDetector:
 def _finding(rule: str, category: str, severity: Severity, role: Role, title: str, job: JobSample | None,
              ranks: list[int], evidence: list[str], remedy: str, fields: dict[str, str]) -> Finding:
     return Finding(
-        rule=rule, category=category, severity=severity, role=role, title=title,
+        rule=rule, category=Category(category), severity=severity, role=role, title=title,
         rank=ranks[0] if ranks else None, ranks=ranks, evidence=evidence, fields=fields, remedy=remedy,
         origin="metrics",
     )
@@ -358,15 +360,14 @@ def _event_finding(event: GpuEvent, sample: Sample) -> Finding:
     gpu = next((g for g in sample.gpus if g.index == event.gpu_index and g.mig_index is None), None)
     label = gpu.label if gpu else f"GPU {event.gpu_index}" if event.gpu_index >= 0 else "a GPU"
     ranks = _ranks_on(gpu, sample.job) if gpu else []
-    place = {"index": event.gpu_index, "node": node_name()}  # the GPUs sampled are this machine's
+    place = {"index": str(event.gpu_index), "node": node_name()}  # the GPUs sampled are this machine's
     hw_remedy = advice(_HW_ADVICE, **place)
     fields = {"gpu": str(event.gpu_index), "count": str(event.count)}
     severity: Severity = "error"
     role: Role = "root"
     if event.kind == "xid":
-        severity, role, meaning, remedy = XID.get(
-            event.code, ("error", "root", "see NVIDIA's Xid catalogue", _HW_ADVICE)
-        )
+        known = XID.get(event.code) if event.code is not None else None
+        severity, role, meaning, remedy = known or ("error", "root", "see NVIDIA's Xid catalogue", _HW_ADVICE)
         title = advice("title-xid", code=str(event.code), gpu=label, meaning=meaning)
         remedy = advice(remedy, **place)
         fields["xid"] = str(event.code)
@@ -435,7 +436,7 @@ def _largest_process(job: JobSample | None) -> str:
     sized = [p for p in job.processes if p.rss_bytes]
     if not sized:
         return ""
-    top = max(sized, key=lambda p: p.rss_bytes)
+    top = max(sized, key=lambda p: p.rss_bytes or 0)  # each one in sized has an RSS
     who = f"rank {top.rank} " if top.rank is not None else ""
     return f"largest job process: {who}pid {top.pid} ({top.name}) with {_gib(top.rss_bytes)} resident"
 

@@ -156,6 +156,7 @@ class ProgressTracker:
         # the sparkline gets one point per step.
         if event.step is not None or not self._losses or step is None or step != self._loss_step:
             return False
+        assert event.loss is not None  # asked only about an event with a loss
         last = self._losses[-1]
         return last == event.loss or (math.isnan(last) and math.isnan(event.loss))
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from monitor.diagnosis.advice import advice
-from monitor.model import Category, Finding, rank_words
+from monitor.model import Category, Finding, Severity, rank_words
 from monitor.stacks.model import Capture, Frame, ProcessStack
 
 RULE = "stacks"
@@ -116,7 +116,8 @@ def _finding(capture: Capture, groups, odd, usual, kind: str, stacks_file: str) 
         title = advice("title-stacks-rest-gone", part=parts[0])
     else:
         title = advice("title-stacks-while", odd=parts[0], others="; ".join(parts[1:])) if len(parts) > 1 else parts[0]
-    severity = {"stuck": "error", "mismatch": "error", "elsewhere": "warning", "all-wait": "warning"}.get(kind, "info")
+    severities: dict[str, Severity] = {"stuck": "error", "mismatch": "error", "elsewhere": "warning", "all-wait": "warning"}
+    severity = severities.get(kind, "info")
     subject = odd[0] if odd else groups[0]
     place = subject[0]
     fields = {"kind": kind, "function": place.frame.function, "file": place.frame.file,
