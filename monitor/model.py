@@ -91,12 +91,15 @@ class LogLine:
     ``text`` is clean: no line end, no terminal escape codes, only the last state of a
     ``\\r``-updated progress line, capped in length. ``line`` is 1-based within ``file``.
     ``rank`` is the rank the line belongs to when known (from its prefix or its file name).
+    ``left_out``: the bytes left out of the middle of a line too long to keep whole (its text
+    says where, ``logs/decode.py``), 0 for a line kept whole.
     """
 
     file: str
     line: int
     text: str
     rank: int | None = None
+    left_out: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -218,7 +218,7 @@ def test_an_error_at_the_end_of_a_50_mb_line_is_found_and_the_cut_is_shown(tmp_p
                          capture_output=True, text=True, timeout=120)
     root = json.loads(out.stdout)["root_cause"]
     assert (root["rule"], root["rank"]) == ("cuda-illegal-access", 1)
-    assert "…[line cut]" in root["evidence"][0] and root["evidence"][0].endswith("was encountered")
+    assert "…[line cut: 52,363," in root["evidence"][0] and root["evidence"][0].endswith("was encountered")
 
 
 def test_an_exception_python_ignored_is_information_not_the_cause(tmp_path: Path) -> None:

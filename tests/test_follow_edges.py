@@ -85,9 +85,12 @@ def test_hundred_megabyte_line_is_capped_with_bounded_memory(tmp_path):
     tracemalloc.stop()
     follower.close()
     assert [l.line for l in lines] == [2, 3]
-    # Cut, marked where, its end kept (an error after a dumped tensor), bounded.
-    assert TRUNCATION_MARK in lines[0].text and lines[0].text.endswith(" tail")
-    assert len(lines[0].text) <= MAX_LINE_BYTES + len(TRUNCATION_MARK)
+    # Cut, marked where with what was left out (the line says so, as data too), its end kept (an
+    # error after a dumped tensor), bounded.
+    mark = TRUNCATION_MARK.format(left_out=lines[0].left_out)
+    assert lines[0].left_out == 100 * (1 << 20) + 5 - MAX_LINE_BYTES
+    assert mark in lines[0].text and lines[0].text.endswith(" tail")
+    assert len(lines[0].text) <= MAX_LINE_BYTES + len(mark)
     assert lines[1].text == "after"
     assert peak < 16 * (1 << 20), f"peak {peak / 2**20:.1f} MiB"
 
@@ -257,7 +260,7 @@ def test_a_long_line_is_read_through_without_waiting_between_chunks(tmp_path):
         texts: list[str] = []
         while not any("OutOfMemoryError" in t for t in texts):
             texts.extend(line.text for line in follower.read(5.0).lines)
-        assert len(texts) == 2 and TRUNCATION_MARK in texts[0]
+        assert len(texts) == 2 and "…[line cut: 20,905,984 bytes left out]" in texts[0]
         assert len(waits) <= 2, waits
     finally:
         follower.close()

@@ -42,7 +42,8 @@ def on_screen(app) -> list[str]:
 
 
 def last_toast(app) -> str:
-    return str(list(app._notifications)[-1].message)
+    """What the app last answered a key with, on its message line (in the footer's place)."""
+    return str(app.query_one("#message").render())
 
 
 # ----- item 8: `y` in follow mode, and a resize while following

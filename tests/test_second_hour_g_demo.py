@@ -43,9 +43,13 @@ async def test_the_demo_shows_cause_rank_and_where_to_start_within_10_s_at_80x24
             took = time.monotonic() - started
             assert shown, "\n".join(screen_rows(app))
             assert took <= 10.0, f"cause, rank and remedy shown after {took:.1f} s"
-            # The raise site (its long path folded at the pane's edge) and "start there", in view.
-            assert "py:125 in fail_now: start there" in text
-            # The findings' titles read well past their first 20 characters (the severity is the mark).
+            # The raise site (its long path broken after a folder: the file and line whole) and
+            # "start there", in view.
+            detail = [row.split("│")[-1] for row in text.splitlines()]
+            assert any("monitor/demo/train.py:125 in" in row for row in detail), text
+            assert any("start there" in row for row in detail), text
+            # The findings' titles read well past their first 30 characters, cut at a word (the
+            # severity is the mark, the ranks are in the detail).
             assert await titles_read(pilot, app)
             # Up to the end of the replay, no toast covers the top rows (the job and train rows).
             while not replayer.done.is_set() and time.monotonic() - started < 30:
@@ -60,7 +64,7 @@ async def titles_read(pilot, app) -> bool:
     for _ in range(50):
         text = "\n".join(screen_rows(app))
         if "Gloo lost its connection to" in text:
-            assert "torchrun: local rank 2 exit" in text and "torchrun: monitor.demo.trai" in text, text
+            assert "torchrun: local rank 2 exited with…" in text and "torchrun: monitor.demo.train failed" in text, text
             return True
         await pilot.pause(0.2)
     raise AssertionError("\n".join(screen_rows(app)))

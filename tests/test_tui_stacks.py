@@ -60,4 +60,4 @@ async def test_without_a_job_s_says_how_to_get_stacks():
         await pilot.press("s")
         await pilot.pause()
         assert not isinstance(app.screen, StacksScreen)
-        assert any("monitor stacks --pid PID" in str(n.message) for n in app._notifications)
+        assert "monitor stacks --pid PID" in str(app.query_one("#message").render())

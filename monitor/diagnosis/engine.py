@@ -4,7 +4,8 @@ A line travels through the stages (docs/architecture.md, "Stages"): records
 (``assembler.RecordAssembler``), classify (``classify.py``: the rule catalogue, the reader of
 uncaught exceptions, and any classifier registered), attribute (``attribute.Attribution``) and
 decide (``book.FindingBook``, then ``root_cause.choose`` over its findings). ``Engine`` only
-passes each stage's output to the next; it keeps no state of its own but the problems met.
+passes each stage's output to the next; it keeps no state of its own but the problems met and
+the note of the lines cut.
 
 ``Engine.feed(line)`` is the reference path: every line of every file, in order, live or
 post-mortem. ``scan.py`` feeds only candidate lines of big files; it gives the same findings
@@ -15,7 +16,9 @@ the ranks that exist are learnt, for finding the rank that hung).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from dataclasses import replace
 
 from monitor.diagnosis import advice as advice_file, pyexc
 from monitor.diagnosis.assembler import (
@@ -33,6 +36,9 @@ from monitor.model import TIMEOUT_CATEGORIES, Category, Diagnosis, Finding, LogL
 
 __all__ = ["EARLY_LINES", "Engine"]
 
+# The lines cut that the note quotes by place (file:line, bytes left out); the rest are counted.
+CUT_LINES_QUOTED = 5
+
 
 class Engine:
     def __init__(self, catalogue: Catalogue, regex_timeout: float = REGEX_TIMEOUT_S,
@@ -49,12 +55,18 @@ class Engine:
         self.conditions = LogConditions(self.prefilter, regex_timeout, self.problems)
         self.book = FindingBook(self.conditions, self.attribution.known_ranks, other_ranks_text=texts[4],
                                 node_of=lambda file: node_name_of(file) or (node_of(file) if node_of else None))
+        # The lines too long to read whole, each (file, line, bytes left out), and the one note
+        # that says so (``_line_cut``).
+        self.cut_lines: list[tuple[str, int, int]] = []
+        self._cut_note: Finding | None = None
 
     # ---- the stages ----------------------------------------------------------------------
 
     def feed(self, line: LogLine) -> list[Finding]:
         """The findings this line made new (most lines: none)."""
         new: list[Finding] = []
+        if line.left_out:
+            self._line_cut(line, new)
         for event in self.records.feed(line):
             if isinstance(event, Record):
                 self._decide(event, new)
@@ -117,6 +129,32 @@ class Engine:
             file=line.file, line=line.line, evidence=[mask(line.text)], origin="log",
             remedy=advice_file.advice("glued-output"),
         ))
+
+    def _line_cut(self, line: LogLine, new: list[Finding]) -> None:
+        """One note for every line too long to read whole (its middle left out, ``logs/decode.py``):
+        where each is and how many bytes went unread, since an error printed there is missed.
+        Revised with each line cut, so it is said once, in every mode."""
+        self.cut_lines.append((line.file, line.line, line.left_out))
+        cut = self.cut_lines
+        left_out = f"{sum(n for _, _, n in cut):,}"
+        if len(cut) == 1:
+            title = advice_file.advice("title-line-cut", line=str(line.line), file=os.path.basename(line.file),
+                                       left_out=left_out)
+        else:
+            title = advice_file.advice("title-lines-cut", count=str(len(cut)), left_out=left_out)
+        evidence = [f"{file}:{number}: {n:,} bytes left out" for file, number, n in cut[:CUT_LINES_QUOTED]]
+        if len(cut) > CUT_LINES_QUOTED:
+            evidence.append(f"and {len(cut) - CUT_LINES_QUOTED:,} more")
+        if self._cut_note is None:
+            self._cut_note = self.add_new(Finding(
+                rule="line-cut", category=Category.LAUNCHER, severity="info", role="confirm", title=title,
+                file=line.file, line=line.line, evidence=evidence, origin="log",
+                remedy=advice_file.advice("line-cut"),
+            ))
+            new.append(self._cut_note)
+        else:
+            self._cut_note = replace(self._cut_note, title=title, evidence=evidence, count=len(cut))
+            self.revise(self._cut_note)
 
     # ---- what the stages hold ------------------------------------------------------------
 

@@ -10,7 +10,8 @@ Equivalence with feeding every line (``reader.read_log`` + ``Engine.feed``) rest
 - while a file has a record in progress (or waits for a time written after a finding), every
   line is fed, in order; of its first ``EARLY_LINES`` lines, those no literal marks only teach
   which ranks exist, which is all feeding them would do (``Engine.early_line``);
-- lines are split and cut exactly as ``LineAssembler`` does, and numbered the same.
+- lines are split and cut exactly as ``LineAssembler`` does, and numbered the same; a line cut
+  is always fed (the engine notes every line it could not read whole).
 
 Skipped lines would have been no-ops, so the findings are the same, in the same order.
 """
@@ -26,7 +27,7 @@ from monitor.diagnosis.prefilter import has_control
 from monitor.formats import LEADS, PREFIXES
 from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import make_line, open_log, read_chunks
-from monitor.logs.decode import MAX_LINE_BYTES, LineAssembler
+from monitor.logs.decode import MAX_LINE_BYTES, LineAssembler, left_out
 from monitor.text import clean
 
 CHUNK_BYTES = 4 << 20
@@ -42,6 +43,25 @@ _LEAD_LINE = re.compile("(?m)^(?!(?:" + _ALTERNATION + "))(?:" + "|".join(
 def _cut(raw: bytes) -> bytes:
     """A complete raw line as ``LineAssembler`` keeps it (rare: only overlong lines differ)."""
     return LineAssembler().feed(raw + b"\n")[0] if len(raw) > MAX_LINE_BYTES else raw
+
+
+def _long_lines(block: bytes, size: int) -> list[int]:
+    """Where the lines over ``MAX_LINE_BYTES`` among ``block[:size]``'s complete lines start. Such
+    a line holds a whole stretch of half that length, counted from the end of the line before
+    it, with no newline: a look at each stretch finds them (~128 looks in a 4 MiB chunk)."""
+    starts: list[int] = []
+    stretch = MAX_LINE_BYTES // 2
+    at = 0
+    while at + stretch <= size:
+        if block.find(b"\n", at, at + stretch) >= 0:
+            at += stretch
+            continue
+        start = block.rfind(b"\n", 0, at) + 1
+        end = block.index(b"\n", at + stretch, size)
+        if end - start > MAX_LINE_BYTES:
+            starts.append(start)
+        at = end + 1
+    return starts
 
 
 def _has_control_hit(hits: list[int], first: int, end: int, controls: set[int]) -> bool:
@@ -140,13 +160,16 @@ def _scan(path, engine: Engine, chunk_bytes: int, limit: int | None) -> tuple[in
             view = memoryview(block)
             seen = engine.log_seen
             hits, controls = prefilter.chunk_hits(view[:size], seen)
+            long_lines = _long_lines(block, size)
+            if long_lines:
+                hits = sorted(hits + long_lines)
             pos = hit = 0
             while pos < size:
                 if engine.log_seen_count != len(seen):
                     # A log-condition pattern was found: stop looking for its literals.
                     seen = engine.log_seen
                     found, more = prefilter.chunk_hits(view[pos:size], seen)
-                    hits, hit = [pos + h for h in found], 0
+                    hits, hit = sorted([pos + h for h in found] + [at for at in long_lines if at >= pos]), 0
                     controls = controls | {pos + c for c in more}
                 everything = engine.has_pending(name) or (number < EARLY_LINES and engine.wants_time(name))
                 if everything:
@@ -163,7 +186,8 @@ def _scan(path, engine: Engine, chunk_bytes: int, limit: int | None) -> tuple[in
                 end = block.index(b"\n", start)
                 number += 1
                 raw = _cut(block[start:end])
-                if everything or _has_control_hit(hits, hit, end, controls) or prefilter.raw_line_matters(raw, seen, check_control=False):
+                if everything or left_out(raw) or _has_control_hit(hits, hit, end, controls) \
+                        or prefilter.raw_line_matters(raw, seen, check_control=False):
                     feed(raw)
                 pos = end + 1
         if limit is not None:

@@ -8,13 +8,17 @@ line into the text the engine and the UI read.
 
 from __future__ import annotations
 
+import re
 
 # Longest line kept, in bytes. Longer lines keep their head and their last ``TAIL_BYTES`` (an
 # error printed after a dumped tensor or a never-ended bar ends the line), marked where they were
-# cut; the middle is skipped without being held in memory.
+# cut with how many bytes were left out (``TRUNCATION_MARK``, read back by ``left_out``); the
+# middle is skipped without being held in memory.
 MAX_LINE_BYTES = 64 * 1024
 TAIL_BYTES = 16 * 1024
-TRUNCATION_MARK = " …[line cut]"
+TRUNCATION_MARK = " …[line cut: {left_out:,} bytes left out]"
+_MARK_START = TRUNCATION_MARK[:TRUNCATION_MARK.index("{")].encode()
+_MARK_COUNT = re.compile(rb"[\d,]+")
 
 # How much of a file's start is looked at to tell a binary file from a log, and the starts of
 # binary formats people point a log tool at by mistake (ELF, zip/torch.save, PNG, PDF, pickle, .npy).
@@ -46,12 +50,25 @@ def _from_a_character(tail: bytes) -> bytes:
     return tail[start:]
 
 
+def left_out(raw: bytes) -> int:
+    """How many bytes ``LineAssembler`` (at its default length) left out of the middle of ``raw``,
+    a line it returned: read from its mark, right after the kept head of the line's last state
+    (where a line merely quoting the mark has it only by chance); 0 for a line kept whole."""
+    if len(raw) <= MAX_LINE_BYTES - TAIL_BYTES:
+        return 0
+    head = raw.rfind(b"\r") + 1 + MAX_LINE_BYTES - TAIL_BYTES
+    if not raw.startswith(_MARK_START, head):
+        return 0
+    count = _MARK_COUNT.match(raw, head + len(_MARK_START))
+    return int(count[0].replace(b",", b"")) if count else 0
+
+
 class LineAssembler:
     """Splits a stream of byte chunks into complete raw lines, holding at most one partial line.
 
     A line longer than ``max_bytes`` keeps its first ``max_bytes - TAIL_BYTES`` bytes, a marker
-    and its last ``TAIL_BYTES``; the bytes between are dropped as they come, so memory stays
-    bounded.
+    saying how many bytes were left out, and its last ``TAIL_BYTES``; the bytes between are
+    dropped as they come, so memory stays bounded.
     A line redrawn with ``\\r`` (a progress bar) keeps only its last non-blank state and the state
     being drawn now, so that ``clean()`` of the result equals ``clean()`` of the whole line while a
     bar that never ends its line stays small.
@@ -62,6 +79,7 @@ class LineAssembler:
         self._partial = bytearray()
         self._overflowed = False
         self._tail = bytearray()  # of an overflowed line: its newest TAIL_BYTES
+        self._length = 0  # bytes of the state being assembled, kept or not
         # A line redrawn with \r: how many \r it had (counted up to 2), its first state and
         # its last non-blank state. One \r may be a Windows line end, so it keeps the line whole.
         self._redraws = 0
@@ -99,6 +117,7 @@ class LineAssembler:
         self._partial.clear()
         self._overflowed = False
         self._tail.clear()
+        self._length = 0
         self._redraws = 0
         self._first_state = self._last_state = b""
 
@@ -117,11 +136,13 @@ class LineAssembler:
                 self._partial.clear()
                 self._overflowed = False
                 self._tail.clear()
+                self._length = 0
                 self._append_capped(state)
         else:
             self._append_capped(piece)
 
     def _append_capped(self, piece: bytes) -> None:
+        self._length += len(piece)
         if self._overflowed:
             self._tail += piece[-self._tail_bytes:]
             del self._tail[:-self._tail_bytes]
@@ -144,7 +165,8 @@ class LineAssembler:
     def _current(self) -> bytes:
         line = bytes(self._partial)
         if self._overflowed:
-            line += TRUNCATION_MARK.encode() + _from_a_character(bytes(self._tail))
+            tail = _from_a_character(bytes(self._tail))
+            line += TRUNCATION_MARK.format(left_out=self._length - len(line) - len(tail)).encode() + tail
         return line
 
     def _with_states(self, current: bytes) -> bytes:

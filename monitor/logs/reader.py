@@ -15,7 +15,7 @@ from pathlib import Path
 
 from monitor.model import LogLine
 from monitor.logs.ranks import FileRanks
-from monitor.logs.decode import SNIFF_BYTES, LineAssembler, looks_binary
+from monitor.logs.decode import SNIFF_BYTES, LineAssembler, left_out, looks_binary
 from monitor.text import clean
 
 CHUNK_BYTES = 1 << 20
@@ -136,7 +136,7 @@ def read_chunks(handle, name: str, lines_read: Callable[[], int], size: int = CH
 
 def make_line(file: str, number: int, raw: bytes, ranks: FileRanks) -> LogLine:
     text = clean(raw)
-    return LogLine(file, number, text, ranks.of(text))
+    return LogLine(file, number, text, ranks.of(text), left_out(raw))
 
 
 def read_log(path: str | os.PathLike) -> Iterator[LogLine]:

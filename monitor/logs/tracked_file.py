@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from monitor.model import LogLine
-from monitor.logs.decode import SNIFF_BYTES, LineAssembler, looks_binary
+from monitor.logs.decode import SNIFF_BYTES, LineAssembler, left_out, looks_binary
 from monitor.logs.line_sums import LineSums
 from monitor.text import clean
 from monitor.logs.sources import COMPRESSED_SUFFIXES
@@ -472,7 +472,7 @@ class FollowedFile:
         append = out.lines.append
         for raw in raws:
             number += 1
-            append(LogLine(path, number, clean(raw)))
+            append(LogLine(path, number, clean(raw), left_out=left_out(raw)))
         self.lines = number
 
     def _report(self, out: ReadOutput, problem: str) -> None:

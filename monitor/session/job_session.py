@@ -432,7 +432,7 @@ class JobSession:
         if ranks is None:
             ranks = self._file_ranks[line.file] = FileRanks(line.file)
         rank = ranks.of(line.text)
-        return LogLine(line.file, line.line, line.text, rank) if rank is not None else line
+        return LogLine(line.file, line.line, line.text, rank, line.left_out) if rank is not None else line
 
     def _check_nodes(self, step: SessionUpdate) -> None:
         """Every few seconds: the nodes that went quiet now; a node that spoke again is withdrawn."""

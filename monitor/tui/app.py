@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.containers import Container, Vertical
 from textual.drivers.linux_driver import LinuxDriver
 from textual.widgets import Footer, Header, Input, Static
+from textual.timer import Timer
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from monitor.files import replace_file
@@ -45,6 +46,9 @@ REFRESH_S = 0.25
 JOB_CHECK_S = 0.2
 # Lines added per turn of the event loop when a big batch arrives (~50 ms of work).
 APPLY_CHUNK = 20_000
+# How long the answer to a key (y: what was copied, x: where the findings went) stays on the
+# message line before the footer's keys come back.
+MESSAGE_S = 8.0
 # Lines gathered for the screen while it draws the batch before: a screen further behind draws
 # only the newest (the session has diagnosed every line; the older ones are in the files).
 MAX_PENDING_LINES = 50_000
@@ -128,6 +132,7 @@ class MonitorApp(App[int]):
         self._found: tuple[int, int] | None = None  # the find's match under the cursor: (k, of n)
         # Lines left in the files between lines read back around a finding and those shown after.
         self._not_loaded = 0
+        self._message_timer: Timer | None = None
         self.finished_note = ""
         self.failed = False
         self.files: list[str] = []  # every file followed so far
@@ -153,12 +158,14 @@ class MonitorApp(App[int]):
                 yield Static(id="log-status")
                 yield LogView(self.store, id="log")
             yield FindingsPanel(id="findings", timeline=self.timeline)
+        yield Static(id="message")
         yield Footer()
 
     def on_mount(self) -> None:
         self._terminal_write("\x1b[22;0t")  # keep the user's title on the terminal's stack
         self.query_one("#filter-input").display = False
         self.query_one("#find-input").display = False
+        self.query_one("#message").display = False
         self._fit_layout(self.size.width)
         self.query_one(LogView).focus()
         self._update_status()
@@ -303,6 +310,25 @@ class MonitorApp(App[int]):
         self._terminal_write(f"\x1b]2;monitor: ★ {safe_text(where + root.title)[:120]}\x07")
         if self.ring_bell:
             self.bell()
+
+    def say(self, message: str, error: bool = False) -> None:
+        """The answer to a key, on the bottom line in place of the footer's keys for a while (as
+        less and vim answer): a toast would cover the job's rows or the finding's remedy, just where
+        the user looks. One line; what does not fit is cut at the right, so the point comes first."""
+        line = self.query_one("#message", Static)
+        line.update(Text(message, style="bold red" if error else ""))
+        line.display = True
+        self.query_one(Footer).display = False
+        if self._message_timer is not None:
+            self._message_timer.stop()
+        self._message_timer = self.set_timer(MESSAGE_S, self._message_done)
+
+    def _message_done(self) -> None:
+        self._message_timer = None
+        if self._torn_down():
+            return
+        self.query_one("#message").display = False
+        self.query_one(Footer).display = True
 
     def _terminal_write(self, data: str) -> None:
         driver = getattr(self, "_driver", None)  # None in a test without a terminal
@@ -483,7 +509,7 @@ class MonitorApp(App[int]):
         view = self.query_one(LogView)
         ranks = sorted(self.store.ranks_seen)
         if not ranks:
-            self.notify("no rank is known yet: the lines carry no rank prefix and the files no rank in their name", markup=False)
+            self.say("no rank is known yet: the lines carry no rank prefix and the files no rank in their name")
             return
         choices: list[frozenset[int] | None] = [None] + [frozenset({r}) for r in ranks]
         current = view.line_filter
@@ -495,7 +521,7 @@ class MonitorApp(App[int]):
         view = self.query_one(LogView)
         nodes = self.store.nodes_seen
         if not nodes:
-            self.notify("one machine: no node folders (monitor run --job-dir) in what is watched", markup=False)
+            self.say("one machine: no node folders (monitor run --job-dir) in what is watched")
             return
         choices: list[str | None] = [None, *nodes]
         current = view.line_filter
@@ -528,7 +554,7 @@ class MonitorApp(App[int]):
             if (index := self.store.find(finding.file, finding.line)) is not None
         )
         if not placed:
-            self.notify("no finding to go to yet", markup=False)
+            self.say("no finding to go to yet")
             return
         here = view.cursor_index if view.cursor_index is not None else (len(self.store) if direction < 0 else -1)
         after = [p for p in placed if (p[0] > here if direction > 0 else p[0] < here)]
@@ -538,8 +564,7 @@ class MonitorApp(App[int]):
     def action_stacks(self) -> None:
         """Take every rank's stack now and show them (the last ones until the new ones come)."""
         if self.probe is None:
-            self.notify("stacks need the job's processes: start the job with `monitor run`, or take them with "
-                        "`monitor stacks --pid PID`", timeout=10, markup=False)
+            self.say("stacks need the job's processes: start it with `monitor run`, or run `monitor stacks --pid PID`")
             return
         self.probe.trigger("request")
         self.push_screen(StacksScreen(self.probe))
@@ -552,42 +577,42 @@ class MonitorApp(App[int]):
     def action_find_next(self, direction: int) -> None:
         view = self.query_one(LogView)
         if not view.find_text:
-            self.notify("nothing to find yet: f, then a regex", markup=False)
+            self.say("nothing to find yet: f, then a regex")
             return
         try:
             self._found = view.find_next(direction)
         except FilterError as exc:
-            self.notify(str(exc), severity="warning", markup=False)
+            self.say(str(exc), error=True)
             return
         if self._found is None:
-            self.notify(f"no line holds /{safe_text(view.find_text)}/", markup=False)
+            self.say(f"no line holds /{safe_text(view.find_text)}/")
         self._update_status()
 
     def action_copy_line(self) -> None:
         """The line the user sees to the clipboard (OSC 52): the selected line when it is in view,
-        else the last line in view; the toast says which."""
+        else the last line in view; the message line says which."""
         target = self.query_one(LogView).line_to_copy()
         text = self.store.text(target[0]) if target is not None else ""
         if not text:
-            self.notify("no line to copy", markup=False)
+            self.say("no line to copy")
             return
         index, selected = target
         line = self.store.line(index)
         which = "the selected line" if selected else "the last line in view"
         self.copy_to_clipboard(text)
-        self.notify(f"copied {which} ({safe_text(line.file)}:{line.line}, {len(text)} characters); a terminal "
-                    "without OSC 52 does not take it: select with Shift+drag there", markup=False)
+        self.say(f"copied {which} ({safe_text(line.file)}:{line.line}, {len(text)} characters); a terminal "
+                 "without OSC 52 does not take it: select with Shift+drag there")
 
     def action_copy_finding(self) -> None:
         """The selected finding, what to do included, to the clipboard (OSC 52)."""
         panel = self.query_one(FindingsPanel)
         finding = panel.selected()
         if finding is None:
-            self.notify("no finding to copy", markup=False)
+            self.say("no finding to copy")
             return
         is_root = self._root is not None and finding.id == self._root.id
         self.copy_to_clipboard(describe(finding, is_root, panel.first_time(finding)).plain)
-        self.notify(f"copied the finding: {safe_text(finding.title)}", markup=False)
+        self.say(f"copied the finding: {safe_text(finding.title)}")
 
     def action_export(self) -> None:
         """The findings as `diagnose --json` writes them, to a file in the current folder."""
@@ -595,28 +620,29 @@ class MonitorApp(App[int]):
         data = Diagnosis(self._root, list(self._findings), list(self.files)).to_json()
         error = replace_file(path.absolute(), (safe_json(data, indent=2) + "\n").encode())
         if error:
-            self.notify(safe_text(error), severity="error", markup=False)
+            self.say(safe_text(error), error=True)
         else:
-            self.notify(f"{len(self._findings)} findings saved to {safe_text(str(path.absolute()))}", markup=False)
+            # The file's name first: on a narrow screen the message line cuts the folder, not the name.
+            self.say(f"{len(self._findings)} findings saved to {safe_text(path.name)} in {safe_text(str(Path.cwd()))}")
 
     def action_load_earlier(self) -> None:
         """Lines from before those shown of a log opened big (only its tail was read for the screen)."""
         earlier = getattr(self.log_feed, "earlier", None)
         if earlier is None:
-            self.notify("every line of this source is shown already", markup=False)
+            self.say("every line of this source is shown already")
             return
         self.run_worker(lambda: self.post_message(EarlierLines(earlier(EARLIER_LINES))), thread=True,
                         group="earlier", exclusive=True, exit_on_error=False)
 
     def on_earlier_lines(self, message: EarlierLines) -> None:
         if not message.lines:
-            self.notify("no earlier lines: each file is shown from its first line", markup=False)
+            self.say("no earlier lines: each file is shown from its first line")
             return
         added = self._put_in_front(message.lines)
         self.query_one(LogView).replace_store(self.store, cursor=added)
         self._mark_lines()
         self._update_status()
-        self.notify(f"{added:,} earlier lines read back", markup=False)
+        self.say(f"{added:,} earlier lines read back")
 
     def _put_in_front(self, lines: list) -> int:
         """The store rebuilt with ``lines`` (read back from the files) before those it holds; how
@@ -642,8 +668,7 @@ class MonitorApp(App[int]):
                         thread=True, group="earlier", exclusive=True, exit_on_error=False)
 
     def _not_shown(self, finding: Finding) -> None:
-        self.notify(f"{safe_text(finding.file)}:{finding.line} is not among the lines shown; it is in the file",
-                    markup=False)
+        self.say(f"{safe_text(finding.file)}:{finding.line} is not among the lines shown; it is in the file")
 
     def on_lines_around(self, message: LinesAround) -> None:
         finding, lines = message.finding, message.lines
@@ -662,7 +687,7 @@ class MonitorApp(App[int]):
         self._update_status()
         note = f"; lines {lines[-1].line + 1:,}-{shown_from - 1:,} stay in the file" \
             if shown_from is not None and shown_from > lines[-1].line + 1 else ""
-        self.notify(f"{len(lines):,} lines around {safe_text(finding.file)}:{finding.line} read back{note}", markup=False)
+        self.say(f"{len(lines):,} lines around {safe_text(finding.file)}:{finding.line} read back{note}")
 
     def action_wrap(self) -> None:
         self.query_one(LogView).toggle_wrap()
@@ -674,7 +699,7 @@ class MonitorApp(App[int]):
 
     def action_root_cause(self) -> None:
         if self._root is None:
-            self.notify("no root cause found (yet)", markup=False)
+            self.say("no root cause found (yet)")
             return
         self.query_one(FindingsPanel).select(self._root)
         self._show_in_log(self._root)

@@ -22,15 +22,18 @@ from monitor.tui.log_view import GUTTER_MARKS
 COLUMNS = ("mark", "sev", "ranks", "count", "first", "title", "category")
 LABELS = dict(zip(COLUMNS, ("", "sev", "ranks", "n", "first", "title", "category")))
 WIDTHS = dict(zip(COLUMNS, (1, 5, None, None, 9, None, None)))
-# A narrow screen (80 columns: the table gets half) keeps what says what went wrong and where;
-# the severity is the mark's (the log's gutter marks), so the title keeps ~30 characters.
-NARROW_COLUMNS = ("mark", "ranks", "title")
+# A narrow screen (80 columns: the table gets half, 6 rows) gives the title the width: the severity
+# is the mark's (the log's gutter marks), the ranks are in the detail beside it, and there is no
+# header row, so six findings show with ~35 characters of their titles.
+NARROW_COLUMNS = ("mark", "title")
 # A wide screen short of the widest (the panel is 45% of it) also keeps when: the title stays
 # readable (at 120 columns with every column it showed ~20 characters).
 MEDIUM_COLUMNS = ("mark", "sev", "ranks", "first", "title")
 # Screen widths from which the findings go beside the log (below it, under WIDE) with the
 # medium set of columns, and from which they show every column.
 WIDE, FULL = 120, 200
+# Rows the table grows to beside the log (below it, it fills the panel's height).
+MAX_TABLE_ROWS = 12
 SEVERITY_LABEL = {"error": "error", "warning": "warn", "info": "info"}
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -96,10 +99,10 @@ def describe(finding: Finding, is_root: bool, first: str) -> Text:
 class FindingsPanel(Container):
     """A table of findings above (or beside) the selected finding's detail."""
 
-    DEFAULT_CSS = """
-    FindingsPanel { layout: vertical; }
-    FindingsPanel > DataTable { height: auto; max-height: 12; }
-    FindingsPanel > #finding-detail { height: 1fr; padding: 0 1; border-top: solid $primary-muted; }
+    DEFAULT_CSS = f"""
+    FindingsPanel {{ layout: vertical; }}
+    FindingsPanel > DataTable {{ height: auto; max-height: {MAX_TABLE_ROWS}; }}
+    FindingsPanel > #finding-detail {{ height: 1fr; padding: 0 1; border-top: solid $primary-muted; }}
     """
 
     class Selected(Message):
@@ -122,6 +125,7 @@ class FindingsPanel(Container):
         self._keys: list[str] = []
         self._shown: dict[str, tuple] = {}
         self._columns = COLUMNS
+        self._title_room: int | None = None  # the title column's width, when titles are cut to it
         self._detail_key: str | None = None  # the finding the detail shows
 
     def compose(self):
@@ -145,15 +149,30 @@ class FindingsPanel(Container):
         if columns == self._columns:
             return
         self._columns = columns
+        self.table.show_header = columns != NARROW_COLUMNS
+        self._rebuild()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._fit_text)  # once the table and the detail have their sizes
+
+    def _fit_text(self) -> None:
+        if self.findings and self._room(self._rows_of(self.findings)) != self._title_room:
+            self._rebuild()  # the titles are cut to another width
+        else:
+            self._show_detail()  # its paths are broken for another width
+
+    def _rebuild(self) -> None:
+        """Every column and row added again: a column's width only grows as its cells change."""
+        selected = self.selected_key()
         table = self.table
         table.clear(columns=True)
         self._add_columns(table)
-        self._keys = []  # every row is added again
-        self.show(self.findings, self.root)
+        self._keys = []
+        self.show(self.findings, self.root, selected)
 
-    def show(self, findings: list[Finding], root: Finding | None) -> None:
+    def show(self, findings: list[Finding], root: Finding | None, selected: str | None = None) -> None:
         table = self.table
-        selected = self.selected_key()
+        selected = selected or self.selected_key()
         root_key = root.id if root else None
         if root_key is not None and root_key != (self.root.id if self.root else None):
             # A new root cause comes into view; until then the cursor stays where it was (a
@@ -171,7 +190,12 @@ class FindingsPanel(Container):
                                                         self._first_seconds(f), f.seq))
         self.root = root
         self._by_key = {f.id: f for f in self.findings}
-        rows = [(f.id, self._cells(f, f.id == root_key)) for f in self.findings]
+        rows = self._rows_of(self.findings)
+        self._title_room = self._room(rows)
+        if self._title_room is not None:
+            title = self._columns.index("title")
+            rows = [(key, cells[:title] + (Text(fmt.fit_words(cells[title].plain, self._title_room)),) + cells[title + 1:])
+                    for key, cells in rows]
         if [key for key, _ in rows] == self._keys:
             # The same findings in the same order (counts grew): change only the cells that differ.
             for key, cells in rows:
@@ -187,6 +211,26 @@ class FindingsPanel(Container):
         self._keys = [key for key, _ in rows]
         self._shown = dict(rows)
         self._show_detail()
+
+    def _rows_of(self, findings: list[Finding]) -> list[tuple[str, tuple]]:
+        root_key = self.root.id if self.root else None
+        return [(f.id, self._cells(f, f.id == root_key)) for f in findings]
+
+    def _room(self, rows: list[tuple[str, tuple]]) -> int | None:
+        """The width the title column has when it is the last (narrow and medium screens), so that
+        a long title ends in "…" at a word instead of being cut by the panel's edge; None when the
+        table is not laid out yet or the category follows the title."""
+        table = self.table
+        title = self._columns.index("title")
+        if title != len(self._columns) - 1 or not table.size.width:
+            return None
+        padding = 2 * table.cell_padding
+        others = sum(
+            (WIDTHS[key] or max([len(LABELS[key])] + [len(_plain(cells[i])) for _, cells in rows])) + padding
+            for i, key in enumerate(self._columns[:title]))
+        shown = table.size.height if self._columns == NARROW_COLUMNS else MAX_TABLE_ROWS
+        scrollbar = table.styles.scrollbar_size_vertical if len(rows) > shown - table.show_header else 0
+        return max(table.size.width - scrollbar - others - padding, 8)
 
     def _first(self, finding: Finding) -> tuple[float | None, bool]:
         """When the finding first happened, in the column's clock (seconds since the epoch, or with
@@ -268,12 +312,18 @@ class FindingsPanel(Container):
             self._detail_key = None
             return
         is_root = self.root is not None and finding.id == self.root.id
-        detail.update(describe(finding, is_root, self.first_time(finding)))
+        detail.update(fmt.break_long_paths(describe(finding, is_root, self.first_time(finding)), self._detail_width()))
         if finding.id != self._detail_key:
             # Another finding opens at its top, "what to do" first; the same one redrawn (its
             # count grew) stays where the user scrolled it.
             self._detail_key = finding.id
             self.query_one("#finding-detail").scroll_home(animate=False, immediate=True)
+
+    def _detail_width(self) -> int:
+        """The detail's width for its text, its scrollbar's room kept (the text is taller than
+        the pane on a small screen): 0 before the first layout."""
+        scroll = self.query_one("#finding-detail")
+        return max(scroll.content_region.width - scroll.styles.scrollbar_size_vertical, 0)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()

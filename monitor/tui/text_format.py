@@ -1,9 +1,14 @@
-"""Short human forms of numbers for narrow panels: sizes, rates, durations, rank sets, sparklines."""
+"""Short human forms of numbers for narrow panels: sizes, rates, durations, rank sets, sparklines;
+text fitted to a narrow column (titles cut at a word, paths broken between folders)."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
+
+from rich.cells import cell_len, set_cell_size
+from rich.text import Text
 
 from monitor.units import binary_size, binary_unit, clock, duration  # noqa: F401 (the panels' names for them)
 
@@ -78,3 +83,56 @@ def bar(fraction: float | None, width: int) -> tuple[str, str]:
         return "", "·" * max(width, 0)
     filled = int(round(min(max(fraction, 0.0), 1.0) * width))
     return "█" * filled, "░" * (width - filled)
+
+
+def fit_words(text: str, width: int) -> str:
+    """``text`` in at most ``width`` cells: whole when it fits, else cut at a word's end (when one
+    is in the second half) and ended with "…", so a cut title reads as cut, not as another."""
+    if cell_len(text) <= width:
+        return text
+    cut = set_cell_size(text, max(width - 1, 0)).rstrip()
+    space = cut.rfind(" ")
+    if text[len(cut):len(cut) + 1] != " " and space > len(cut) // 2:
+        cut = cut[:space]  # not within a word
+    return cut.rstrip(" ,;:·-(") + "…"
+
+
+def break_long_paths(text: Text, width: int) -> Text:
+    """``text`` with line breaks inside the words too long for a row of ``width`` (paths): after
+    the last separator that fits, so a wrapped path breaks between its folders and its file name
+    and line stay whole ("Raised from /home/user/project/" then "monitor/demo/train.py:125 in
+    ..."); the rest wraps at spaces as before. Lines of ASCII only (character = cell)."""
+    plain = text.plain
+    if width < 8:
+        return text
+    breaks: list[int] = []
+    row = 0  # where the row being filled starts
+    ascii_line = _ascii_line(plain, 0)
+    for word in re.finditer(r"\n|\S+", plain):
+        start, end = word.span()
+        if word[0] == "\n":
+            row = end
+            ascii_line = _ascii_line(plain, row)
+            continue
+        if not ascii_line or end - row <= width:
+            continue  # fits on this row (or is left to the usual wrapping)
+        if end - start <= width:
+            row = start  # wraps whole onto the next row
+            continue
+        while end - row > width:
+            cut = max(plain.rfind(separator, max(row, start), row + width) for separator in "/\\") + 1
+            if cut > max(row, start) + 1:
+                breaks.append(cut)
+                row = cut
+            elif start > row:
+                row = start  # no separator fits in what is left of this row: the word starts the next
+            else:
+                break  # no separator within a whole row: cut where the row ends, as before
+    if not breaks:
+        return text
+    return Text("\n").join(text.divide(breaks))
+
+
+def _ascii_line(text: str, start: int) -> bool:
+    end = text.find("\n", start)
+    return text[start:end if end >= 0 else len(text)].isascii()
