@@ -20,9 +20,9 @@ Role = Literal["root", "cascade", "confirm"]
 # Where a finding came from: a log line (a rule, or an uncaught exception), the metrics (NVML,
 # psutil), the checks before the launch, a checkpoint check, how the job exited, the silence
 # of every log (a stall), the stacks of live ranks, their flight-recorder dumps, or the files of
-# a node of a multi-node job.
+# a node of a multi-node job, or the ranks' stacks sampled while the job runs (a straggler).
 Origin = Literal["log", "metrics", "preflight", "checkpoint", "exit", "stall", "stacks", "flight-recorder", "node",
-                 "model"]
+                 "model", "straggler"]
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 # How sure a finding (or the root cause) is of what it says: ``certain``, a library's own message
 # matched; ``likely``, read from a generic form (an uncaught traceback no rule names, a silence,
@@ -75,6 +75,8 @@ class Category(StrEnum):
     STOPPED = "stopped"
     METRICS = "metrics"
     GPU_THROTTLE = "gpu_throttle"
+    # A rank the others steadily wait for in their collectives (``straggler/``): slow, not failed.
+    STRAGGLER = "straggler"
     PREFLIGHT = "preflight"
 
 

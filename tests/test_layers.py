@@ -33,14 +33,15 @@ ALLOWED = {
     "stacks": {"text", "model", "units", "files", "diagnosis", "metrics"},  # secrets masked; ranks as metrics.job reads them
     "flight_recorder": {"text", "model", "stacks", "diagnosis", "untrusted"},  # is_user_code: one idea of user code; advice
     "evidence": {"text", "model", "stacks", "flight_recorder", "diagnosis", "logs"},  # a job folder's nodes
+    "straggler": {"text", "model", "stacks", "metrics", "progress", "diagnosis"},  # place_of: one reader of stacks; advice
     "session": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "stacks", "flight_recorder",
-                "progress"},  # progress: the status the Prometheus endpoint serves
+                "progress", "straggler"},  # progress: the status the Prometheus endpoint serves
     "runner": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "checkpoints", "session",
-               "flight_recorder"},
+               "flight_recorder", "straggler"},
     "demo": {"text", "model", "units", "logs", "metrics", "flight_recorder"},
     # The UI sits on the core; only the commands (and the CLI above them) may reach it.
     "tui": {"text", "model", "units", "formats", "logs", "diagnosis", "metrics", "session", "progress", "demo", "runner",
-            "stacks", "files"},  # files: the findings exported from the screen
+            "stacks", "files", "straggler"},  # files: the findings exported from the screen
 }
 CORE = [package for package in ALLOWED if package != "tui"]
 # The demo's torch job and the script that records it: they are torch programs, not the monitor.

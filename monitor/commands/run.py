@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-flight-recorder", action="store_true",
                         help="leave the job's PyTorch flight-recorder variables alone (by default they are set "
                              "unless the job set them: dumps go to run-X.fr/ beside the log)")
+    parser.add_argument("--straggler-interval", type=float, default=1.0, metavar="SECONDS",
+                        help="look at every rank's stack this often (py-spy, without pausing the ranks) to name a "
+                             "rank the others steadily wait for (default 1; 0: never)")
     nodes = parser.add_argument_group("jobs of several nodes, and Prometheus")
     nodes.add_argument("--job-dir", type=Path, metavar="DIR",
                        help="one folder for the whole job on a shared file system: this node's files go to "
@@ -70,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     check_seconds("--restart-delay", args.restart_delay, at_least=0)
     check_seconds("--grace", args.grace, at_least=0)
     check_stall_option(args)
+    check_seconds("--straggler-interval", args.straggler_interval, at_least=0)
     check_number("--metrics-port", args.metrics_port, **PORT)
     node = None
     if args.node is not None and args.job_dir is None:
@@ -95,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_dirs=args.watch_ckpt, grace_s=args.grace, restart_delay_s=args.restart_delay,
         stall_after_s=args.stall_after, flight_recorder=not args.no_flight_recorder,
         node=node, metrics_port=args.metrics_port, metrics_addr=args.metrics_addr, textfile=args.textfile,
+        straggler_interval_s=args.straggler_interval,
     )
     return supervise(options, catalogue, None if args.headless else _presenter(bell=not args.no_bell))
 

@@ -122,6 +122,14 @@ class RecordedJob:
 
         return HangProbe(self.pids, self.log_path, post, recorder_of(self.pids()))
 
+    def straggler_watch(self, post):
+        """The straggler scores of the job (started), as `monitor run` samples them; findings go
+        to ``post`` (the session's). Its ``lines`` is the session's ``on_step``."""
+        from monitor.session.straggler_watch import StragglerWatch
+        from monitor.text import say
+
+        return StragglerWatch(self.pids, post, warn=say).start()
+
     def finish(self, session) -> str:
         """The job has ended and its log is read (in the session's thread): how it exited joins
         the session's findings, and the end report is written unless `monitor run` wrote it.

@@ -30,6 +30,10 @@ from monitor.runner.recorder import write_state
 from monitor.session.feeds import MetricsPump, SamplerFeed
 from monitor.session.hang_probe import HangProbe
 from monitor.session.job_session import JobSession
+from monitor.session.straggler_watch import INTERVAL_S as STRAGGLER_INTERVAL_S
+from monitor.session.straggler_watch import StragglerWatch
+from monitor.straggler.finding import summary as straggler_summary
+from monitor.straggler.model import Scores
 from monitor.text import say
 
 if TYPE_CHECKING:  # imported where used: prometheus_client only when an endpoint is asked for
@@ -60,6 +64,8 @@ class RunOptions:
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
     textfile: Path | None = None
+    # Seconds between two looks at every rank's stack for the straggler scores (0: none).
+    straggler_interval_s: float = STRAGGLER_INTERVAL_S
 
 
 @dataclass
@@ -218,7 +224,10 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
         publisher = _publisher(outlets)
         session, metrics = open_session(job, catalogue, checks, options.stall_after_s, recorder,
                                         on_step=publisher, observers=outlets.observers(),
-                                        against=good[0] if good else None)
+                                        against=good[0] if good else None,
+                                        straggler_interval=options.straggler_interval_s)
+        if outlets.exporter is not None and metrics.straggler is not None:
+            outlets.exporter.scores = lambda watch=metrics.straggler: watch.latest  # this attempt's
         if publisher is not None:
             session.track_progress()  # the endpoint's monitor_training_* series
         watcher = _start_checkpoint_watch(options.checkpoint_dirs, job, session.post)
@@ -233,6 +242,7 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
             if watcher:
                 watcher.stop()
             metrics.close()
+    scores = metrics.straggler.latest if metrics.straggler is not None else None
     meta["environment"] = environment.result()
     if good is not None and good[1] and meta["environment"]:
         session.against = replace(good[0], changes=tuple(changes(good[1], meta["environment"])))
@@ -245,7 +255,7 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
     stopped = bool(job.state().get("stop_signal")) or forwarder.received is not None
     decision = restart.decide(diagnosis, code, attempt, options.max_restarts,
                               stopped_by_user=stopped, previous_category=previous)
-    _report(job, diagnosis, code, decision, meta, options.max_restarts)
+    _report(job, diagnosis, code, decision, meta, options.max_restarts, scores)
     return code, decision, diagnosis.root_cause.category if diagnosis.root_cause else None
 
 
@@ -301,19 +311,31 @@ def _publisher(outlets: Outlets):
 
 def open_session(job: Job, catalogue, checks: Sequence[Finding] = (), stall_after: float | None = None,
                  recorder: flight_recorder.RecorderPlan | None = None, *, on_step=None, observers=(),
-                 against: Against | None = None) -> tuple[JobSession, SamplerFeed]:
+                 against: Against | None = None, straggler_interval: float = 0.0) -> tuple[JobSession, SamplerFeed]:
     """The job's session (its logs, the preflight findings, its stop requests, a probe that
     takes the ranks' stacks and dumps when they seem to hang) and its metrics feed (the job's
     processes; each sample kept in ``run-X.metrics.jsonl``, findings posted to the session):
-    what the screen shows and the end report explains."""
+    what the screen shows and the end report explains. ``straggler_interval``: seconds between
+    two looks at the ranks for the straggler scores (0: none), sampled until the feed is closed."""
     probe = HangProbe(job.pids, job.log_path, lambda findings: session.post(findings), recorder)
+    straggler = (StragglerWatch(job.pids, lambda findings: session.post(findings), interval=straggler_interval,
+                                warn=say) if straggler_interval > 0 else None)
     session = JobSession([job.log_path, *job.extra_log_paths()], catalogue, stall_after=stall_after,
-                         stop_requested=lambda: job.stop_requested, probe=probe, on_step=on_step, against=against,
+                         stop_requested=lambda: job.stop_requested, probe=probe,
+                         on_step=_both(on_step, straggler.lines if straggler is not None else None), against=against,
                          more_paths=job.extra_log_paths)  # torchrun creates per-rank files late
     session.add([copy.copy(finding) for finding in checks])  # one copy per attempt: the session numbers them
     metrics = SamplerFeed(Sampler(job_pids=job.pids, watch_dirs=[str(job.log_path.parent)]), session.post,
-                          samples_file=_samples_file(job.log_path), observers=observers)
+                          samples_file=_samples_file(job.log_path), observers=observers,
+                          straggler=straggler.start() if straggler is not None else None)
     return session, metrics
+
+
+def _both(first, second):
+    """One ``on_step`` calling both (either may be None)."""
+    if first is None or second is None:
+        return first or second
+    return lambda session, lines: (first(session, lines), second(session, lines))
 
 
 def _samples_file(log_path: Path) -> SamplesFile | None:
@@ -396,8 +418,10 @@ def _stopped_leftovers(leftovers: list[dict]) -> str:
 
 
 def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.RestartDecision,
-            meta: dict, max_restarts: int) -> None:
+            meta: dict, max_restarts: int, scores: Scores | None = None) -> None:
     explain.write(diagnosis, sys.stderr, code)
+    if scores is not None and (line := straggler_summary(scores)):
+        say(line)
     if slurm := meta["slurm"]:
         say("SLURM " + ", ".join(f"{key}={value}" for key, value in slurm.items()))
     state = job.state()
@@ -413,6 +437,8 @@ def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.Restart
                 "log": str(job.log_path),
                 "extra_logs": [str(p) for p in job.extra_log_paths()], "slurm": meta["slurm"],
                 "attempt": meta["attempt"], "restart": decision.to_json()}
+    if scores is not None and scores.ranks:
+        run_info["rank_wait_fraction"] = {str(rank): round(share, 3) for rank, share in scores.wait_fractions().items()}
     path = side_file(job.log_path, "diagnosis")
     save_error = write_state(path, {"run": run_info, **diagnosis.to_json()})
     meta.update(exit_code=code, ended=time.time(), restart=decision.to_json())

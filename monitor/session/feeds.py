@@ -147,10 +147,12 @@ class SamplerFeed:
 
     def __init__(self, sampler, post: Callable[[list[Finding]], None], *, history=None, detector=None,
                  samples_file=None, observers: Sequence[Callable[[Sample], None]] = (),
-                 warn: Callable[[str], None] | None = None) -> None:
+                 warn: Callable[[str], None] | None = None, straggler=None) -> None:
         """``observers``: called with each sample after it was kept (a node's rank map, the
         Prometheus endpoint); they must not raise. ``warn``: told once, in one line naming the
-        file, when the samples file can no longer be written (a full disk): sampling goes on."""
+        file, when the samples file can no longer be written (a full disk): sampling goes on.
+        ``straggler``: the job's ``straggler_watch.StragglerWatch`` (started), which gets each
+        sample (its ranks' GPUs), is stopped with the feed, and whose scores the screen shows."""
         from monitor.metrics.history import History
         from monitor.metrics.signals import SignalDetector
 
@@ -159,7 +161,8 @@ class SamplerFeed:
         self.history = history if history is not None else History()
         self.detector = detector if detector is not None else SignalDetector()
         self.samples_file = samples_file
-        self.observers = list(observers)
+        self.straggler = straggler
+        self.observers = list(observers) + ([straggler.observe] if straggler is not None else [])
         self._warn = warn
 
     def sample(self) -> Sample:
@@ -179,6 +182,8 @@ class SamplerFeed:
         return sample
 
     def close(self) -> None:
+        if self.straggler is not None:
+            self.straggler.stop()
         self.sampler.close()
         if self.samples_file is not None:
             self.samples_file.close()

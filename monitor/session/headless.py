@@ -33,11 +33,12 @@ def watch_headless(paths, catalogue, *, as_json: bool = False, poll: bool = Fals
     # start-up as they end any command: there is nothing to summarise yet.
     session: JobSession  # made below: the probe posts to it once it runs
     probe = recorded.hang_probe(lambda findings: session.post(findings)) if recorded is not None else None
+    straggler = recorded.straggler_watch(lambda findings: session.post(findings)) if recorded is not None else None
     session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True, against=against,
-                         probe=probe)
+                         probe=probe, on_step=straggler.lines if straggler is not None else None)
     restore = _stop_on_signals(stop)
     job_pids = recorded.pids if recorded is not None else None
-    feed = SamplerFeed(sampler or watch_sampler(paths, job_pids), session.post)
+    feed = SamplerFeed(sampler or watch_sampler(paths, job_pids), session.post, straggler=straggler)
     pump = MetricsPump(feed, warn=say).start()
     try:
         for problem in session.problems:

@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from monitor.metrics.model import GpuSample, Sample
 from monitor.session.status import JobStatus
+from monitor.straggler.model import Scores
 from monitor.text import say
 
 MIB = 1024 * 1024
@@ -73,6 +74,8 @@ class JobExporter(Collector):
         self.node = node
         self.hostname = hostname or socket.gethostname()
         self.status = status  # the session's (a new one each attempt of ``monitor run``)
+        # The straggler watch's latest scores (``StragglerWatch.latest``), where the job's ranks are sampled.
+        self.scores: Callable[[], Scores] | None = None
         self._wall_clock = wall_clock
         self._warn = warn
         self._sample: Sample | None = None
@@ -130,6 +133,17 @@ class JobExporter(Collector):
         status = self.status() if self.status is not None else None
         if status is not None:
             yield from self._job(status, sample)
+        scores = self.scores() if self.scores is not None else None
+        if scores is not None:
+            yield self._waits(scores)
+
+    def _waits(self, scores: Scores) -> GaugeMetricFamily:
+        waits = GaugeMetricFamily("monitor_rank_wait_fraction",
+                                  "Share of the recent looks at each rank's stack that saw it waiting inside a "
+                                  "collective (a rank the others wait for has the lowest).", labels=[*JOB_LABELS, "rank"])
+        for rank, fraction in sorted(scores.wait_fractions().items()):
+            waits.add_metric([self.job_id, self.node, self.hostname, str(rank)], fraction)
+        return waits
 
     def _gpu_labels(self, gpu: GpuSample) -> list[str]:
         return [str(gpu.index), gpu.uuid or "", f"nvidia{gpu.index}", gpu.name or "", self.hostname,

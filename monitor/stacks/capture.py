@@ -37,9 +37,11 @@ def job_processes(pids: list[int]) -> tuple[list[JobProcess], int | None, int]:
     return chosen[:MAX_PROCESSES], int(sizes[0]) if sizes else None, len(processes)
 
 
-def take(pids: list[int], trigger: str, py_spy: str | None = None, wall_clock=time.time) -> Capture:
+def take(pids: list[int], trigger: str, py_spy: str | None = None, wall_clock=time.time, *,
+         nonblocking: bool = False) -> Capture:
     """The stacks of the job whose processes are ``pids`` (launcher and descendants). Never
-    raises: what could not be taken is said per process, or in ``problem``."""
+    raises: what could not be taken is said per process, or in ``problem``. ``nonblocking``:
+    the ranks are not paused while read (``pyspy.dump``)."""
     started = time.monotonic()
     capture = Capture(taken=wall_clock(), trigger=trigger, host=socket.gethostname())
     py_spy = py_spy or find_py_spy()
@@ -49,18 +51,18 @@ def take(pids: list[int], trigger: str, py_spy: str | None = None, wall_clock=ti
                            else "no process of the job is running")
         return capture
     with ThreadPoolExecutor(max_workers=min(PARALLEL_DUMPS, len(candidates))) as pool:
-        capture.processes = list(pool.map(lambda c: _take_one(c, py_spy), candidates))
+        capture.processes = list(pool.map(lambda c: _take_one(c, py_spy, nonblocking), candidates))
     capture.took_s = time.monotonic() - started
     if not any(p.threads for p in capture.processes):
         capture.problem = _common_problem(capture.processes)
     return capture
 
 
-def _take_one(process: JobProcess, py_spy: str | None) -> ProcessStack:
+def _take_one(process: JobProcess, py_spy: str | None, nonblocking: bool = False) -> ProcessStack:
     stack = ProcessStack(process.pid, process.rank, _command(process))
     started = time.monotonic()
     try:
-        stack.threads = dump(process.pid, py_spy)
+        stack.threads = dump(process.pid, py_spy, nonblocking=nonblocking)
     except StackError as exc:
         stack.error, stack.error_kind = str(exc), exc.kind
     stack.took_s = time.monotonic() - started

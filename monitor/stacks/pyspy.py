@@ -49,13 +49,16 @@ def find_py_spy() -> str | None:
     return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
 
 
-def dump(pid: int, py_spy: str | None, timeout: float = DUMP_TIMEOUT_S) -> list[Thread]:
-    """The Python threads of ``pid``; raises StackError."""
+def dump(pid: int, py_spy: str | None, timeout: float = DUMP_TIMEOUT_S, *, nonblocking: bool = False) -> list[Thread]:
+    """The Python threads of ``pid``; raises StackError. ``nonblocking``: read the stack without
+    pausing the process (a sampler's many looks at a healthy job; a stack read while it changes
+    may come out wrong, or fail, now and then)."""
     if py_spy is None:
         raise StackError(f"py-spy is not installed, so no stacks can be taken: {INSTALL}", "missing")
     try:
         result = subprocess.run(
-            [py_spy, "dump", "--pid", str(pid), "--json"], capture_output=True, timeout=timeout,
+            [py_spy, "dump", "--pid", str(pid), "--json", *(["--nonblocking"] if nonblocking else [])],
+            capture_output=True, timeout=timeout,
             env={**os.environ, "RUST_BACKTRACE": "0"}, stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:

@@ -39,9 +39,11 @@ def watch_app(paths, *, catalogue, poll: bool = False, stall_after: float | None
     from monitor.tui.app import MonitorApp
 
     probe = recorded.hang_probe(lambda findings: session.post(findings)) if recorded is not None else None
+    straggler = recorded.straggler_watch(lambda findings: session.post(findings)) if recorded is not None else None
     session = JobSession(paths, catalogue, poll=poll, stall_after=stall_after, attach=True, against=against,
-                         probe=probe)
-    metrics = SamplerFeed(watch_sampler(paths, recorded.pids if recorded is not None else None), session.post)
+                         probe=probe, on_step=straggler.lines if straggler is not None else None)
+    metrics = SamplerFeed(watch_sampler(paths, recorded.pids if recorded is not None else None), session.post,
+                          straggler=straggler)
     title = "watching " + " ".join(str(p) for p in paths)
     feed = SessionFeed(session) if recorded is None else SessionFeed(session, ended=recorded.ending,
                                                                      at_end=recorded.finish)

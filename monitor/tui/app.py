@@ -236,7 +236,9 @@ class MonitorApp(App[int]):
         self.run_worker(self._take_sample, thread=True, group="metrics", name="metrics", exit_on_error=False)
 
     def _take_sample(self) -> None:
-        self.post_message(MetricsSampled(self.metrics_feed.sample()))
+        sample = self.metrics_feed.sample()
+        straggler = getattr(self.metrics_feed, "straggler", None)
+        self.post_message(MetricsSampled(sample, straggler.latest if straggler is not None else None))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group == "metrics" and event.state == WorkerState.ERROR:
@@ -339,7 +341,7 @@ class MonitorApp(App[int]):
         panels = self.query(MetricsPanel)
         if self._torn_down() or not panels:
             return  # shutting down: the panels go one by one (seen in CI: the log view still there)
-        panels.first().show(message.sample)
+        panels.first().show(message.sample, message.scores)
         self.set_timer(self.metrics_interval, self._start_sample)
 
     def _show_findings(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from monitor.metrics.model import Sample
+from monitor.straggler.model import Scores
 from monitor.session.feeds import LogBatch
 
 
@@ -15,9 +16,10 @@ class LogsArrived(Message):
 
 
 class MetricsSampled(Message):
-    def __init__(self, sample: Sample) -> None:
+    def __init__(self, sample: Sample, scores: Scores | None = None) -> None:
         super().__init__()
         self.sample = sample
+        self.scores = scores  # the straggler scores, where the job's ranks are sampled
 
 
 class EarlierLines(Message):

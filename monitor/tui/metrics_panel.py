@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from monitor.metrics.model import GpuSample, HostSample, JobSample, Sample
+from monitor.straggler.model import Scores
 from monitor.tui import text_format as fmt
 
 HISTORY = 120
@@ -26,6 +27,7 @@ class MetricsPanel(Widget):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.sample: Sample | None = None
+        self.scores: Scores | None = None  # the straggler scores: each rank's share of looks waiting
         self._gpu_util: dict[str, deque[float]] = {}
         self._cpu: deque[float] = deque(maxlen=HISTORY)
         self._rows = 0
@@ -36,8 +38,9 @@ class MetricsPanel(Widget):
         self.job_ended = note
         self.refresh(layout=True)
 
-    def show(self, sample: Sample) -> None:
+    def show(self, sample: Sample, scores: Scores | None = None) -> None:
         self.sample = sample
+        self.scores = scores
         for gpu in sample.gpus:
             history = self._gpu_util.setdefault(gpu.label, deque(maxlen=HISTORY))
             history.append(gpu.utilization_gpu_percent if gpu.utilization_gpu_percent is not None else 0.0)
@@ -167,12 +170,18 @@ class MetricsPanel(Widget):
         wide = width >= 110
         per_row = max(1, width // (42 if wide else 22))
         rows, row = [], Text("ranks  ", style="bold")
+        waits = self.scores.wait_fractions() if self.scores is not None else {}
+        slow = self.scores.slow.rank if self.scores is not None and self.scores.slow is not None else None
         for count, proc in enumerate(sorted(ranked, key=lambda p: p.rank), start=1):
             cpu = f"{proc.cpu_percent:.0f}%" if proc.cpu_percent is not None else "?"
             gpu = f" g{fmt.size(proc.gpu_memory_bytes)}" if proc.gpu_memory_bytes else ""
             row.append(f"r{proc.rank}", style="bold")
             pid = f" pid {proc.pid}" if wide else ""
-            row.append(f"{pid} {cpu} {fmt.size(proc.rss_bytes)}{gpu}  ")
+            row.append(f"{pid} {cpu} {fmt.size(proc.rss_bytes)}{gpu}")
+            if proc.rank in waits:  # the share of looks in which it waited in a collective
+                row.append(f" w{100 * waits[proc.rank]:.0f}%" + (" slow" if proc.rank == slow else ""),
+                           style="bold red" if proc.rank == slow else "dim")
+            row.append("  ")
             if count % per_row == 0:
                 rows.append(row)
                 row = Text("       ")
