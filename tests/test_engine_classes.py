@@ -589,3 +589,33 @@ def test_channel_lines_alone_name_the_rank_only_where_they_agree(tmp_path: Path)
     assert (root["category"], root["rank"], root["rank_source"]) == ("cuda_oom", 2, "process")
     root = _diagnose(tmp_path, channels + warn.format(pid=901))["root_cause"]
     assert (root["category"], root["rank"]) == ("cuda_oom", None)  # its channels disagree
+
+
+def test_a_traceback_cut_before_its_exception_still_says_something_failed_there(tmp_path: Path) -> None:
+    """CPython's traceback (its header, then '  File "{}", line {}, in {}' frames) with the paste or
+    the file ending before the exception line: a weak finding with the rank and the user's frame,
+    instead of 'No failure found'."""
+    result = _diagnose(tmp_path, (
+        "[rank3]: Traceback (most recent call last):\n"
+        '[rank3]:   File "/home/u/train.py", line 88, in <module>\n'
+        "[rank3]:     main()\n"
+        '[rank3]:   File "/home/u/train.py", line 61, in main\n'
+        "[rank3]:     loss.backward()\n"
+        '[rank3]:   File "/opt/venv/lib/python3.11/site-packages/torch/_tensor.py", line 525, in backward\n'
+        "[rank3]:     torch.autograd.backward(\n"
+    ))
+    root = result["root_cause"]
+    assert (root["rule"], root["category"], root["rank"], root["confidence"]) == ("python-exception-cut", "python_exception", 3, "weak")
+    assert (root["fields"]["frame_file"], root["fields"]["frame_line"]) == ("/home/u/train.py", "61")
+    assert "not in what was read" in root["remedy"]
+
+
+def test_a_cut_traceback_gives_way_to_an_error_a_line_names(tmp_path: Path) -> None:
+    result = _diagnose(tmp_path, (
+        "RuntimeError: NCCL error in: ../torch/lib/c10d/ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.10.3\n"
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 61, in main\n'
+        "    loss.backward()\n"
+    ))
+    assert result["root_cause"]["rule"] == "nccl-error"
+    assert "python-exception-cut" in {f["rule"] for f in result["findings"]}

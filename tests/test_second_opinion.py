@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.corpus import load_corpus
 from monitor.diagnosis.second_opinion import consult, load_model, ModelError
-from monitor.model import Diagnosis
+from monitor.model import Diagnosis, Finding
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "sample_logs" / "real"
@@ -176,3 +177,17 @@ def test_the_live_root_cause_is_the_second_opinion_the_end_report_gives(tmp_path
     report = session.diagnosis().root_cause
     assert (report.origin, report.category, report.title) == (live.origin, live.category, live.title)
     session.close()
+
+
+def test_a_weak_opinion_names_what_a_traceback_cut_before_its_exception_was(tmp_path: Path) -> None:
+    """A weak guess never replaces what a line says, but a traceback cut before its exception line
+    says only that something failed: the opinion names the category, the rank stays the traceback's."""
+    model = load_model(_hand_model(tmp_path, likely=5.0, weak=0.1))
+    cut = Finding(rule="python-exception-cut", category="python_exception", severity="error", role="cascade",
+                  title="A traceback on rank 3, cut before its exception", file=str(_job(tmp_path, LOADER_KILLED)),
+                  rank=3, rank_source="prefix", confidence="weak", fields={"frame_file": "/home/u/train.py"})
+    said = consult(Diagnosis(root_cause=cut, findings=[cut], files=[cut.file], confidence="weak"), model, {})
+    assert (said.root_cause.category, said.root_cause.confidence, said.root_cause.rank) == ("host_oom", "weak", 3)
+    typed = replace(cut, rule="python-exception", fields={"exc_type": "ValueError"})
+    said = consult(Diagnosis(root_cause=typed, findings=[typed], files=[cut.file], confidence="weak"), model, {})
+    assert said.root_cause is typed

@@ -225,6 +225,7 @@ class ExceptionClassifier:
         self._texts = pyexc.TEXTS.get(lang, pyexc.TEXTS["en"])
         self._ignored = pyexc.IGNORED_TEXTS.get(lang, pyexc.IGNORED_TEXTS["en"])
         self._retried = pyexc.RETRIED_TEXTS.get(lang, pyexc.RETRIED_TEXTS["en"])
+        self._cut = pyexc.CUT_TEXTS.get(lang, pyexc.CUT_TEXTS["en"])
 
     def classify(self, record: Record) -> list[Match]:
         if record.kind not in ("traceback", "line"):
@@ -232,14 +233,15 @@ class ExceptionClassifier:
         bare = record.kind == "line"
         exception = pyexc.parse_exception_line(record.bodies[0]) if bare else pyexc.parse_traceback(record.bodies)
         if exception is None:
-            return []
+            cut = None if bare or records.is_ignored(record) else pyexc.cut_traceback(record.bodies)
+            return [] if cut is None else [self._cut_match(record, cut)]
         positions = (exception.index,)
         evidence: tuple[int, ...] = positions
         frame_line = next((i for i, b in enumerate(record.bodies)
                            if exception.frame_file and f'"{exception.frame_file}", line {exception.frame_line}' in b), None)
         if frame_line is not None and frame_line not in positions:
             evidence = (frame_line, *positions)  # where the user's code raised it, first
-        if record.bodies[0].lstrip().startswith(records.IGNORED_HEADER):
+        if records.is_ignored(record):
             # Printed by Python on its way on: information, never a cause.
             return [Match(
                 key=(pyexc.RULE_ID + "-ignored", exception.exc_type, exception.frame_file, exception.frame_line),
@@ -272,3 +274,13 @@ class ExceptionClassifier:
             confidence="weak" if bare else "likely",
             confidence_note=self._texts[6 if bare else 5].format(type=exception.short_type),
         )]
+
+    def _cut_match(self, record: Record, cut: pyexc.PythonException) -> Match:
+        """A traceback cut before its exception line: something failed there, what the log no
+        longer says. Weighed as a report (role cascade): any error a line names comes first."""
+        return Match(
+            key=(pyexc.RULE_ID + "-cut", cut.frame_file, cut.frame_line), rule=pyexc.RULE_ID + "-cut",
+            category=pyexc.CATEGORY, severity="error", role="cascade", title=self._cut[0], remedy=self._cut[1],
+            record=record, positions=(cut.index,), rank=record.rank, rank_source=record_rank_source(record),
+            fields={k: v for k, v in cut.fields().items() if v}, evidence=(cut.index,), confidence="weak",
+        )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import regex
 
-from monitor.diagnosis.records import ORIGINAL_TRACEBACK
+from monitor.diagnosis.records import ORIGINAL_TRACEBACK, TRACEBACK_HEADER
 
 RULE_ID = "python-exception"
 CATEGORY = "python_exception"
@@ -78,6 +78,19 @@ IGNORED_TEXTS = {
            "Python 打印了这个 {exc_type} 并继续运行：它是在无法被捕获的地方抛出的（__del__、finalizer、退出时的回调），"
            "所以不是它让作业停下的。如果反复出现再修：{message}"),
 }
+# A traceback whose exception line is not in the log: the file, the paste or the process ended
+# while it was printed. Something failed there; what, the log no longer says.
+CUT_TEXTS = {
+    "en": ("A traceback on rank {rank}, cut before its exception",
+           "The log ends inside a traceback, after its frames and before the exception it was printing: "
+           "the error itself is not in what was read. Its last frame of your code: {frame_file}:{frame_line} in "
+           "{frame_func}. Read the rest of this rank's output (the lines after it, a longer paste, the "
+           "rank's own log file)."),
+    "zh": ("rank {rank} 上的一个 traceback，在异常之前被截断",
+           "日志在一个 traceback 的中间结束了：有调用栈，却没有它正在打印的异常，错误本身不在读到的内容里。"
+           "它在你的代码中的最后一帧：{frame_file}:{frame_line} 的 {frame_func}。"
+           "去看这个 rank 其余的输出（它后面的行、更长的粘贴、这个 rank 自己的日志文件）。"),
+}
 # The same in Chinese (``--lang zh``): the same fields.
 TEXTS = {
     "en": (TITLE, CASCADE_TITLE, REMEDY, CASCADE_REMEDY, "the other ranks",
@@ -129,6 +142,19 @@ def parse_exception_line(body: str) -> PythonException | None:
     if match is None:
         return None
     return PythonException(match["type"], match["message"].strip(), "", "", "", 0)
+
+
+def cut_traceback(bodies: list[str]) -> PythonException | None:
+    """A traceback with its header and frames but no exception line (``parse_traceback`` found
+    none): its user frame (else its last), with no type; None for anything else."""
+    header = next((i for i in range(len(bodies) - 1, -1, -1) if bodies[i].lstrip().startswith(TRACEBACK_HEADER)), None)
+    if header is None:
+        return None
+    frames = [(i, match) for i in range(header + 1, len(bodies)) if (match := _FRAME.match(bodies[i]))]
+    if not frames:
+        return None
+    index, frame = next(((i, f) for i, f in reversed(frames) if not _LIBRARY.search(f["file"])), frames[-1])
+    return PythonException("", "", frame["file"], frame["line"], (frame["func"] or "").strip(), index)
 
 
 def _shifted_exception(stripped: str) -> bool:

@@ -228,6 +228,11 @@ def _continues_traceback(record: Record, body: str) -> bool:
     return False
 
 
+def is_ignored(record: Record) -> bool:
+    """Whether ``record`` is an exception Python printed and went on ("Exception ignored in")."""
+    return record.bodies[0].lstrip().startswith(IGNORED_HEADER)
+
+
 def embedded_traceback(record: Record) -> Record | None:
     """The traceback torchelastic's summary carries for its root cause (from the rank's error
     file), as a traceback record of that rank; None where the summary has none."""

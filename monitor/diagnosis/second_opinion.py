@@ -202,7 +202,7 @@ def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str])
     root = diagnosis.root_cause
     if root is not None and root.category == said.category:
         return diagnosis  # the rules already say so
-    if root is not None and said.confidence != "likely":
+    if root is not None and said.confidence != "likely" and _says_what_failed(root):
         return diagnosis  # a weak guess never replaces what a line says
     finding = _finding(said, remedies.get(said.category, ""), model, diagnosis.files[0] if diagnosis.files else "")
     if root is not None and root.rank is not None:
@@ -212,6 +212,11 @@ def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str])
             f"{said.category} cases (score {said.score:.2f})")
     return replace(diagnosis, root_cause=finding, findings=[*diagnosis.findings, finding],
                    confidence=said.confidence, confidence_note=note)
+
+
+def _says_what_failed(root: Finding) -> bool:
+    """Whether a line names the failure: not a traceback cut before its exception (no type)."""
+    return root.category != Category.PYTHON_EXCEPTION or bool(root.fields.get("exc_type"))
 
 
 def _files_by_evidence(diagnosis: Diagnosis) -> list[str]:
