@@ -29,7 +29,9 @@ class Prefix:
 @dataclass(frozen=True, slots=True)
 class Lead:
     name: str
-    keeps: str  # "text": it stays in the line's text; "stream": its host names the stream; "nothing"
+    # "text": it stays in the line's text; "stream": its host names the stream; "nothing"; "header":
+    # a logger's head on every line of a message, taken with or without a prefix before or after it.
+    keeps: str
     first: str  # "digit" | "alpha" | "quote" (">"): what its first character is (a cheap test before the regex)
     pattern: regex.Pattern
 
@@ -66,6 +68,7 @@ def prefix_table(prefixes: tuple[Prefix, ...]) -> PrefixTable:
 PREFIXES = tuple(Prefix(e["name"], e["number"], e["pattern"]) for e in TABLE["prefix"])
 PREFIX_TABLE = prefix_table(PREFIXES)
 LEADS = tuple(Lead(e["name"], e["keeps"], e["first"], regex.compile(e["pattern"])) for e in TABLE["lead"])
+HEADERS = tuple(lead for lead in LEADS if lead.keeps == "header")
 STREAMS = tuple((e["literal"], regex.compile(e["pattern"])) for e in TABLE["stream"])
 RANK_TAG = regex.compile("|".join(f"(?:{e['pattern']})" for e in TABLE["rank_tag"]))
 TIMESTAMPS = tuple(Timestamp(e["name"], regex.compile(e["pattern"]), e.get("anchored", False)) for e in TABLE["timestamp"])

@@ -619,3 +619,19 @@ def test_a_cut_traceback_gives_way_to_an_error_a_line_names(tmp_path: Path) -> N
     ))
     assert result["root_cause"]["rule"] == "nccl-error"
     assert "python-exception-cut" in {f["rule"] for f in result["findings"]}
+
+
+def test_a_worker_traceback_logged_line_by_line_under_a_prefix_and_a_header_is_read(tmp_path: Path) -> None:
+    """vLLM's executor prefixes each worker's output with (VllmWorker rank=N pid=P), and its
+    logger ('%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s', vllm/logger.py)
+    heads every line of a message: the traceback under both is the rank's."""
+    root = _diagnose(tmp_path, """(VllmWorker rank=2 pid=10233) ERROR 06-17 06:11:34 [multiproc_executor.py:492] Traceback (most recent call last):
+(VllmWorker rank=2 pid=10233) ERROR 06-17 06:11:34 [multiproc_executor.py:492]   File "/usr/local/lib/python3.10/site-packages/vllm/v1/executor/multiproc_executor.py", line 487, in worker_busy_loop
+(VllmWorker rank=2 pid=10233) ERROR 06-17 06:11:34 [multiproc_executor.py:492]     output = func(*args, **kwargs)
+(VllmWorker rank=2 pid=10233) ERROR 06-17 06:11:34 [multiproc_executor.py:492]   File "/home/u/model.py", line 40, in forward
+(VllmWorker rank=2 pid=10233) ERROR 06-17 06:11:34 [multiproc_executor.py:492]     raise ValueError("bad shape")
+(VllmWorker rank=2 pid=10233) ERROR 06-17 06:11:34 [multiproc_executor.py:492] ValueError: bad shape
+(VllmWorker rank=0 pid=10231) INFO 06-17 06:11:35 [multiproc_executor.py:400] shutting down
+""")["root_cause"]
+    assert (root["category"], root["rank"], root["fields"]["exc_type"], root["fields"]["frame_line"]) == (
+        "python_exception", 2, "ValueError", "40")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import regex
 
-from monitor.formats import LEADS, PREFIX_TABLE, RANK_TAG, STREAMS
+from monitor.formats import HEADERS, LEADS, PREFIX_TABLE, RANK_TAG, STREAMS
 from monitor.logs.nodes import Node, node_of, read_node
 
 
@@ -74,6 +74,8 @@ def parse_prefix(text: str) -> Prefix:
             inner = parse_prefix(text[found.end():])
             if lead.keeps == "nothing":  # a quote: the paste's, not the program's
                 return inner
+            if lead.keeps == "header":  # the program's logger: when and how loud, not what
+                return Prefix(inner.rank, inner.stream, inner.body, inner.local, text[:found.end()] + inner.lead)
             if lead.keeps == "stream":  # a host: it names the stream where no rank or pid does
                 return Prefix(inner.rank, inner.stream or f"host={found['host']}", inner.body, inner.local)
             if inner.rank is not None or inner.stream is not None:  # a time: when, not what
@@ -89,9 +91,12 @@ def parse_prefix(text: str) -> Prefix:
     if inner_match is not None and (inner_number := _number(inner_match))[0] != "pid":
         kind, number = inner_number
         body = body[inner_match.end():]
+    # A logger's head after the prefix (vLLM's workers: "(VllmWorker rank=2 pid=9) ERROR 06-17 ...] ").
+    head = next((found for lead in HEADERS if _STARTS[lead.first](body[:1]) and (found := lead.pattern.match(body))), None)
+    lead, body = (head[0], body[head.end():]) if head is not None else ("", body)
     if kind == "pid":
-        return Prefix(None, f"pid={number}", body)
-    return Prefix(int(number), None, body, local=kind == "local")
+        return Prefix(None, f"pid={number}", body, lead=lead)
+    return Prefix(int(number), None, body, local=kind == "local", lead=lead)
 
 
 class FileRanks:
@@ -133,7 +138,8 @@ def _is_torchrun_layout(path: str) -> bool:
 
 
 def rank_in_text(text: str) -> int | None:
-    """The rank of an NCCL ``[Rank N]``/``[PG ... Rank N]`` tag inside a line, if any."""
+    """The rank a tag inside a line names (``formats.toml``, ``[[rank_tag]]``: ProcessGroupNCCL's
+    ``[PG ... Rank N]``, Lightning's ``[rank: N]``), if any."""
     match = RANK_TAG.search(text)
     return int(match["rank"]) if match else None
 
