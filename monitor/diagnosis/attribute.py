@@ -9,10 +9,12 @@ and matches taken earlier get it too (the finding book, from ``learn_summary``'s
 NCCL's own lines (``host:pid:tid [dev] NCCL ...``: the device in brackets is no rank) say their
 process's rank where NCCL_DEBUG=INFO sets up a communicator: "comm 0x.. rank R nranks N ..."
 (init.cc), "Channel 00/02 : R[dev] -> P[dev] via ..." (the sender's rank first; "[receive]"
-lines put the peer first: transport/net.cc) and "Ring 00 : P -> R -> N" (NCCL 2.4). A process
-in several communicators (a tensor-parallel group beside the world) shows other ranks in each:
-the widest communicator's rank counts, and a process whose channels disagree gets none. An error
-NCCL prints in that process (``NCCL WARN Cuda failure 'out of memory'``) gets that rank.
+lines put the peer first: transport/net.cc) and "Ring 00 : P -> R -> N" (NCCL 2.4). They are
+read among each file's first ``EARLY_LINES`` lines, where the job sets up (read everywhere, a
+log of NCCL's noise would cost the fast path twice its time). A process in several communicators
+(a tensor-parallel group beside the world) shows other ranks in each: the widest communicator's
+rank counts, and a process whose channels disagree gets none. An error NCCL prints in that
+process (``NCCL WARN Cuda failure 'out of memory'``) gets that rank.
 """
 
 from __future__ import annotations
@@ -29,13 +31,34 @@ WORLD_SIZE = regex.compile(r"(?i)\bworld[_ ]?size\s*[=:]\s*(\d+)")
 _SUMMARY_RANK = regex.compile(r"^\s*rank\s*:\s*(\d+)")
 _SUMMARY_PID = regex.compile(r"^\s*exitcode\s*:\s*-?\d+ \(pid: (\d+)\)")
 MAX_WORLD = 1 << 16
-# Lines of NCCL's that name their process's rank: each becomes a record (``prefilter``), to learn
-# from. Of the channels, the first only: a communicator sets up 2 to 32 alike, and the fast path
-# should skip the rest of that noise.
-RANK_LITERALS = (" NCCL INFO comm 0x", " NCCL INFO Channel 00", " NCCL INFO Ring 00")
 _NCCL_COMM = regex.compile(r"\bNCCL INFO comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)\b")
 _NCCL_CHANNEL = regex.compile(r"\bNCCL INFO Channel \d+(?:/\d+)? : (\d+)\[[0-9a-fx]+\] -> (\d+)\[[0-9a-fx]+\]( \[receive\])?")
 _NCCL_RING = regex.compile(r"\bNCCL INFO Ring \d+ : \d+ -> (\d+) -> \d+")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessClaim:
+    """An NCCL line of process ``stream`` (host:pid) says it is ``rank``, in a communicator of
+    ``size`` ranks where the line says (a channel or ring line does not)."""
+    stream: str
+    rank: int
+    size: int | None = None
+
+
+def process_claim(text: str) -> ProcessClaim | None:
+    """What an NCCL_DEBUG=INFO setup line says of its process's rank, or None."""
+    if " NCCL INFO " not in text:
+        return None
+    stream = parse_prefix(text).stream
+    if stream is None:
+        return None
+    if (comm := _NCCL_COMM.search(text)) is not None:
+        return ProcessClaim(stream, int(comm[1]), int(comm[2]))
+    if (channel := _NCCL_CHANNEL.search(text)) is not None:
+        return ProcessClaim(stream, int(channel[2] if channel[3] else channel[1]))
+    if (ring := _NCCL_RING.search(text)) is not None:
+        return ProcessClaim(stream, int(ring[1]))
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,16 +79,22 @@ class Attribution:
         self._channel_ranks: dict[str, set[int]] = {}
 
     def learn_early(self, rank: int | None, body: str) -> None:
-        """Ranks that exist, from the start of each file: a line's rank, a ``world_size=N``."""
+        """Ranks that exist, from the start of each file: a line's rank, a ``world_size=N``; and
+        the rank an NCCL process set up with."""
         if rank is not None:
             self.known_ranks.add(rank)
+        if (claim := process_claim(body)) is not None:
+            self.learn_process(claim)
         match = WORLD_SIZE.search(body) if "orld" in body or "ORLD" in body else None
         if match and 0 < int(match.group(1)) <= MAX_WORLD:
             self.world_size = max(self.world_size or 0, int(match.group(1)))
             self.known_ranks.update(range(self.world_size))
 
-    def learn_ranks(self, ranks, world_sizes) -> None:
-        """What a file's first lines say in bulk (``scan.EarlyLines``): ranks, world sizes."""
+    def learn_ranks(self, ranks, world_sizes, claims: list[ProcessClaim]) -> None:
+        """What a file's first lines say in bulk (``scan.EarlyLines``): ranks, world sizes, the
+        ranks NCCL processes set up with."""
+        for claim in claims:
+            self.learn_process(claim)
         self.known_ranks.update(ranks)
         for size in world_sizes:
             if 0 < size <= MAX_WORLD:
@@ -91,25 +120,16 @@ class Attribution:
                     learnt.append(PidRank(pid, summary_rank))
         return learnt
 
-    def learn_process(self, record: Record) -> None:
-        """The rank an NCCL line says its process has (a line record of ``RANK_LITERALS``)."""
-        if record.kind != "line" or " NCCL INFO " not in record.bodies[0]:
+    def learn_process(self, claim: ProcessClaim) -> None:
+        """What an NCCL setup line says of its process's rank (``process_claim``)."""
+        if claim.size is None:
+            self._channel_ranks.setdefault(claim.stream, set()).add(claim.rank)
             return
-        stream = parse_prefix(record.lines[0].text).stream
-        if stream is None:
-            return
-        body = record.bodies[0]
-        if (comm := _NCCL_COMM.search(body)) is not None:
-            rank, size = int(comm[1]), int(comm[2])
-            held_size, held_rank = self._comm_ranks.get(stream, (0, None))
-            if size > held_size:
-                self._comm_ranks[stream] = (size, rank)
-            elif size == held_size and rank != held_rank:
-                self._comm_ranks[stream] = (size, None)  # two communicators as wide: no telling
-        elif (channel := _NCCL_CHANNEL.search(body)) is not None:
-            self._channel_ranks.setdefault(stream, set()).add(int(channel[2] if channel[3] else channel[1]))
-        elif (ring := _NCCL_RING.search(body)) is not None:
-            self._channel_ranks.setdefault(stream, set()).add(int(ring[1]))
+        held_size, held_rank = self._comm_ranks.get(claim.stream, (0, None))
+        if claim.size > held_size:
+            self._comm_ranks[claim.stream] = (claim.size, claim.rank)
+        elif claim.size == held_size and claim.rank != held_rank:
+            self._comm_ranks[claim.stream] = (claim.size, None)  # two communicators as wide: no telling
 
     def process_rank(self, stream: str) -> int | None:
         """The rank NCCL's lines of process ``stream`` (host:pid) said it has, if they agree."""

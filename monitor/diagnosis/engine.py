@@ -81,12 +81,13 @@ class Engine:
                 new.append(self._glued_note(event.line))
         return new
 
-    def early_lines(self, ranks, world_sizes, count: int) -> None:
+    def early_lines(self, ranks, world_sizes, count: int, claims=()) -> None:
         """What ``count`` lines among their file's first ``EARLY_LINES`` teach besides findings:
-        the ranks that exist and the world sizes they say; ``scan.py`` reads them in bulk (its
-        ``EarlyLines``) and feeds only the lines a literal marks. Counted in the order as read."""
+        the ranks that exist, the world sizes they say and the ranks NCCL processes set up with;
+        ``scan.py`` reads them in bulk (its ``EarlyLines``) and feeds only the lines a literal
+        marks. Counted in the order as read."""
         self.records.lines_fed += count
-        self.attribution.learn_ranks(ranks, world_sizes)
+        self.attribution.learn_ranks(ranks, world_sizes, list(claims))
 
     def wants_time(self, file: str) -> bool:
         """Whether a finding of ``file`` waits for a time written after it (so every line is read)."""
@@ -103,7 +104,6 @@ class Engine:
         """A completed record through classify, attribute and the finding book."""
         for learnt in self.attribution.learn_summary(record):
             self.book.rank_of_pid(learnt.pid, learnt.rank)
-        self.attribution.learn_process(record)
         if is_summary(record) and (embedded := embedded_traceback(record)) is not None:
             self._decide(embedded, new)  # first: its rank is the failing rank's own
         for match in self._classify(record):

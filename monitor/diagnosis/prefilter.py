@@ -21,7 +21,6 @@ from collections.abc import Set as AbstractSet
 import ahocorasick_rs
 import regex
 
-from monitor.diagnosis.attribute import RANK_LITERALS
 from monitor.diagnosis.catalogue import Catalogue, ignores_case
 from monitor.diagnosis.classify import registered_literals
 from monitor.diagnosis.literals import required_literals
@@ -84,9 +83,8 @@ class Prefilter:
                 for literal in required_literals(pattern.pattern) or ():
                     for spelling in spellings(literal, ignore_case):
                         self._add(spelling, self._log_pattern_of, number)
-        # A registered classifier's literal makes a line a record of its own, as a starter does;
-        # so do the lines the attribute stage learns a process's rank from.
-        self.noted = (*registered_literals(), *RANK_LITERALS)
+        # A registered classifier's literal makes a line a record of its own, as a starter does.
+        self.noted = registered_literals()
         for literal in (*STARTER_LITERALS, *self.noted):
             ident = self._id(literal)
             self._starters.add(ident)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 
-from monitor.diagnosis.attribute import WORLD_SIZE
+from monitor.diagnosis.attribute import WORLD_SIZE, process_claim
 from monitor.diagnosis.engine import EARLY_LINES, Engine
 from monitor.diagnosis.prefilter import has_control
 from monitor.formats import LEADS, PREFIXES
@@ -98,6 +98,9 @@ class EarlyLines:
             ranks.add(file_rank.file_rank)  # a line with no prefix: its file's rank
         ranks.discard(None)
         self.ranks = ranks
+        # The ranks NCCL processes set up with (``attribute.process_claim``).
+        claims = (process_claim(line) for line in lines if " NCCL INFO " in line) if " NCCL INFO " in text else ()
+        self.claims = [claim for claim in claims if claim is not None]
 
 
 def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_BYTES) -> int:
@@ -156,7 +159,7 @@ def _scan(path, engine: Engine, chunk_bytes: int, limit: int | None) -> tuple[in
                 continue
             if number < EARLY_LINES:
                 early = EarlyLines(file_rank, number, block, size)
-                engine.early_lines(early.ranks, early.world_sizes, early.count)
+                engine.early_lines(early.ranks, early.world_sizes, early.count, early.claims)
             view = memoryview(block)
             seen = engine.log_seen
             hits, controls = prefilter.chunk_hits(view[:size], seen)

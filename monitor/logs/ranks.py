@@ -92,11 +92,11 @@ def parse_prefix(text: str) -> Prefix:
         kind, number = inner_number
         body = body[inner_match.end():]
     # A logger's head after the prefix (vLLM's workers: "(VllmWorker rank=2 pid=9) ERROR 06-17 ...] ").
-    head = next((found for lead in HEADERS if _STARTS[lead.first](body[:1]) and (found := lead.pattern.match(body))), None)
-    lead, body = (head[0], body[head.end():]) if head is not None else ("", body)
+    head = next((found for header in HEADERS if _STARTS[header.first](body[:1]) and (found := header.pattern.match(body))), None)
+    written, body = (head[0], body[head.end():]) if head is not None else ("", body)
     if kind == "pid":
-        return Prefix(None, f"pid={number}", body, lead=lead)
-    return Prefix(int(number), None, body, local=kind == "local", lead=lead)
+        return Prefix(None, f"pid={number}", body, lead=written)
+    return Prefix(int(number), None, body, local=kind == "local", lead=written)
 
 
 class FileRanks:
