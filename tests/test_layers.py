@@ -33,10 +33,11 @@ ALLOWED = {
     "stacks": {"text", "model", "units", "files", "diagnosis", "metrics"},  # secrets masked; ranks as metrics.job reads them
     "flight_recorder": {"text", "model", "stacks", "diagnosis", "untrusted"},  # is_user_code: one idea of user code; advice
     "evidence": {"text", "model", "stacks", "flight_recorder", "diagnosis", "logs"},  # a job folder's nodes
+    "collectives": {"units"},  # probe.py, run inside the job's ranks, imports the standard library and torch only
     "session": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "stacks", "flight_recorder",
                 "progress"},  # progress: the status the Prometheus endpoint serves
     "runner": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "checkpoints", "session",
-               "flight_recorder"},
+               "flight_recorder", "collectives"},
     "demo": {"text", "model", "units", "logs", "metrics", "flight_recorder"},
     # The UI sits on the core; only the commands (and the CLI above them) may reach it.
     "tui": {"text", "model", "units", "formats", "logs", "diagnosis", "metrics", "session", "progress", "demo", "runner",
