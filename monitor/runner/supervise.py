@@ -33,6 +33,7 @@ from monitor.session.job_session import JobSession
 from monitor.text import say
 
 if TYPE_CHECKING:  # imported where used: prometheus_client only when an endpoint is asked for
+    from monitor.runner.collectives_check import Gate
     from monitor.runner.node import NodeRecord
     from monitor.session.prometheus import JobExporter
 
@@ -60,6 +61,9 @@ class RunOptions:
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
     textfile: Path | None = None
+    # Asked before each launch with the attempt's log path (``--check-collectives``): findings for
+    # the session, or an exit code that stops the launch (``collectives_check.before_launch``).
+    before_launch: Callable[[Path], Gate] | None = None
 
 
 @dataclass
@@ -199,6 +203,11 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
             "preflight": [f.to_json() for f in checks]}
     if error := write_state(side_file(log_path, "meta"), meta):
         say(error)
+    if options.before_launch is not None:
+        gate = options.before_launch(log_path)
+        checks = [*checks, *gate.findings]
+        if gate.stop_code is not None:
+            return gate.stop_code, restart.RestartDecision(False, gate.reason), None
     headless = present is None
     capture = CaptureOptions(tee=headless, use_pty=not headless or sys.stdout.isatty(),
                              stdin=headless, grace_s=options.grace_s)
