@@ -14,7 +14,7 @@ A script run by path under torchrun or srun: it imports the standard library and
    new, owner-only, never through a link; on a shared folder the first node's copy stands).
 
 A failure (a rank that never joins, a collective past ``--timeout``) ends it with torch's own
-error in the launcher's output, which the monitor keeps (``run-X.collectives.log``) and quotes
+error in the launcher's output, which the monitor keeps (``run-X.collectives.txt``) and quotes
 in one line.
 """
 
