@@ -66,7 +66,8 @@ def _launcher(tmp_path: Path, body: str) -> dict[str, str]:
     folder = tmp_path / "bin"
     folder.mkdir(exist_ok=True)
     script = folder / "torchrun"
-    script.write_text(f"#!{sys.executable}\nimport json, os, sys, time\nout = sys.argv[sys.argv.index('--out') + 1]\n{body}\n")
+    script.write_text(f"#!{sys.executable}\nimport json, os, sys, time\n"
+                      f"out = sys.argv[sys.argv.index('--out') + 1] if '--out' in sys.argv else None\n{body}\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
 
@@ -103,7 +104,8 @@ def test_a_failing_test_is_one_line_naming_the_error(tmp_path: Path):
     assert result.verdict is None
     assert result.problem == ("the test exited 3: RuntimeError: Connection reset by peer "
                               f"(all of it in {tmp_path / 'run-1.collectives.txt'})")
-    assert result.lines() == [f"collectives check failed: {result.problem} (kept in {result.saved})"]
+    assert result.lines() == [f"collectives check failed: {result.problem} "
+                              f"(the check took {result.seconds:.1f} s; kept in {result.saved})"]
 
 
 def test_a_test_past_its_time_is_stopped_whole(tmp_path: Path):
@@ -152,3 +154,18 @@ def test_run_says_when_it_cannot_check_and_strict_refuses(tmp_path: Path):
                             capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
     assert strict.returncode == 2 and strict.stderr.decode().count("\n") == 1
     assert "run: --check-collectives=strict: the collective test rides on torchrun" in strict.stderr.decode()
+
+
+def test_run_launches_after_naming_an_outlier_and_reports_it_with_the_job(tmp_path: Path):
+    # The stand-in torchrun runs the exercise (given --out) and then the job itself.
+    body = ("if '--out' not in sys.argv: print('trained'); sys.exit(0)\n" + _writes(_measurement(slow_rank=3)))
+    env = _launcher(tmp_path, body)
+    result = subprocess.run(monitor_cmd(tmp_path / "logs", "torchrun", "train.py", extra=("--check-collectives",)),
+                            capture_output=True, timeout=60, stdin=subprocess.DEVNULL, env=env)
+    err = result.stderr.decode()
+    assert result.returncode == 0 and result.stdout == b"trained\n", err
+    assert err.index("monitor: rank 3 on node vm is 80x slower") < err.index("recording to")
+    diagnosis = json.loads(only_log(tmp_path / "logs").with_suffix(".diagnosis.json").read_text())
+    [finding] = [f for f in diagnosis["findings"] if f["rule"] == "collectives-slow-rank"]
+    assert (finding["rank"], finding["severity"], finding["origin"]) == (3, "warning", "preflight")
+    assert diagnosis["root_cause"] is None

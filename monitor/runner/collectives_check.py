@@ -79,8 +79,8 @@ class CheckResult:
 
     def lines(self) -> list[str]:
         lines = self.verdict.lines() if self.verdict is not None else [f"collectives check failed: {self.problem}"]
-        if self.saved is not None:
-            lines[-1] += f" (kept in {self.saved})"
+        kept = f"; kept in {self.saved}" if self.saved is not None else ""
+        lines[-1] += f" (the check took {self.seconds:.1f} s{kept})"
         return lines
 
 
