@@ -170,3 +170,40 @@ def test_the_file_is_read_bounded_and_never_through_a_link(tmp_path: Path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(MeasurementError, match="bad.json: not JSON"):
         read(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 7, 16])
+def test_the_rounds_pair_every_rank_once_each_round_and_every_pair_once(world: int):
+    from monitor.collectives.exercise import _circle_rounds
+
+    rounds = _circle_rounds(world)
+    seen = set()
+    for partners in rounds:
+        assert all(partners[partners[r]] == r and partners[r] != r for r in partners)
+        seen |= {frozenset((a, b)) for a, b in partners.items()}
+    assert len(seen) == world * (world - 1) // 2 and len(rounds) == world - 1 + world % 2
+
+
+def test_a_big_world_gets_a_fixed_number_of_partners_each():
+    from monitor.collectives.exercise import MAX_ROUNDS, _circle_rounds
+
+    rounds = _circle_rounds(1000)
+    assert len(rounds) == MAX_ROUNDS and all(len(partners) == 1000 for partners in rounds)
+
+
+def test_a_rank_knows_itself_under_torchrun_and_under_srun(monkeypatch):
+    from monitor.collectives import exercise
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "5")
+    monkeypatch.setenv("SLURM_NTASKS", "8")
+    monkeypatch.setenv("SLURM_LOCALID", "1")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu-[07-09,12],cpu-1")
+    monkeypatch.setenv("SLURM_JOB_ID", "1234")
+    assert exercise._identity() == (5, 8, 1)
+    assert (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("gpu-07", "21234")
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert exercise._identity() == (2, 4, 0)  # torchrun's, under srun too
