@@ -207,3 +207,11 @@ def test_a_rank_knows_itself_under_torchrun_and_under_srun(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_RANK", "0")
     assert exercise._identity() == (2, 4, 0)  # torchrun's, under srun too
+
+
+def test_one_rank_has_figures_and_nothing_to_compare():
+    data = _probe_json(world_size=1, ranks=_probe_json()["ranks"][1:])
+    data["ranks"][0]["rank"] = 0
+    verdict = judge(from_json(data))
+    assert verdict.lines() == ["collectives check (gloo, 1 rank on 1 node, 1.3 s): all_reduce 4.0 KiB 2.00 ms (bus 0.00 GB/s)",
+                               "no node, rank or link stands out"]

@@ -148,8 +148,8 @@ class Verdict:
         if self.latency_s is not None and self.transfer_s is not None:
             parts.append(f"send/recv latency {_ms(self.latency_s)}, {binary_size(self.transfer_bytes)} in "
                          f"{_ms(self.transfer_s)}")
-        return (f"collectives check ({self.backend}, {self.world_size} ranks on {nodes}, {self.seconds:.1f} s): "
-                + "; ".join(parts))
+        ranks = f"{self.world_size} rank{'s' if self.world_size != 1 else ''}"
+        return f"collectives check ({self.backend}, {ranks} on {nodes}, {self.seconds:.1f} s): " + "; ".join(parts)
 
     def lines(self) -> list[str]:
         """What the check says: the summary, then each outlier or that nothing stands out."""
