@@ -191,22 +191,15 @@ def test_a_big_world_gets_a_fixed_number_of_partners_each():
     assert len(rounds) == MAX_ROUNDS and all(len(partners) == 1000 for partners in rounds)
 
 
-def test_a_rank_knows_itself_under_torchrun_and_under_srun(monkeypatch):
-    from monitor.collectives import exercise
+def test_a_rank_knows_itself_under_torchrun_and_under_srun():
+    from monitor.collectives.exercise import _identity
 
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("SLURM_PROCID", "5")
-    monkeypatch.setenv("SLURM_NTASKS", "8")
-    monkeypatch.setenv("SLURM_LOCALID", "1")
-    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu-[07-09,12],cpu-1")
-    monkeypatch.setenv("SLURM_JOB_ID", "1234")
-    assert exercise._identity() == (5, 8, 1)
-    assert (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("gpu-07", "21234")
-    monkeypatch.setenv("RANK", "2")
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    monkeypatch.setenv("LOCAL_RANK", "0")
-    assert exercise._identity() == (2, 4, 0)  # torchrun's, under srun too
+    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_JOB_ID": "1234",
+           "SLURM_JOB_NODELIST": "gpu-[07-09,12],cpu-1"}
+    assert _identity(env) == (5, 8, 1)
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("gpu-07", "21234")
+    env.update(RANK="2", WORLD_SIZE="4", LOCAL_RANK="0")
+    assert _identity(env) == (2, 4, 0)  # torchrun's, under srun too
 
 
 def test_one_rank_has_figures_and_nothing_to_compare():

@@ -38,9 +38,9 @@ PASSES = 2
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 
 
-def _identity() -> tuple[int, int, int]:
-    """(rank, world size, local rank) as torchrun sets them, else as srun does."""
-    env = os.environ
+def _identity(env) -> tuple[int, int, int]:
+    """(rank, world size, local rank) as torchrun sets them in ``env``, else as srun does (then
+    the rendezvous's address is set in ``env`` too, as torchrun would)."""
     if "RANK" in env and "WORLD_SIZE" in env:
         return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", "0"))
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import torch.distributed as dist
 
-    rank, world, local_rank = _identity()
+    rank, world, local_rank = _identity(os.environ)
     backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")

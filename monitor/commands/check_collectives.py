@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         usage="monitor check-collectives [options] [-- CMD ARGS...]",
     )
     parser.add_argument("--log-dir", type=Path, default=Path("logs"), metavar="DIR",
-                        help="where check-YYYYmmdd-HHMMSS.collectives.json and .log go (default: ./logs)")
+                        help="where check-YYYYmmdd-HHMMSS.collectives.json and .txt go (default: ./logs)")
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                         help="stop the test after this long, rendezvous included (default 180)")
     parser.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
