@@ -6,6 +6,7 @@ Measured on real torchrun jobs (gloo on CPU, --standalone, one node):
 - the check alone (`collectives_check.check`): its wall time from the launcher's start to the
   verdict, split by what the ranks measured: start (the launcher, Python, torch's import and the
   rendezvous), the collectives, the send/recv pairs; the rest is the launcher's own start and end;
+  the baseline in the same run: the same torchrun of a script that does nothing;
 - `monitor run --headless` of the demo job, from the command's start to "recording to" (the job's
   launch), without and with `--check-collectives`, in the same run.
 """
@@ -39,6 +40,15 @@ def check_alone(ranks: int, folder: Path) -> dict:
             "named": len(result.verdict.outliers)}
 
 
+def empty_launch(ranks: int, folder: Path) -> float:
+    """The launcher alone: torchrun of a script that does nothing."""
+    script = folder / "empty.py"
+    script.write_text("")
+    started = time.perf_counter()
+    subprocess.run([*TORCHRUN, "--nproc-per-node", str(ranks), str(script)], capture_output=True, check=True)
+    return time.perf_counter() - started
+
+
 def until_launch(ranks: int, folder: Path, with_check: bool) -> float:
     """Seconds from `monitor run`'s start to the job's launch ("recording to" on stderr)."""
     command = [sys.executable, "-m", "monitor", "run", "--headless", "--no-preflight", "--log-dir", str(folder),
@@ -65,14 +75,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         print("| ranks | check, total | start: launcher + torch + rendezvous | collectives | pairs | "
-              "launcher start/end | named |")
-        print("|---|---|---|---|---|---|---|")
+              "launcher start/end | named | baseline: torchrun of an empty script |")
+        print("|---|---|---|---|---|---|---|---|")
         for ranks in args.ranks:
             runs = [check_alone(ranks, folder) for _ in range(args.repeats)]
             median = {key: statistics.median(run[key] for run in runs) for key in ("total", "join", "collectives", "pairs")}
             rest = median["total"] - median["join"] - median["collectives"] - median["pairs"]
+            empty = statistics.median(empty_launch(ranks, folder) for _ in range(args.repeats))
             print(f"| {ranks} | {median['total']:.1f} s | {median['join']:.1f} s | {median['collectives']:.2f} s | "
-                  f"{median['pairs']:.2f} s | {rest:.1f} s | {sum(run['named'] for run in runs)} |", flush=True)
+                  f"{median['pairs']:.2f} s | {rest:.1f} s | {sum(run['named'] for run in runs)} | {empty:.1f} s |",
+                  flush=True)
         print()
         print("| ranks | monitor run to launch, without | with --check-collectives | added |")
         print("|---|---|---|---|")
