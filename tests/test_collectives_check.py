@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -169,3 +170,24 @@ def test_run_launches_after_naming_an_outlier_and_reports_it_with_the_job(tmp_pa
     [finding] = [f for f in diagnosis["findings"] if f["rule"] == "collectives-slow-rank"]
     assert (finding["rank"], finding["severity"], finding["origin"]) == (3, "warning", "preflight")
     assert diagnosis["root_cause"] is None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_during_the_test_stops_the_test_too(tmp_path: Path, signum: int):
+    env = _launcher(tmp_path, "import subprocess; subprocess.Popen(['sleep', '61']); time.sleep(61)")
+    monitor = subprocess.Popen([sys.executable, "-m", "monitor", "check-collectives", "--log-dir", str(tmp_path),
+                                "--", "torchrun", "train.py"], env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def launched() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "61"]
+                and os.getsid(p.pid) != os.getsid(0)]
+    deadline = time.monotonic() + 30
+    while not (test := launched()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert test, "the stand-in launcher never started"
+    monitor.send_signal(signum)
+    _, err = monitor.communicate(timeout=20)
+    assert monitor.returncode in (-signum, 130, 128 + signum), err.decode()[-2000:]
+    psutil.wait_procs(test, timeout=5)
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in test)

@@ -7,6 +7,8 @@ one line."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -76,12 +78,19 @@ def _three_nodes(network, tmp_path: Path, hostnames, first: list[str]) -> list[s
                                         "--log-dir", str(tmp_path / f"node{k}")]
         env_prefix = ["env", f"GLOO_SOCKET_IFNAME={node.interface}"]
         processes.append(subprocess.Popen(node.command([*env_prefix, *monitor, "--", *launch], hostname),
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL))
-    results = []
-    for process in processes:
-        out, err = process.communicate(timeout=240)
-        results.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
-    return results
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                          start_new_session=True))
+    try:
+        results = []
+        for process in processes:
+            out, err = process.communicate(timeout=240)
+            results.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
+        return results
+    finally:  # a test that failed leaves nothing running in the namespaces it tears down
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
 
 
 def test_a_node_behind_a_slow_link_is_named_and_strict_stops_the_launch(network, tmp_path: Path):  # noqa: F811

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -135,17 +136,51 @@ def _names(stem: str) -> Iterator[str]:
 
 def _run(launch: list[str], log, env: dict[str, str] | None, timeout_s: float) -> int | None:
     """The launcher's exit code, or None when it ran past ``timeout_s`` (then it and everything
-    it started are stopped: a session of their own, signalled whole)."""
+    it started are stopped: a session of their own, signalled whole). Ctrl-C, SIGTERM or SIGHUP
+    to the monitor meanwhile stop them too before they take their usual course: the test's
+    session hears none of the terminal's signals, and a launcher left behind would hold the
+    rendezvous port the job is about to use."""
     process = subprocess.Popen(launch, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                start_new_session=True)
-    try:
-        return process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _stop(process)
-        return None
-    except BaseException:  # Ctrl-C: the terminal's signal never reaches the test's own session
-        _stop(process)
-        raise
+    with _StopsTheTest(process):
+        try:
+            return process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop(process)
+            return None
+
+
+class _StopsTheTest:
+    """While in force, a stop signal to the monitor stops the test's process group first, then
+    takes its usual course (the handler before, or the default: the monitor ends)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        self.previous: dict = {}
+
+    def __enter__(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in self.SIGNALS:
+            previous = signal.getsignal(signum)
+            if previous != signal.SIG_IGN:  # nohup: stay deaf to it
+                self.previous[signum] = previous
+                signal.signal(signum, self._stop_then_pass_on)
+
+    def __exit__(self, *exc) -> None:
+        for signum, previous in self.previous.items():
+            signal.signal(signum, previous)
+
+    def _stop_then_pass_on(self, signum: int, frame) -> None:
+        _stop(self.process)
+        self.__exit__()
+        previous = self.previous[signum]
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            os.kill(os.getpid(), signum)  # the default action, as if we had never been here
 
 
 def _stop(process: subprocess.Popen) -> None:
