@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 
 from monitor import __version__
-from monitor.commands import check_ckpt, demo, diagnose, metrics, rules, run, stacks, watch
+from monitor.commands import check_ckpt, check_collectives, demo, diagnose, metrics, rules, run, stacks, watch
 
-COMMANDS = (diagnose, watch, run, stacks, metrics, rules, check_ckpt, demo)
+COMMANDS = (diagnose, watch, run, stacks, metrics, rules, check_ckpt, check_collectives, demo)
 
 
 class UsageError(Exception):

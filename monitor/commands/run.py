@@ -26,6 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="no UI: pass the job's output through to the terminal unchanged")
     add_rules_options(parser)
     parser.add_argument("--no-preflight", action="store_true", help="skip the checks before launch")
+    parser.add_argument("--check-collectives", nargs="?", const="warn", choices=("warn", "strict"), metavar="strict",
+                        help="before each launch, the job's launcher and rendezvous run a short collective test "
+                             "(all_reduce, all_gather, send/recv between ranks) and name a slow node, rank or "
+                             "link; =strict: then do not launch (exit 1). Kept in run-X.collectives.json")
     parser.add_argument("--restart", type=int, default=0, metavar="N",
                         help="restart up to N times after failures a retry can fix")
     parser.add_argument("--watch-ckpt", type=Path, action="append", default=[], metavar="DIR",
@@ -85,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         node = node_name(given=args.node)
         args.log_dir = node_folder(args.job_dir, node)
     catalogue = load_rules(args)  # a rule file with a typo stops here, before the launch
+    before_launch = _collectives_gate(command, args.check_collectives)
     try:
         args.log_dir.mkdir(parents=True, exist_ok=True)
         # A file of our own, new and never through a link someone planted at a known name (F1).
@@ -100,8 +105,26 @@ def run(args: argparse.Namespace) -> int:
         stall_after_s=args.stall_after, flight_recorder=not args.no_flight_recorder,
         node=node, metrics_port=args.metrics_port, metrics_addr=args.metrics_addr, textfile=args.textfile,
         straggler_interval_s=args.straggler_interval,
+        before_launch=before_launch,
     )
     return supervise(options, catalogue, None if args.headless else _presenter(bell=not args.no_bell))
+
+
+def _collectives_gate(command: list[str], mode: str | None):
+    """The collectives check before each launch (``--check-collectives``), or None. A launch it
+    cannot ride on is said in one line (and, strict, a usage error: the job would never be checked)."""
+    if mode is None:
+        return None
+    from monitor.cli import UsageError
+    from monitor.runner.collectives_check import before_launch, cannot_check
+    from monitor.text import say
+
+    if reason := cannot_check(command):
+        if mode == "strict":
+            raise UsageError(f"run: --check-collectives=strict: {reason}")
+        say(f"collectives not checked: {reason}")
+        return None
+    return before_launch(command, strict=mode == "strict")
 
 
 def _presenter(*, bell: bool):

@@ -48,8 +48,9 @@ _SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"
                   (stat.S_ISSOCK, "a socket"))
 
 
-# What ``monitor run`` writes beside a log that reads like one but is not the job's output.
-NOT_LOGS = (".stacks.txt",)
+# What ``monitor run`` writes beside a log that reads like one but is not the job's output (the
+# collectives check's own launch: ``runner/collectives_check.py``).
+NOT_LOGS = (".stacks.txt", ".collectives.txt")
 
 
 def is_log_like(path: Path) -> bool:

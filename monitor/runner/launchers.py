@@ -60,27 +60,38 @@ class LaunchPlan:
             return None
 
 
-def _split_options(args: list[str], flags: set[str]) -> tuple[dict[str, str], list[str]]:
-    """Launcher options (``--a-b`` and ``--a_b`` both as ``a_b``) and the rest (script + args)."""
-    options: dict[str, str] = {}
+def option_groups(args: list[str], flags: set[str]) -> tuple[list[list[str]], list[str]]:
+    """A launcher's options as written, one list of tokens per option (``["--nnodes", "2"]``,
+    ``["--standalone"]``), and the rest: the script and its arguments."""
+    groups: list[list[str]] = []
     i = 0
     while i < len(args):
         arg = args[i]
         if arg == "--":
-            return options, args[i + 1:]
+            return groups, args[i + 1:]
         if not arg.startswith("-") or arg == "-":
             break
-        name, eq, value = arg.partition("=")
-        key = name.lstrip("-").replace("-", "_")
-        if eq:
-            options[key] = value
-        elif name in flags or i + 1 >= len(args):
-            options[key] = ""
-        else:
-            options[key] = args[i + 1]
-            i += 1
-        i += 1
-    return options, args[i:]
+        # ``-N2``: a short option with its value attached.
+        attached = "=" in arg or (not arg.startswith("--") and len(arg) > 2)
+        takes_value = not attached and arg not in flags and i + 1 < len(args)
+        groups.append(args[i:i + 1 + takes_value])
+        i += 1 + takes_value
+    return groups, args[i:]
+
+
+def option_key(group: list[str]) -> str:
+    """``--nproc-per-node=4`` and ``--nproc_per_node 4`` are both ``nproc_per_node``."""
+    return group[0].partition("=")[0].lstrip("-").replace("-", "_")
+
+
+def _split_options(args: list[str], flags: set[str]) -> tuple[dict[str, str], list[str]]:
+    """Launcher options (``--a-b`` and ``--a_b`` both as ``a_b``) and the rest (script + args)."""
+    groups, rest = option_groups(args, flags)
+    options = {}
+    for group in groups:
+        _, eq, value = group[0].partition("=")
+        options[option_key(group)] = value if eq else (group[1] if len(group) > 1 else "")
+    return options, rest
 
 
 def _port(text: str | None) -> int | None:
@@ -121,18 +132,67 @@ def parse(command: list[str], env: dict[str, str] | None = None) -> LaunchPlan:
 
 def _python_module(args: list[str]) -> tuple[str | None, list[str]]:
     """``python [opts] -m MODULE ARGS`` -> (MODULE, ARGS); (None, []) for a script or -c."""
+    at = _python_options_end(args)
+    if args[at:at + 1] == ["-m"] and at + 1 < len(args):
+        return args[at + 1], args[at + 2:]
+    return None, []
+
+
+def _python_options_end(args: list[str]) -> int:
+    """Where python's own options end (at ``-m``, a script or ``-c``)."""
     i = 0
     while i < len(args):
         arg = args[i]
-        if arg == "-m" and i + 1 < len(args):
-            return args[i + 1], args[i + 2:]
+        if arg == "-m":
+            return i
         if arg in ("-W", "-X"):
             i += 2
         elif arg in _FLAGS["python"] or arg.startswith(("-W", "-X")):
             i += 1
         else:
             break
-    return None, []
+    return i
+
+
+@dataclass(frozen=True)
+class ScriptSlot:
+    """A launch command cut where each rank's program starts: ``head`` starts the ranks (``srun
+    -N2 torchrun``, ``python -m torch.distributed.run``) with ``options`` (torchrun's, one list
+    of tokens each), ``python`` runs each rank's script itself, with its options (``srun python
+    -u train.py``: one task, one rank; empty under torchrun, which starts its own Python), and
+    ``script`` is the program with its arguments."""
+
+    head: tuple[str, ...]
+    options: tuple[tuple[str, ...], ...]
+    python: tuple[str, ...]
+    script: tuple[str, ...]
+
+
+def script_slot(command: list[str]) -> ScriptSlot | None:
+    """Where the ranks' program starts in ``command``: torchrun (or ``python -m
+    torch.distributed.run``), under srun or not, or ``srun python ...``; None for a launch whose
+    ranks are not started that way (accelerate, deepspeed, a plain process)."""
+    if not command:
+        return None
+    prog = os.path.basename(command[0])
+    if prog == "srun":
+        groups, inner = option_groups(command[1:], _FLAGS["srun"])
+        srun = (command[0], *(token for group in groups for token in group))
+        if inner and os.path.basename(inner[0]).startswith("python") and _python_module(inner[1:])[0] is None:
+            at = _python_options_end(inner[1:]) + 1
+            return ScriptSlot(srun, (), tuple(inner[:at]), tuple(inner[at:]))
+        slot = script_slot(inner)
+        return None if slot is None or slot.python else ScriptSlot(srun + slot.head, slot.options, (), slot.script)
+    if prog == "torchrun":
+        head: tuple[str, ...] = (command[0],)
+        rest = command[1:]
+    elif prog.startswith("python") and _python_module(command[1:])[0] in TORCH_MODULES:
+        _, rest = _python_module(command[1:])
+        head = tuple(command[:len(command) - len(rest)])
+    else:
+        return None
+    groups, script = option_groups(rest, _FLAGS["torchrun"])
+    return ScriptSlot(head, tuple(tuple(group) for group in groups), (), tuple(script))
 
 
 def _env_plan(launcher: str, env: dict[str, str]) -> LaunchPlan:

@@ -37,6 +37,7 @@ from monitor.straggler.model import Scores
 from monitor.text import say
 
 if TYPE_CHECKING:  # imported where used: prometheus_client only when an endpoint is asked for
+    from monitor.runner.collectives_check import Gate
     from monitor.runner.node import NodeRecord
     from monitor.session.prometheus import JobExporter
 
@@ -66,6 +67,9 @@ class RunOptions:
     textfile: Path | None = None
     # Seconds between two looks at every rank's stack for the straggler scores (0: none).
     straggler_interval_s: float = STRAGGLER_INTERVAL_S
+    # Asked before each launch with the attempt's log path (``--check-collectives``): findings for
+    # the session, or an exit code that stops the launch (``collectives_check.before_launch``).
+    before_launch: Callable[[Path], Gate] | None = None
 
 
 @dataclass
@@ -205,6 +209,11 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
             "preflight": [f.to_json() for f in checks]}
     if error := write_state(side_file(log_path, "meta"), meta):
         say(error)
+    if options.before_launch is not None:
+        gate = options.before_launch(log_path)
+        checks = [*checks, *gate.findings]
+        if gate.stop_code is not None:
+            return gate.stop_code, restart.RestartDecision(False, gate.reason), None
     headless = present is None
     capture = CaptureOptions(tee=headless, use_pty=not headless or sys.stdout.isatty(),
                              stdin=headless, grace_s=options.grace_s)
