@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -72,3 +75,41 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class MonitorRun:
+    """`monitor run --headless` of ``job`` with every stderr line timed as it comes (seconds since
+    the start): a test waits for a line and measures when it came."""
+
+    def __init__(self, log_dir: Path, *job: str, extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+        self.started = time.monotonic()
+        self.process = subprocess.Popen(monitor_cmd(log_dir, *job, extra=extra), stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+        self.lines: list[tuple[float, str]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for raw in self.process.stderr:
+            self.lines.append((time.monotonic() - self.started, raw.decode("utf-8", "replace").rstrip("\n")))
+
+    def wait_line(self, pattern: str, timeout: float) -> tuple[float, str]:
+        """(when, the line) of the first stderr line ``pattern`` finds; fails after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for at, line in list(self.lines):
+                if re.search(pattern, line):
+                    return at, line
+            time.sleep(0.1)
+        raise AssertionError(f"no line matching {pattern!r} in:\n" + self.text())
+
+    def text(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def stop(self) -> str:
+        """SIGTERM, as a user's Ctrl-C or scancel would: the end report follows."""
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=90)
+        self._reader.join(10)
+        return self.text()

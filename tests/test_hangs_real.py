@@ -14,11 +14,8 @@ from __future__ import annotations
 import inspect
 import json
 import re
-import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +23,7 @@ import pytest
 pytest.importorskip("torch")  # before the demo, which imports it: skipped, not an error at collection
 
 from monitor.demo import train  # noqa: E402
-from tests.runner_helpers import monitor_cmd, only_log, read_json  # noqa: E402
+from tests.runner_helpers import MonitorRun, only_log, read_json  # noqa: E402
 from tests.test_stacks import needs_ptrace  # noqa: E402
 
 TIMEOUT_S = 60
@@ -38,36 +35,11 @@ SLEEP_LINE = next(number for number, line in enumerate(inspect.getsourcelines(tr
                   if "time.sleep" in line)
 
 
-class Watched:
-    """`monitor run --headless` with every stderr line timed as it comes."""
+class Watched(MonitorRun):
+    """`monitor run --headless` with a stall reported after STALL_AFTER_S."""
 
     def __init__(self, log_dir: Path, *job: str, env: dict[str, str] | None = None, extra=()) -> None:
-        self.started = time.monotonic()
-        self.process = subprocess.Popen(monitor_cmd(log_dir, *job, extra=("--stall-after", str(STALL_AFTER_S), *extra)),
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-        self.lines: list[tuple[float, str]] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for raw in self.process.stderr:
-            self.lines.append((time.monotonic() - self.started, raw.decode("utf-8", "replace").rstrip("\n")))
-
-    def wait_line(self, pattern: str, timeout: float) -> tuple[float, str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for at, line in list(self.lines):
-                if re.search(pattern, line):
-                    return at, line
-            time.sleep(0.1)
-        raise AssertionError(f"no line matching {pattern!r} in:\n" + "\n".join(l for _, l in self.lines))
-
-    def stop(self) -> str:
-        """SIGTERM, as a user's Ctrl-C or scancel would: the end report follows."""
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(timeout=90)
-        self._reader.join(10)
-        return "\n".join(line for _, line in self.lines)
+        super().__init__(log_dir, *job, extra=("--stall-after", str(STALL_AFTER_S), *extra), env=env)
 
 
 @needs_ptrace

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -25,7 +24,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.runner_helpers import free_port, monitor_cmd, only_log, read_json  # noqa: E402
+from tests.runner_helpers import MonitorRun, free_port, only_log, read_json  # noqa: E402
 from tests.test_stacks import needs_ptrace  # noqa: E402
 
 JOB = str(Path(__file__).parent / "jobs" / "straggler_job.py")
@@ -34,46 +33,16 @@ TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "
 VERDICT_S = 60
 
 
-class Monitored:
-    """`monitor run --headless` of the straggler job, every stderr line timed as it comes."""
+class Monitored(MonitorRun):
+    """`monitor run --headless` of the straggler job, with its Prometheus port."""
 
     def __init__(self, log_dir: Path, extra: tuple[str, ...] = (), **job_env: str) -> None:
-        self.started = time.monotonic()
         self.port = free_port()
-        env = {**os.environ, **job_env}
-        self.process = subprocess.Popen(monitor_cmd(log_dir, *TORCHRUN, extra=("--metrics-port", str(self.port), *extra)),
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                                        stdin=subprocess.DEVNULL)
-        self.lines: list[tuple[float, str]] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for raw in self.process.stderr:
-            self.lines.append((time.monotonic() - self.started, raw.decode("utf-8", "replace").rstrip("\n")))
-
-    def wait_line(self, pattern: str, timeout: float) -> tuple[float, str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for at, line in list(self.lines):
-                if re.search(pattern, line):
-                    return at, line
-            time.sleep(0.2)
-        raise AssertionError(f"no line matching {pattern!r} in:\n" + self.text())
-
-    def text(self) -> str:
-        return "\n".join(line for _, line in self.lines)
+        super().__init__(log_dir, *TORCHRUN, extra=("--metrics-port", str(self.port), *extra), env={**os.environ, **job_env})
 
     def scrape(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
             return response.read().decode()
-
-    def stop(self) -> str:
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(timeout=90)
-        self._reader.join(10)
-        return self.text()
 
     def rank_pid(self, rank: int, timeout: float = 60) -> int:
         """The pid of the job's process with RANK=``rank``."""
