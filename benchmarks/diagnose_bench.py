@@ -219,7 +219,8 @@ def main() -> int:
             start = time.perf_counter()
             generate(log, size)
             print(f"generated {log} in {time.perf_counter() - start:.1f} s")
-        lines = sum(chunk.count(b"\n") for chunk in iter(lambda f=open(log, "rb"): f.read(1 << 24), b""))
+        with open(log, "rb") as handle:
+            lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 24), b""))
         print(f"\n{log.name}: {log.stat().st_size / 1e6:.0f} MB, {lines:,} lines")
         grep_s, grep_rss, grep_out = timed(["grep", "-E", "-c", "-f", str(pattern_path), str(log)], args.repeat)
         print(f"  grep -E -c -f patterns.txt   {grep_s:7.2f} s  peak RSS {grep_rss:5d} MiB  ({grep_out.strip()} matching lines)")

@@ -69,7 +69,7 @@ class JobReader:
         processes = []
         # The job's roots first, then the rest by pid: pids wrap around, and a child started after
         # the wrap must not be listed above the process the user named.
-        for pid, proc in sorted(tree.items(), key=lambda item: (item[0] not in roots, item[0])):
+        for _, proc in sorted(tree.items(), key=lambda item: (item[0] not in roots, item[0])):
             row = self._read_process(proc)
             if row is not None:
                 processes.append(row)
