@@ -178,12 +178,13 @@ def test_f21_a_glob_too_wide_is_cut_and_said_once(tmp_path: Path, monkeypatch):
         folder.mkdir(parents=True)
         (folder / "rank.log").write_text("x\n")
     monkeypatch.setattr(sources, "GLOB_MAX_ENTRIES", 40)  # the 30 folders, and 10 of their files
-    follower = Follower([str(tmp_path / "wide" / "**" / "*.log")], poll=True, poll_interval=0.01)
+    clock = FakeClock()
+    follower = Follower([str(tmp_path / "wide" / "**" / "*.log")], poll=True, poll_interval=0.01, clock=clock)
     try:
         assert 0 < len(follower.files) < 30
         said = follower.read(timeout=0.05).problems
         assert len(said) == 1 and "more than 40" in said[0] and "narrower" in said[0], said
-        time.sleep(0.05)
+        clock.advance(0.05)
         assert not follower.read(timeout=0.05).problems  # not walked and said again at each rescan
     finally:
         follower.close()
