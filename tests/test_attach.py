@@ -4,12 +4,11 @@ lost or read twice, numbered as a whole read numbers them, the same findings as 
 
 from __future__ import annotations
 
-import time
-
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.diagnose import diagnose_paths
 from monitor.session import job_session
 from monitor.session.job_session import JobSession
+from tests.clock_helpers import FakeClock
 
 OOM = ("[rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 5 has a total "
        "capacity of 79.11 GiB of which 1.19 GiB is free.\n")
@@ -28,7 +27,8 @@ def test_a_big_log_is_scanned_shown_by_its_tail_and_followed_on(tmp_path):
     big_log(log, 80_000)  # ~6.5 MB: over ATTACH_BYTES
     assert log.stat().st_size >= job_session.ATTACH_BYTES
     catalogue = load_catalogue(include_user=False)
-    session = JobSession([log], catalogue, attach=True)
+    clock = FakeClock()
+    session = JobSession([log], catalogue, attach=True, clock=clock)
     try:
         first = session.step(timeout=0.05)
         # The screen gets the tail, numbered as in the file; the OOM is the last complete line.
@@ -45,7 +45,7 @@ def test_a_big_log_is_scanned_shown_by_its_tail_and_followed_on(tmp_path):
                 break
         assert [(l.line, l.text) for l in lines] == [
             (80_002, "[rank0]: step 99999 loss 0.5 and a partial last line"), (80_003, "[rank1]: step 100000 loss 0.4")]
-        time.sleep(job_session.IDLE_FLUSH_S)
+        clock.advance(job_session.IDLE_FLUSH_S)  # quiet: the record in progress completes
         session.step(timeout=0.05)
         live = {(f.rule, f.rank, f.line) for f in session.findings}
     finally:

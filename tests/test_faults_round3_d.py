@@ -27,7 +27,8 @@ from monitor.stacks import files
 from monitor.stacks.model import Capture, Frame, ProcessStack, Thread
 from monitor.text import safe_json, safe_text
 
-from test_session_stall import Clock, step, write
+from tests.clock_helpers import FakeClock
+from test_session_stall import step, write
 from test_stacks import needs_ptrace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,12 +178,13 @@ def test_f21_a_glob_too_wide_is_cut_and_said_once(tmp_path: Path, monkeypatch):
         folder.mkdir(parents=True)
         (folder / "rank.log").write_text("x\n")
     monkeypatch.setattr(sources, "GLOB_MAX_ENTRIES", 40)  # the 30 folders, and 10 of their files
-    follower = Follower([str(tmp_path / "wide" / "**" / "*.log")], poll=True, poll_interval=0.01)
+    clock = FakeClock()
+    follower = Follower([str(tmp_path / "wide" / "**" / "*.log")], poll=True, poll_interval=0.01, clock=clock)
     try:
         assert 0 < len(follower.files) < 30
         said = follower.read(timeout=0.05).problems
         assert len(said) == 1 and "more than 40" in said[0] and "narrower" in said[0], said
-        time.sleep(0.05)
+        clock.advance(0.05)
         assert not follower.read(timeout=0.05).problems  # not walked and said again at each rescan
     finally:
         follower.close()
@@ -313,8 +315,8 @@ def test_f15_a_side_file_that_fails_never_takes_the_finding_with_it(tmp_path: Pa
 def test_f16_a_clean_exit_clears_the_stall(tmp_path: Path, catalogue):
     log = tmp_path / "job.log"
     log.touch()
-    clock = Clock()
-    session = JobSession([str(log)], catalogue, stall_after=3, clock=clock, wall_clock=lambda: 5000.0)
+    clock = FakeClock(wall=5000.0)
+    session = JobSession([str(log)], catalogue, stall_after=3, clock=clock)
     write(log, "start")
     step(session, clock, 0.1)
     stall = next(f for f in step(session, clock, 4).new_findings if f.rule == "possible-hang")

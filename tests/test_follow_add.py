@@ -5,7 +5,9 @@ import time
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.session.job_session import JobSession
 from monitor.logs.follow import Follower
+from monitor.session import job_session
 from monitor.session.feeds import SessionFeed
+from tests.clock_helpers import FakeClock
 
 
 def _read_until(read, want: int, seconds: float = 10.0) -> list[str]:
@@ -19,7 +21,7 @@ def _read_until(read, want: int, seconds: float = 10.0) -> list[str]:
 def test_added_file_in_an_unwatched_directory_is_followed_once(tmp_path):
     combined = tmp_path / "run.log"
     combined.write_text("launcher starting\n")
-    follower = Follower([str(combined)])
+    follower = Follower([str(combined)], clock=FakeClock())  # its reads wait no real time
     try:
         assert _read_until(lambda: follower.read(0.2).lines, 1) == ["launcher starting"]
         rank_file = tmp_path / "logdir" / "attempt_0" / "1" / "stderr.log"
@@ -40,7 +42,9 @@ def test_run_feed_picks_up_per_rank_files_as_they_appear(tmp_path):
     combined.write_text("")
     rank_file = tmp_path / "logdir" / "attempt_0" / "2" / "stderr.log"
     created: list = []
-    session = JobSession([str(combined)], load_catalogue(include_user=False), more_paths=lambda: list(created))
+    clock = FakeClock()
+    session = JobSession([str(combined)], load_catalogue(include_user=False), more_paths=lambda: list(created),
+                         clock=clock)
     feed = SessionFeed(session)
     try:
         feed.poll(0.1)
@@ -51,7 +55,7 @@ def test_run_feed_picks_up_per_rank_files_as_they_appear(tmp_path):
             "[rank2]: ValueError: bad batch\n"
         )
         created.append(rank_file)
-        session._next_more_paths = 0.0  # the job reports its new file on the next poll
+        clock.advance(job_session.MORE_PATHS_EVERY_S)  # the session asks the job for new files again
         deadline = time.monotonic() + 10
         root = None
         while root is None and time.monotonic() < deadline:

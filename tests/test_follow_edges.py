@@ -12,6 +12,7 @@ from monitor.logs.decode import MAX_LINE_BYTES, TRUNCATION_MARK
 from monitor.text import clean
 from monitor.logs.follow import Follower
 from monitor.logs.sources import SourceError
+from tests.clock_helpers import FakeClock
 
 
 def read_until(follower: Follower, count: int, limit: float = 10.0):
@@ -200,12 +201,13 @@ def test_permission_error_is_reported_once_and_recovers(tmp_path, monkeypatch):
 
 
 def test_switches_to_polling_when_file_events_do_not_arrive(tmp_path, monkeypatch):
-    """As on NFS written from another node: the directory is watched, no event ever comes."""
+    """As on NFS written from another node: the directory is watched, no event ever comes. The
+    follower's clock is moved by the test: the safety poll that finds the lines is seconds away."""
     from monitor.logs import follow
 
     class NoEvents:
         def get(self, timeout):
-            time.sleep(timeout)
+            return None
 
         def drain(self):
             return []
@@ -219,20 +221,23 @@ def test_switches_to_polling_when_file_events_do_not_arrive(tmp_path, monkeypatc
     monkeypatch.setattr(follow, "open_file_events", lambda watches: NoEvents())
     log = tmp_path / "a.log"
     log.write_text("one\n")
-    follower = Follower([str(log)])
+    clock = FakeClock()
+    follower = Follower([str(log)], clock=clock)
     assert [l.text for l in read_until(follower, 1)] == ["one"] and not follower.polling
     append(log, b"two\n")
-    problems, lines = [], []
-    deadline = time.monotonic() + 10
-    while not lines and time.monotonic() < deadline:
-        update = follower.read(0.2)
-        problems += update.problems
-        lines += update.lines
-    assert [l.text for l in lines] == ["two"]
+    start = clock.monotonic()
+    # No event: nothing is read until the safety poll, which finds lines written over
+    # MISSED_EVENT_S ago that no event announced.
+    update = follower.read(follow.SAFETY_POLL_S / 2)
+    assert update.lines == [] and update.problems == [] and not follower.polling
+    update = follower.read(follow.SAFETY_POLL_S)
+    assert [l.text for l in update.lines] == ["two"]
+    assert clock.monotonic() - start >= follow.SAFETY_POLL_S
     assert follower.polling
-    assert problems == [f"{log}: no file events for new lines (network file system?); polling every 0.5 s"]
+    assert update.problems == [f"{log}: no file events for new lines (network file system?); polling every 0.5 s"]
     append(log, b"three\n")
-    assert [l.text for l in read_until(follower, 1, limit=2)] == ["three"]
+    update = follower.read(follow.POLL_S)  # one poll interval
+    assert [l.text for l in update.lines] == ["three"]
     follower.close()
 
 

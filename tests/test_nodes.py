@@ -16,6 +16,7 @@ from monitor.logs.ranks import FileRanks
 from monitor.logs.nodes import Node, write_node
 from monitor.session.job_session import JobSession
 from monitor.diagnosis.catalogue import load_catalogue
+from tests.clock_helpers import FakeClock
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"
 
@@ -124,15 +125,15 @@ def test_live_a_node_goes_quiet_and_comes_back(tmp_path: Path):
     now = time.time()
     write_run(a, "x\n", log_at=now, metrics_at=now, reported=False)
     log_b = write_run(b, "y\n", log_at=now, metrics_at=now - 30, reported=False)
-    clock = [0.0]
-    session = JobSession([job], load_catalogue(include_user=False), clock=lambda: clock[0])
+    clock = FakeClock(monotonic=0.0)
+    session = JobSession([job], load_catalogue(include_user=False), clock=clock)
     try:
         update = session.step(timeout=0.05)
         lost = [f for f in update.new_findings if f.rule == "node-monitor-lost"]
         assert [f.node for f in lost] == ["gpu-02"] and "its log still grows" in lost[0].remedy
         # Its monitor samples again: the finding is withdrawn at the next check.
         os.utime(Path(f"{log_b.with_suffix('')}.metrics.jsonl"), None)
-        clock[0] += node_health.CHECK_EVERY_S
+        clock.advance(node_health.CHECK_EVERY_S)
         update = session.step(timeout=0.05)
         assert lost[0].id in update.cleared
         assert not [f for f in session.findings if f.rule == "node-monitor-lost"]

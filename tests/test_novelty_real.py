@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,12 +21,11 @@ TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--rdzv-backend", "c1
 
 
 def _run(logs: Path, *command: str, env: dict | None = None) -> int:
-    """`monitor run --headless` of ``command`` into ``logs``; a second between runs keeps their names apart."""
-    code = subprocess.run([sys.executable, "-m", "monitor", "run", "--headless", "--no-preflight", "--log-dir", str(logs),
+    """`monitor run --headless` of ``command`` into ``logs`` (two runs started in the same second
+    are named apart, run-<stamp> and run-<stamp>-1, and ordered by when they were written)."""
+    return subprocess.run([sys.executable, "-m", "monitor", "run", "--headless", "--no-preflight", "--log-dir", str(logs),
                            "--", *command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                           env={**os.environ, **(env or {})}, timeout=180).returncode
-    time.sleep(1.05)
-    return code
 
 
 def _diagnose(*args: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -95,14 +93,20 @@ def test_watch_tells_a_new_error_line_as_it_comes(tmp_path: Path) -> None:
     live.write_text("step 0 loss 2.0000 lr 3e-4\n")
     watch = subprocess.Popen([sys.executable, "-m", "monitor", "watch", "--headless", "--json", str(logs)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    said, found = [], []
     try:
-        time.sleep(2.5)
+        while not any("watching" in line for line in said):  # up, following the newest run
+            said.append(watch.stderr.readline())
+            assert said[-1], said
         with live.open("a") as stream:
             stream.write("step 1 loss 1.0000 lr 3e-4\nERROR trainer: shard 7 checksum mismatch: expected aa got bb\n")
-        time.sleep(2.5)
+        while not any("shard 7" in line for line in found):  # told as it comes (or the test times out)
+            found.append(watch.stdout.readline())
+            assert found[-1], found
     finally:
         watch.send_signal(2)
         out, _ = watch.communicate(timeout=30)
+    out = "".join(found) + out
     told = [json.loads(line) for line in out.splitlines() if line.startswith("{\"rule\"")]
     assert [(f["rule"], f["severity"]) for f in told] == [("new-line", "info")]
     assert "shard 7 checksum mismatch" in told[0]["title"]

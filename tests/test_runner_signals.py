@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,11 +24,13 @@ print("done", flush=True)
 """
 
 # A job with children and grandchildren: one grandchild left the process group (setsid), one
-# double-forked so it was re-parented away from its parent, and one child ignores SIGTERM.
+# double-forked so it was re-parented away from its parent, and one child ignores SIGTERM (and
+# says so once it does: on a loaded machine its start-up may outlast the others').
 TREE_JOB = r"""
 import os, signal, subprocess, sys, time
 SLEEPER = "import time; time.sleep(600)"
-IGNORER = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+IGNORER = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+           "print('ignoring SIGTERM', flush=True); time.sleep(600)")
 DOUBLE = ("import os, subprocess, sys; "
           "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True); "
           "print('pid', p.pid, flush=True); os._exit(0)")
@@ -73,13 +74,16 @@ def test_job_survives_monitor_sigkill_and_log_is_complete(tmp_path: Path):
 def test_sigterm_to_monitor_stops_the_whole_tree_and_escalates(tmp_path: Path):
     monitor = subprocess.Popen(monitor_cmd(tmp_path, *python_job(TREE_JOB), extra=("--grace", "1")),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wait_for(lambda: list(tmp_path.glob("run-*.log")) and len(logged_pids(only_log(tmp_path))) == 5)
+    # Every process started, and the one that ignores SIGTERM ignores it already (else the
+    # SIGTERM would end it and no SIGKILL would be needed). Deadlines for a loaded machine.
+    wait_for(lambda: list(tmp_path.glob("run-*.log")) and len(logged_pids(only_log(tmp_path))) == 5
+             and "ignoring SIGTERM\n" in only_log(tmp_path).read_text(), timeout=60)
     pids = logged_pids(only_log(tmp_path))
     assert all(alive(pid) for pid in pids)
     monitor.send_signal(signal.SIGTERM)
-    _, err = monitor.communicate(timeout=30)
+    _, err = monitor.communicate(timeout=60)
     assert monitor.returncode == 128 + signal.SIGTERM, err.decode()[-2000:]
-    wait_for(lambda: not any(alive(pid) for pid in pids), timeout=10)
+    wait_for(lambda: not any(alive(pid) for pid in pids), timeout=30)
     state = job_state(tmp_path)
     assert state["stop_signal"] == "SIGTERM"
     assert state["killed"] is True  # the SIGTERM-ignoring child needed SIGKILL
@@ -195,9 +199,13 @@ def test_after_the_monitor_is_killed_monitor_watch_picks_the_log_up(tmp_path: Pa
     monitor.wait()
     watch = subprocess.Popen([sys.executable, "-m", "monitor", "watch", "--headless", str(only_log(tmp_path))],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    said = []
+    while not any(b"watching" in line for line in said):  # up: a SIGTERM now gets the summary
+        said.append(watch.stdout.readline())
+        assert said[-1], said
     wait_for(lambda: "exit_code" in job_state(tmp_path), timeout=30)
-    time.sleep(1.0)  # let the follower read the last lines
-    watch.send_signal(signal.SIGTERM)
-    out, _ = watch.communicate(timeout=30)
+    watch.send_signal(signal.SIGTERM)  # the watch reads what is left of the log as it ends
+    out, _ = watch.communicate(timeout=60)
+    out = b"".join(said) + out
     assert watch.returncode == 1, out.decode()[-2000:]
     assert b"labels out of range after the monitor died" in out

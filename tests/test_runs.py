@@ -19,8 +19,14 @@ KEY_ERROR = "import sys; print('step 1 loss 2.3', flush=True); d = {}; d['optimi
 VALUE_ERROR = "raise ValueError('batch of 0 samples: the dataset is empty')"
 
 
+# The width is set, not inherited: without $COLUMNS a report to a pipe is not wrapped, so a
+# note is one line whatever terminal (or pytest-xdist worker) the suite runs in.
+UNWRAPPED = {name: value for name, value in os.environ.items() if name != "COLUMNS"}
+
+
 def diagnose(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "monitor", "diagnose", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "monitor", "diagnose", *args], capture_output=True, text=True,
+                          timeout=120, env=UNWRAPPED)
 
 
 def two_runs(log_dir: Path) -> tuple[str, str]:
@@ -96,15 +102,19 @@ def test_runs_of_torchrun_slurm_and_loose_files(tmp_path):
 def test_watch_follows_the_newest_run_only(tmp_path):
     first, second = two_runs(tmp_path)
     watch = subprocess.Popen([sys.executable, "-m", "monitor", "watch", "--headless", "--json", str(tmp_path)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=UNWRAPPED)
     said = []
     while not any("watching" in line for line in said):  # up: a SIGTERM now gets the summary
         said.append(watch.stderr.readline())
         assert said[-1], said
-    time.sleep(1.5)
+    found = []
+    while not any("ValueError" in line for line in found):  # the newest run's error, found live
+        found.append(watch.stdout.readline())
+        assert found[-1], found
     watch.send_signal(signal.SIGTERM)
-    out, err = watch.communicate(timeout=30)
+    out, err = watch.communicate(timeout=60)
     err = "".join(said) + err
+    out = "".join(found) + out
     summary = json.loads(out.strip().splitlines()[-1])["diagnosis"]
     assert "ValueError" in summary["root_cause"]["title"]
     assert not any(Path(f).name.split(".")[0] == first for f in summary["files"])
@@ -126,8 +136,12 @@ def test_the_watch_screen_says_which_run_it_follows(tmp_path):
 
     async def drive():
         async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause(1.0)
-            # On the status line, not in a notification over the finding's remedy.
+            # On the status line, not in a notification over the finding's remedy: once the
+            # files are read (a deadline, not a fixed wait: the machine may be loaded).
+            deadline = time.monotonic() + 30
+            while not app.files and time.monotonic() < deadline:
+                await pilot.pause(0.1)
+            await pilot.pause(0.2)
             said = [str(app.query_one("#log-status").render())]
             assert any("of 2" in m and second in m for m in said)
             assert not app._notifications

@@ -18,6 +18,7 @@ from textual import events
 from monitor.session.feeds import LogBatch
 from monitor.tui.app import MonitorApp
 from monitor.tui.log_view import LogView
+from tests.clock_helpers import FakeClock
 from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, crash_feed, crash_lines, host_sample, settle
 from tests.zone_helpers import in_time_zone
 from tests.tmux_helpers import Terminal
@@ -271,14 +272,6 @@ async def test_enter_on_a_root_cause_before_the_loaded_lines_jumps_there_too(tmp
 
 
 # ----- item 14: a stall's end worded by what came back
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def stalled_session(tmp_path):
     """A 4-rank job in one file that trained, then went silent past the threshold."""
     from monitor.diagnosis.catalogue import load_catalogue
@@ -286,15 +279,14 @@ def stalled_session(tmp_path):
 
     log = tmp_path / "job.log"
     log.touch()
-    clock = Clock()
-    session = JobSession([str(log)], load_catalogue(include_user=False), stall_after=0.8, clock=clock,
-                         wall_clock=lambda: 5000.0)
+    clock = FakeClock(wall=5000.0)
+    session = JobSession([str(log)], load_catalogue(include_user=False), stall_after=0.8, clock=clock)
     for index in range(5):
         with open(log, "a") as handle:
             handle.write("".join(f"[rank{r}]: step {index} loss=0.5\n" for r in range(4)))
-        clock.now += 0.03
+        clock.advance(0.03)
         session.step(timeout=0)
-    clock.now += 1.0
+    clock.advance(1.0)
     assert any(f.rule == "possible-hang" for f in session.step(timeout=0).new_findings)
     return log, clock, session
 

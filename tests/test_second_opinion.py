@@ -18,6 +18,7 @@ from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.corpus import load_corpus
 from monitor.diagnosis.second_opinion import consult, load_model, ModelError
 from monitor.model import Diagnosis, Finding
+from tests.clock_helpers import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "sample_logs" / "real"
@@ -165,10 +166,10 @@ def test_the_live_root_cause_is_the_second_opinion_the_end_report_gives(tmp_path
     case = Path(__file__).resolve().parents[1] / "sample_logs" / "real" / "disk_full" / "a-pytorch-pytorch-10577.log"
     log = tmp_path / "train.log"
     shutil.copyfile(case, log)
-    now = [1000.0]
-    session = JobSession([str(log)], load_catalogue(include_user=False), clock=lambda: now[0])
+    clock = FakeClock()
+    session = JobSession([str(log)], load_catalogue(include_user=False), clock=clock)
     for _ in range(3):
-        now[0] += 1.0  # quiet: the records in progress complete
+        clock.advance(1.0)  # quiet: the records in progress complete
         session.step(timeout=0)
     assert [f.category for f in session.findings] == ["python_exception"]  # what the rules say
     live = session.root_cause()

@@ -12,7 +12,8 @@ from monitor.model import Category, Finding
 from monitor.session import job_session
 from monitor.session.job_session import JobSession
 
-from test_session_stall import Clock, step, write
+from tests.clock_helpers import FakeClock
+from test_session_stall import step, write
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def _held(session, posted: Finding) -> Finding | None:
 def _silent_session(tmp_path, catalogue, probe):
     log = tmp_path / "job.log"
     log.touch()
-    clock = Clock()
+    clock = FakeClock()
     session = JobSession([str(log)], catalogue, stall_after=5, clock=clock, probe=probe)
     write(log, "[rank0]: step 1", "[rank2]: step 1")
     step(session, clock, 0.1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.clock_helpers import FakeClock
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.session.job_session import JobSession
 from monitor.session.stall import MIN_STALL_S, StallDetector
@@ -16,32 +17,22 @@ def catalogue():
     return load_catalogue(include_user=False)
 
 
-class Clock:
-    """The session's clock, moved by the test: no test waits for a stall to happen."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def write(log, *lines: str) -> None:
     with open(log, "a") as handle:
         handle.write("".join(line + "\n" for line in lines))
 
 
-def step(session, clock: Clock, advance: float = 0.0):
+def step(session, clock: FakeClock, advance: float = 0.0):
     """One step at ``clock.now + advance``, after the follower has seen what was written."""
-    clock.now += advance
+    clock.advance(advance)
     return session.step(timeout=0)
 
 
 def test_stall_names_the_rank_that_went_silent_first_and_clears_on_output(tmp_path, catalogue):
     log = tmp_path / "job.log"
     log.touch()
-    clock = Clock()
-    session = JobSession([str(log)], catalogue, stall_after=0.8, clock=clock, wall_clock=lambda: 5000.0)
+    clock = FakeClock(wall=5000.0)
+    session = JobSession([str(log)], catalogue, stall_after=0.8, clock=clock)
     # Both ranks train; rank 1 stops after step 9; rank 0 goes on for 50 more steps, then stops too.
     for index in range(60):
         lines = [f"[rank0]: step {index} loss={1 / (index + 1):.4f}"]
@@ -61,7 +52,7 @@ def test_stall_names_the_rank_that_went_silent_first_and_clears_on_output(tmp_pa
     assert stall in session.engine.findings
     assert session.diagnosis().root_cause is stall  # nothing failed: the silence is the news
     assert not session.diagnosis().failed
-    assert stall.first_seen == pytest.approx(5000.0 - 0.9)  # when the silence began, by the wall clock
+    assert stall.first_seen == pytest.approx(clock.wall() - 0.9)  # when the silence began, by the wall clock
 
     write(log, "[rank0]: step 60 loss=0.0164")
     update = step(session, clock, 0.1)
@@ -83,7 +74,7 @@ def test_no_stall_while_an_error_explains_the_silence(tmp_path, catalogue):
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.02 GiB is free.\n"
         "done\n"
     )
-    clock = Clock()
+    clock = FakeClock()
     session = JobSession([str(log)], catalogue, stall_after=0.3, clock=clock)
     new = step(session, clock).new_findings
     for _ in range(10):  # ten times the threshold of silence
@@ -102,5 +93,5 @@ def test_threshold_follows_the_usual_gap_with_a_minimum():
         detector.observe([line], now)
         now += 30.0  # a job that prints every 30 s
     assert detector.threshold() == pytest.approx(300.0)
-    assert detector.check(now + 250.0) is None
-    assert detector.check(now + 301.0) is not None
+    assert detector.check(now + 250.0, 5000.0) is None
+    assert detector.check(now + 301.0, 5000.0) is not None

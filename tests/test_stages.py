@@ -22,6 +22,7 @@ from monitor.diagnosis.diagnose import diagnose_paths
 from monitor.diagnosis.engine import Engine
 from monitor.model import Finding, LogLine
 from monitor.session.headless import watch_headless
+from tests.clock_helpers import FakeClock
 
 DIAGNOSIS = Path(__file__).resolve().parents[1] / "monitor" / "diagnosis"
 
@@ -186,15 +187,14 @@ def _session(tmp_path):
 
     log = tmp_path / "job.log"
     log.touch()
-    now = [1000.0]
-    session = JobSession([str(log)], load_catalogue(include_user=False), stall_after=0.5,
-                         clock=lambda: now[0], wall_clock=lambda: 5000.0)
+    clock = FakeClock(wall=5000.0)
+    session = JobSession([str(log)], load_catalogue(include_user=False), stall_after=0.5, clock=clock)
 
     def step(*lines: str, advance: float = 0.1):
         if lines:
             with open(log, "a") as handle:
                 handle.write("".join(line + "\n" for line in lines))
-        now[0] += advance
+        clock.advance(advance)
         return session.step(timeout=0)
 
     return session, step

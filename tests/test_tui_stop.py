@@ -125,7 +125,12 @@ async def test_keys_typed_in_one_burst_after_slash_go_into_the_filter():
             event = events.Key(key, char)
             event.set_sender(app)
             app._driver.send_message(event)  # as the terminal driver does, with no pause between
-        await pilot.pause(0.1)
+        # The keys are messages, handled in turn: until the filter took them or a deadline (a
+        # loaded machine, or pytest -n 2, takes longer than a fixed pause).
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if app.query_one(LogView).line_filter.pattern == "error":
+                break
         assert app.query_one("#filter-input").value == "error"
         line_filter = app.query_one(LogView).line_filter
         assert line_filter.pattern == "error" and line_filter.ranks is None and line_filter.min_level == 0

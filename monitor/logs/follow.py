@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from monitor.model import LogLine
+from monitor.logs.clock import SYSTEM_CLOCK, Clock
 from monitor.logs.tracked_file import (
     FROM_START, HEAD_BYTES, DescriptorCache, FollowedFile, Identity, ReadOutput, ReadUpTo, is_rotated_name,
     rotations_by_base,
@@ -66,10 +67,14 @@ class Follower:
     """Follows files, directories and globs; ``read`` is called from one thread only."""
 
     def __init__(
-        self, paths: list[str], poll: bool = False, *, poll_interval: float = POLL_S, max_open: int | None = None
+        self, paths: list[str], poll: bool = False, *, poll_interval: float = POLL_S, max_open: int | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """Raises ``monitor.logs.sources.SourceError`` for a PATH that can never name a file.
-        ``poll_interval``: seconds between polls where events are not used."""
+        ``poll_interval``: seconds between polls where events are not used. ``clock``: when the
+        safety poll and the rescan are due, how long a ``read`` waits, how old a file's last write
+        is (a test moves time: see ``logs/clock.py``)."""
+        self._clock = clock
         self.sources: list[Source] = [parse_source(p) for p in paths]
         self.polling = poll
         self.poll_interval = poll_interval
@@ -89,7 +94,7 @@ class Follower:
         if not poll:
             self._start_events()
         self._discover()
-        now = time.monotonic()
+        now = clock.monotonic()
         self._next_stat_all = now
         self._next_rescan = now + self._rescan_every
 
@@ -142,14 +147,14 @@ class Follower:
 
     def read(self, timeout: float = 0.2) -> FollowUpdate:
         """New lines (and ends, problems) of all files; blocks at most ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
+        deadline = self._clock.monotonic() + timeout
         update = FollowUpdate()
         while True:
             self._take_events()
-            now = time.monotonic()
+            now = self._clock.monotonic()
             if now >= self._next_rescan:
                 self._discover()
-                self._next_rescan = time.monotonic() + self._rescan_every
+                self._next_rescan = self._clock.monotonic() + self._rescan_every
             if now >= self._next_stat_all:
                 if not self.polling:
                     # Files with no event since the last safety poll: new lines found in them
@@ -157,9 +162,9 @@ class Follower:
                     self._unannounced = {p for p in self._files if p not in self._dirty and p not in self._evented}
                     self._evented.clear()
                 self._dirty.update(self._files)
-                self._next_stat_all = time.monotonic() + self._stat_every
+                self._next_stat_all = self._clock.monotonic() + self._stat_every
             self._visit_dirty(update)
-            now = time.monotonic()
+            now = self._clock.monotonic()
             if update.lines or update.ended or update.problems or update.new_files or now >= deadline:
                 return update
             if self._dirty:
@@ -387,9 +392,9 @@ class Follower:
         if seconds <= 0:
             return
         if self._events is None:
-            time.sleep(seconds)
+            self._clock.wait(seconds, time.sleep)
             return
-        path = self._events.get(seconds)
+        path = self._clock.wait(seconds, self._events.get)
         if path is not None:
             self._note_event(path)
 
@@ -413,7 +418,7 @@ class Follower:
         """Lines written over ``MISSED_EVENT_S`` ago that no event announced: the file system
         does not deliver events for this file (NFS or Lustre written from another node)."""
         self._unannounced.discard(path)
-        if had_lines and time.time() - self._files[path].mtime > MISSED_EVENT_S:
+        if had_lines and self._clock.wall() - self._files[path].mtime > MISSED_EVENT_S:
             self.polling = True
             self._next_stat_all = self._next_rescan = 0.0
             self._problems.append(

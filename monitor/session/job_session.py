@@ -21,7 +21,8 @@ for the root cause like the others (``diagnosis/root_cause.py``):
 The screen (``monitor/tui``), ``watch --headless``, ``run --headless``, the end report and
 ``run-X.diagnosis.json`` all render from a session, so a job gets the same root cause in every
 mode. ``step`` and everything but ``post`` belong to one thread (the TUI's worker, the headless
-loop). The clocks are injected: a test moves time instead of sleeping.
+loop). The clock is injected (``logs/clock.py``; the follower, the stall and the progress read
+it): a test moves time instead of sleeping.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from __future__ import annotations
 import os
 import queue
 import stat
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -41,6 +41,7 @@ from monitor.diagnosis.root_cause import as_requested_stop
 from monitor.diagnosis.conclude import conclude
 from monitor.diagnosis.novelty import Against, NoveltyWatch
 from monitor.diagnosis.second_opinion import review, unsure
+from monitor.logs.clock import SYSTEM_CLOCK, Clock
 from monitor.logs.follow import Follower
 from monitor.logs.nodes import nodes_from_names
 from monitor.logs.ranks import FileRanks
@@ -87,7 +88,7 @@ class SessionUpdate:
 
 class JobSession:
     def __init__(self, paths, catalogue, *, poll: bool = False, stall_after: float | None = None,
-                 clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time,
+                 clock: Clock = SYSTEM_CLOCK,
                  stop_requested: Callable[[], bool] | None = None, probe: HangProbe | None = None,
                  on_step: Callable[[JobSession, list[LogLine]], None] | None = None, attach: bool = False,
                  against: Against | None = None, more_paths: Callable[[], list] | None = None) -> None:
@@ -103,7 +104,7 @@ class JobSession:
         (``Job.extra_log_paths``: torchrun --log-dir's per-rank files).
         Raises ``monitor.logs.sources.SourceError``
         for a PATH that can never name a file."""
-        self.follower = Follower([str(p) for p in paths], poll=poll)
+        self.follower = Follower([str(p) for p in paths], poll=poll, clock=clock)
         # Files named after their nodes (SLURM's --output=%N.out), as the followed files show them.
         self._named_nodes: dict[str, str] = {}
         self._named_from = 0  # how many files the names were read from
@@ -113,14 +114,13 @@ class JobSession:
         # session's thread, for its readers (the screen, the status snapshot) once one asks
         # (``track_progress``): parsing every line costs a headless watch ~15 % of a core at
         # 10,000 lines/s for a number nobody shows.
-        self.progress = ProgressTracker(clock)
+        self.progress = ProgressTracker(clock.monotonic)
         self._tracking_progress = False
         self._partial_seen: dict[str, str] = {}  # file -> its partial last line, as last fed
         self.problems: list[str] = []
         self.stop_requested = False
         self._asked_to_stop = stop_requested
         self._clock = clock
-        self._wall_clock = wall_clock
         self._posted: queue.SimpleQueue[Finding] = queue.SimpleQueue()
         self._file_ranks: dict[str, FileRanks] = {}
         self._quiet_since: dict[str, float] = {}  # files fed since their records were completed
@@ -139,7 +139,7 @@ class JobSession:
         self.attached: dict[str, tuple[int, int]] = {}
         # A folder may be (or become, as the nodes start) a job folder of several nodes
         # (``monitor run --job-dir``): which node went quiet.
-        self._node_watches = [NodeWatch(p, clock, wall_clock) for p in map(str, paths) if os.path.isdir(p)]
+        self._node_watches = [NodeWatch(p, clock.monotonic, clock.wall) for p in map(str, paths) if os.path.isdir(p)]
         self._node_findings: dict[tuple[str, str | None], Finding] = {}
         self._stall_held: Finding | None = None  # the active stall's finding, as the engine holds it
         # ((engine version, ranks known), the root cause then): root_cause is asked on every poll.
@@ -159,10 +159,10 @@ class JobSession:
         return self.progress
 
     def _look_for_more_paths(self, now: bool = False) -> None:
-        if self._more_paths is None or (not now and self._clock() < self._next_more_paths):
+        if self._more_paths is None or (not now and self._clock.monotonic() < self._next_more_paths):
             return
         self.follow(self._more_paths())
-        self._next_more_paths = self._clock() + MORE_PATHS_EVERY_S
+        self._next_more_paths = self._clock.monotonic() + MORE_PATHS_EVERY_S
 
     def post(self, findings: list[Finding]) -> None:
         """Findings from another thread (metric signals, checkpoint checks); the next ``step``
@@ -182,7 +182,7 @@ class JobSession:
         if exit_finding is None:
             # The job finished well: a silence was no hang. It passes as when output resumes,
             # and what was seen during it is withdrawn at once.
-            self._stall_passed(self.stall.end(), self._clock(), exited=True)
+            self._stall_passed(self.stall.end(), self._clock.monotonic(), exited=True)
             if self._probation is not None:
                 self._withdraw(self._probation[1])
                 self._probation = None
@@ -214,7 +214,7 @@ class JobSession:
         attached = self._attach_big_files() if self._attach else []
         update = self.follower.read(timeout)
         self._name_nodes()
-        now = self._clock()
+        now = self._clock.monotonic()
         step = SessionUpdate(problems=list(update.problems), new_findings=self._taken(self.engine.findings[known:]))
         if attached:
             self.stall.observe(attached, now)
@@ -318,14 +318,14 @@ class JobSession:
             self.probe.join(PROBE_JOIN_S)  # a capture under way: its findings belong to this job
         self._look_for_more_paths(now=True)
         update = self.follower.close()
-        self._feed(update.lines, update.ended, self._clock(), [])
+        self._feed(update.lines, update.ended, self._clock.monotonic(), [])
         self.problems += update.problems
         self._take_posted()
 
     # -- results -----------------------------------------------------------------------------
     def last_line_times(self) -> dict[int, float]:
         """rank -> when it last printed a line, in seconds since the epoch."""
-        now, wall = self._clock(), self._wall_clock()
+        now, wall = self._clock.monotonic(), self._clock.wall()
         return {rank: wall - (now - words.at) for rank, words in self.stall.last.items() if isinstance(rank, int)}
 
     @property
@@ -378,7 +378,7 @@ class JobSession:
         """A finding from outside the logs joins the engine (ordered at this point of the
         logs): returned as held; None when it is a new value of one held (``source_key``)."""
         if finding.first_seen is None:
-            finding = replace(finding, first_seen=self._wall_clock())
+            finding = replace(finding, first_seen=self._clock.wall())
         held = self.engine.add_external(finding)
         return self._taken([held])[0] if held is not None else None
 
@@ -454,7 +454,7 @@ class JobSession:
         if note := self._stall_passed(self.stall.observe(step.lines, now), now, resumed=step.lines):
             step.new_findings.append(note)
         if self.stall.active is None and not step.lines and self._silence_unexplained():
-            finding = self.stall.check(now, self._wall_clock())
+            finding = self.stall.check(now, self._clock.wall())
             if finding is not None:
                 self._stall_held = self.engine.add_new(finding)
                 step.new_findings.append(self._stall_held)
@@ -472,7 +472,7 @@ class JobSession:
         if self._stall_held is not None:
             self._withdraw([self._stall_held])
             self._stall_held = None
-        note = self.engine.add_new(resolved_note(cleared, self._wall_clock(), exited, resumed))
+        note = self.engine.add_new(resolved_note(cleared, self._clock.wall(), exited, resumed))
         on_trial = [f for found in self._evidence.values() for f in found if f.fields.get("trigger") == "stall"]
         if on_trial:
             self._probation = (now + PROBATION_S, on_trial)

@@ -13,7 +13,6 @@ of one burst, not pauses).
 from __future__ import annotations
 
 import statistics
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,15 +71,17 @@ class StallDetector:
         cleared, self.active = self.active, None
         return cleared
 
-    def check(self, now: float, wall_now: float | None = None) -> Finding | None:
-        """A new stall finding when the silence has just passed the threshold, else None."""
+    def check(self, now: float, wall_now: float) -> Finding | None:
+        """A new stall finding when the silence has just passed the threshold, else None. The
+        times are the session's clock (``now``: monotonic, as given to ``observe``; ``wall_now``:
+        when, by the wall clock, for the finding): nothing here reads a clock."""
         if self.active is not None or self._last_arrival is None:
             return None
         silent = now - self._last_arrival
         threshold = self.threshold()
         if silent < threshold:
             return None
-        self.active = self._finding(now, silent, threshold, wall_now if wall_now is not None else time.time())
+        self.active = self._finding(now, silent, threshold, wall_now)
         return self.active
 
     def _finding(self, now: float, silent: float, threshold: float, wall_now: float) -> Finding:

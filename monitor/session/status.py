@@ -7,10 +7,9 @@ thread may read (one attribute assignment: a reader sees the old snapshot or the
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from monitor.logs.clock import SYSTEM_CLOCK, Clock
 from monitor.model import Finding
 from monitor.progress import ProgressState
 
@@ -36,22 +35,21 @@ class JobStatus:
 
 
 class StatusPublisher:
-    def __init__(self, clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clock = clock
-        self._wall_clock = wall_clock
         self._next = 0.0
-        self.latest = JobStatus(time=wall_clock())
+        self.latest = JobStatus(time=clock.wall())
 
     def __call__(self, session, lines) -> None:
         """After one step of ``session`` (on its thread): ``lines``, the lines it brought."""
-        now = self._clock()
+        now = self._clock.monotonic()
         if now >= self._next:
             self._next = now + PUBLISH_EVERY_S
             self.publish(session)
 
     def publish(self, session, exit_code: int | None = None) -> None:
         """A new snapshot now (also at the job's end, with its exit code)."""
-        wall = self._wall_clock()
+        wall = self._clock.wall()
         counts: dict[tuple[str, str], int] = {}
         for finding in session.findings:
             key = (str(finding.category), finding.severity)
