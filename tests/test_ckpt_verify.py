@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")  # without torch: skipped, not an error at collection
 
-from monitor.checkpoints.verify import check_checkpoint
+from monitor.checkpoints.verify import check_checkpoint  # noqa: E402  (after the skip without torch)
 
 
 def state_dict() -> dict:

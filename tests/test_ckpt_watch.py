@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")  # without torch: skipped, not an error at collection
 
-from monitor.checkpoints.watch import CheckpointWatcher
-from tests.runner_helpers import wait_for
+from monitor.checkpoints.watch import CheckpointWatcher  # noqa: E402  (after the skip without torch)
+from tests.runner_helpers import wait_for  # noqa: E402
 
 # Writes a real checkpoint (made by torch in the test) in two halves with a pause between,
 # holding the file open throughout, as torch.save to a slow disk does.

@@ -36,7 +36,7 @@ def real_dumps(tmp_path_factory) -> dict[str, Path]:
                    "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", str(JOB), scenario]
         started[scenario] = (folder, ranks, subprocess.Popen(command, env=_job_env(folder), stdout=subprocess.PIPE,
                                                              stderr=subprocess.STDOUT))
-    for scenario, (folder, ranks, process) in started.items():
+    for folder, ranks, process in started.values():
         out, _ = process.communicate(timeout=120)
         assert len(list(folder.glob("dump-rank*"))) == ranks, out.decode(errors="replace")
     return {scenario: folder for scenario, (folder, _, _) in started.items()}

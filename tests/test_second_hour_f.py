@@ -193,8 +193,6 @@ def test_a_folder_of_unrelated_failed_logs_is_said_to_be_separate_jobs_each_diag
 
 
 def test_the_files_of_one_job_are_still_read_as_one(tmp_path):
-    import shutil
-
     for layout in ("demo/hang-gloo-logdir", "documented/host-oom-dmesg", "documented/gpu-xid79-node"):
         result = monitor("diagnose", "--no-user-rules", str(SAMPLES / layout))
         assert "separate jobs" not in result.stdout, (layout, result.stdout)

@@ -14,7 +14,7 @@ import pytest
 from rich.text import Text
 
 from monitor.diagnosis.catalogue import load_catalogue
-from monitor.model import Finding, LogLine
+from monitor.model import Finding
 from monitor.session.feeds import LogBatch
 from monitor.tui.app import MonitorApp
 from monitor.tui.findings_panel import FindingsPanel

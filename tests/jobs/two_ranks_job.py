@@ -2,7 +2,10 @@
 step and a loss every half second; rank 1 then prints an uncaught-exception traceback, and both
 stay alive ``LINGER`` seconds so that a scraper sees the root cause while the job still runs.
 """
-import os, subprocess, sys, time
+import os
+import subprocess
+import sys
+import time
 if len(sys.argv) == 1:
     procs = [subprocess.Popen([sys.executable, __file__, str(r)], env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
     sys.exit(max(p.wait() for p in procs))
