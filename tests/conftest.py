@@ -24,3 +24,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real_job)
         if module in TERMINAL:
             item.add_marker(pytest.mark.terminal)
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reports fit $COLUMNS when it is set, and pytest-xdist's workers inherit one that a serial
+    run does not have: each test starts without it (a test that wants a width sets it)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)

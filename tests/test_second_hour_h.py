@@ -97,10 +97,17 @@ async def test_the_screen_names_the_cut_line_and_what_was_left_out(tmp_path):
                 break
         panel = app.query_one(FindingsPanel)
         note = next(f for f in panel.findings if f.rule == "line-cut")
+        for _ in range(50):  # the table is drawn on the next refresh (later under load)
+            if "Line 2 of train.log was cut" in "\n".join(screen_rows(app)):
+                break
+            await pilot.pause(0.1)
         assert "Line 2 of train.log was cut" in "\n".join(screen_rows(app))  # its title, in the table
         panel.select(note)
-        await pilot.pause(0.2)
-        detail = str(panel.query_one("#finding-text").render())
+        for _ in range(50):
+            await pilot.pause(0.1)
+            detail = str(panel.query_one("#finding-text").render())
+            if f"first at {log}:2" in detail.replace("\n", ""):
+                break
         assert f"Line 2 of train.log was cut: {LEFT_OUT:,} bytes" in detail
         assert f"first at {log}:2" in detail.replace("\n", "")
 
