@@ -19,14 +19,13 @@ KEY_ERROR = "import sys; print('step 1 loss 2.3', flush=True); d = {}; d['optimi
 VALUE_ERROR = "raise ValueError('batch of 0 samples: the dataset is empty')"
 
 
-# The width is set, not inherited: without $COLUMNS a report to a pipe is not wrapped, so a
-# note is one line whatever terminal (or pytest-xdist worker) the suite runs in.
-UNWRAPPED = {name: value for name, value in os.environ.items() if name != "COLUMNS"}
+# No test inherits $COLUMNS (conftest.py): a report to a pipe is not wrapped, so a note is one
+# line whatever terminal (or pytest-xdist worker) the suite runs in.
 
 
 def diagnose(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "monitor", "diagnose", *args], capture_output=True, text=True,
-                          timeout=120, env=UNWRAPPED)
+                          timeout=120)
 
 
 def two_runs(log_dir: Path) -> tuple[str, str]:
@@ -102,7 +101,7 @@ def test_runs_of_torchrun_slurm_and_loose_files(tmp_path):
 def test_watch_follows_the_newest_run_only(tmp_path):
     first, second = two_runs(tmp_path)
     watch = subprocess.Popen([sys.executable, "-m", "monitor", "watch", "--headless", "--json", str(tmp_path)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=UNWRAPPED)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     said = []
     while not any("watching" in line for line in said):  # up: a SIGTERM now gets the summary
         said.append(watch.stderr.readline())

@@ -153,8 +153,15 @@ def cut_traceback(bodies: list[str]) -> PythonException | None:
     frames = [(i, match) for i in range(header + 1, len(bodies)) if (match := _FRAME.match(bodies[i]))]
     if not frames:
         return None
-    index, frame = next(((i, f) for i, f in reversed(frames) if not _LIBRARY.search(f["file"])), frames[-1])
+    indexes = [i for i, _ in frames]
+    index = _user_frame(indexes, [f["file"] for _, f in frames], indexes[-1])
+    frame = dict(frames)[index]
     return PythonException("", "", frame["file"], frame["line"], (frame["func"] or "").strip(), index)
+
+
+def _user_frame(items: list, files: list[str], default):
+    """Of frames (oldest first, each with its file), the innermost in the user's own code, else ``default``."""
+    return next((item for item, file in zip(reversed(items), reversed(files)) if not _LIBRARY.search(file)), default)
 
 
 def _shifted_exception(stripped: str) -> bool:
@@ -204,6 +211,6 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
                 exception = (match["type"], (match["message"] or "").strip(), index)
     if exception is None:
         return None
-    user = next((f for f in reversed(frames) if not _LIBRARY.search(f[0])), ("", "", ""))
+    user = _user_frame(frames, [f[0] for f in frames], ("", "", ""))
     exc_type, message, index = exception
     return PythonException(exc_type, message, user[0], user[1], user[2], index)
