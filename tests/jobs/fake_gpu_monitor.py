@@ -20,10 +20,11 @@ GIB = 1024**3
 
 
 class RanksOnTheirGpus(FakeNvml):
-    """Each of the job's ranks (a descendant of this process with LOCAL_RANK=i) on GPU i. The
-    ranks are looked for when the set of descendants changes (a real NVML answers at once)."""
+    """Each of the job's ranks (a descendant of this process with LOCAL_RANK=i) on GPU i, as a
+    real NVML answers at once. A rank's LOCAL_RANK is read until found: a child caught between
+    fork and exec still shows its parent's environment, without it."""
 
-    _pids: frozenset = frozenset()
+    _local_ranks: dict[int, int] = {}
 
     def _processes(self, handle, name):
         index = self.gpus.index(self._gpu(handle, name))
@@ -33,19 +34,25 @@ class RanksOnTheirGpus(FakeNvml):
 
     def _place_ranks(self) -> None:
         children = psutil.Process().children(recursive=True)
-        pids = frozenset(p.pid for p in children)
-        if pids == self._pids:
+        local_ranks = {}
+        for process in children:
+            local = self._local_ranks.get(process.pid)
+            if local is None:
+                try:
+                    value = process.environ().get("LOCAL_RANK", "")
+                except (psutil.Error, OSError):
+                    continue
+                if not value.isdigit() or int(value) >= len(self.gpus):
+                    continue
+                local = int(value)
+            local_ranks[process.pid] = local
+        if local_ranks == self._local_ranks:
             return
-        self._pids = pids
+        self._local_ranks = local_ranks
         for gpu in self.gpus:
             gpu.processes = []
-        for process in children:
-            try:
-                local = process.environ().get("LOCAL_RANK")
-            except (psutil.Error, OSError):
-                continue
-            if local is not None and local.isdigit() and int(local) < len(self.gpus):
-                self.gpus[int(local)].processes.append(FakeProcess(process.pid, 2 * GIB))
+        for pid, local in local_ranks.items():
+            self.gpus[local].processes.append(FakeProcess(pid, 2 * GIB))
 
 
 fake = RanksOnTheirGpus(make_gpus(int(os.environ.get("FAKE_GPUS", "8"))))
