@@ -205,6 +205,27 @@ def test_mp_spawns_header_names_the_process_of_the_traceback_that_follows(tmp_pa
     assert (root["fields"]["exc_type"], root["rank"], root["rank_source"]) == ("KeyError", 2, "launcher")
 
 
+def test_mp_spawns_report_of_a_process_whose_traceback_was_cut_names_that_process(tmp_path: Path) -> None:
+    """The child's traceback cut before its exception (a paste that stops there): what failed is
+    unknown, but spawn's own header says which process it was."""
+    result = _diagnose(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 40, in <module>\n'
+        "    mp.spawn(worker, nprocs=4)\n"
+        '  File "/usr/lib/python3/site-packages/torch/multiprocessing/spawn.py", line 160, in join\n'
+        "    raise ProcessRaisedException(msg, error_index, failed_process.pid)\n"
+        "torch.multiprocessing.spawn.ProcessRaisedException: \n"
+        "\n"
+        "-- Process 3 terminated with the following error:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/site-packages/torch/multiprocessing/spawn.py", line 69, in _wrap\n'
+        "    fn(i, *args)\n"
+    ))
+    root = result["root_cause"]
+    assert (root["category"], root["rank"], root["rank_source"], root["confidence"]) == \
+        ("python_exception", 3, "launcher", "weak")
+
+
 def test_an_error_at_the_end_of_a_50_mb_line_is_found_and_the_cut_is_shown(tmp_path: Path) -> None:
     """A dumped tensor and then, on the same line, the error: lines over 64 KiB keep their head and
     their last 16 KiB, marked where they were cut (#31: the error was lost with the rest)."""

@@ -52,6 +52,10 @@ class RankEvidence:
     world_size: int | None = None
 
 
+# Rank sources that are a launcher's word on which process failed first: torchelastic's summary,
+# torch.multiprocessing.spawn's "-- Process N terminated with the following error:".
+_LAUNCHER_SAW = ("summary", "launcher")
+
 # Not weighed with the log's errors: a stall only when nothing failed, the exit only when
 # nothing else explains it.
 _LAST_RESORTS = ("stall", "exit")
@@ -150,7 +154,8 @@ def _suspected(finding: Finding, rank: int, reason: str, others: str) -> Finding
 def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvidence | None = None) -> Finding | None:
     """``root`` with the rank the launcher names where its own lines named none, or named only
     the rank that reported another's failure (a cascade: Horovod's "has been shut down", a peer's
-    lost connection): the rank its summary saw fail first (``rank_source`` "summary"), else the
+    lost connection): the rank its summary saw fail first (``rank_source`` "summary"; or the
+    process mp.spawn says failed, "launcher"), else the
     local rank it says failed, where the log shows one node's ranks only (``_local_rank``). A
     copy; the finding is unchanged."""
     # A hang's suspect is already the rank the others waited for (``hang_suspect``).
@@ -158,12 +163,13 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
         return root
     if root.rank is None and (waited := _not_ready(root, evidence)) is not None:
         return waited
-    summary = next((f for f in chronological(findings) if f.rank_source == "summary" and f.rank is not None), None)
+    summary = next((f for f in chronological(findings) if f.rank_source in _LAUNCHER_SAW and f.rank is not None), None)
     if summary is not None:
         assert summary.rank is not None  # picked for its rank
         if summary.rank == root.rank:
             return root
-        return replace(root, rank=summary.rank, ranks=list(root.ranks) or [summary.rank], rank_source="summary")
+        return replace(root, rank=summary.rank, ranks=list(root.ranks) or [summary.rank],
+                       rank_source=summary.rank_source)
     if root.rank is not None:
         return root
     local = _local_rank(findings, evidence)
