@@ -10,7 +10,8 @@ from monitor.diagnosis.catalogue import Catalogue
 from monitor.diagnosis.engine import Engine
 from monitor.model import Diagnosis, Finding
 from monitor.logs.nodes import nodes_from_names
-from monitor.logs.reader import UnreadableLog, find_logs, path_error, read_log
+from monitor.logs.reader import UnreadableLog, find_logs, path_error, read_head, read_log
+from monitor.logs.unwrap import HEAD_BYTES, unwrap, wrap_of
 from monitor.diagnosis.scan import scan_file
 from monitor.diagnosis.conclude import conclude
 
@@ -50,10 +51,13 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
             read.add(real)
             name = str(file)
             try:
-                if fast:
+                # A paste hard-wrapped by a terminal is read line by line, its pieces joined.
+                wrap = wrap_of(read_head(file, HEAD_BYTES))
+                if fast and wrap is None:
                     scan_file(file, engine)
                 else:
-                    for line in read_log(file):
+                    lines = read_log(file)
+                    for line in lines if wrap is None else unwrap(lines, wrap):
                         engine.feed(line)
                 files.append(name)
                 if file.stat().st_size == 0:

@@ -108,6 +108,16 @@ def open_log(path: str | os.PathLike):
     return handle
 
 
+def read_head(path: str | os.PathLike, size: int) -> bytes:
+    """A log's first ``size`` bytes (decompressed), to judge its shape by; what a damaged file
+    yields before its error. Raises UnreadableLog where ``open_log`` does."""
+    with open_log(path) as handle:
+        try:
+            return handle.read(size)
+        except (OSError, EOFError):
+            return b""  # the read that follows says what is wrong, and where
+
+
 def read_chunks(handle, name: str, lines_read: Callable[[], int], size: int = CHUNK_BYTES) -> Iterator[bytes]:
     """The file's bytes in chunks of about ``size``. On a read error (a truncated .gz), first
     yields everything read before it, then raises ``UnreadableLog`` naming the file and how many
