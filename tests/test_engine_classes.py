@@ -656,3 +656,23 @@ def test_a_worker_traceback_logged_line_by_line_under_a_prefix_and_a_header_is_r
 """)["root_cause"]
     assert (root["category"], root["rank"], root["fields"]["exc_type"], root["fields"]["frame_line"]) == (
         "python_exception", 2, "ValueError", "40")
+
+
+@pytest.mark.parametrize("recomputed, partitioned", [("torch.Size([0])", True), ("torch.Size([7, 64])", False)])
+def test_activation_checkpointings_mismatch_is_its_own_error_with_the_sharding_advice_where_shapes_are_empty(
+        tmp_path: Path, recomputed: str, partitioned: bool) -> None:
+    """torch/utils/checkpoint.py's CheckpointError: its message, each mismatched tensor's
+    'saved metadata: ...' / 'recomputed metadata: ...', then the debug tip; another rank's
+    traceback follows."""
+    result = _diagnose(tmp_path, (
+        "[rank2]: torch.utils.checkpoint.CheckpointError: torch.utils.checkpoint: Recomputed values for the "
+        "following tensors have different metadata than during the forward pass.\n"
+        "[rank2]: tensor at position 4:\n"
+        "[rank2]: saved metadata: {'shape': torch.Size([7, 128]), 'dtype': torch.bfloat16, 'device': device(type='cuda', index=2)}\n"
+        f"[rank2]: recomputed metadata: {{'shape': {recomputed}, 'dtype': torch.bfloat16, 'device': device(type='cuda', index=2)}}\n"
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/home/u/train.py", line 40, in <module>\n'
+    ))
+    root = result["root_cause"]
+    assert (root["rule"], root["category"], root["rank"]) == ("activation-checkpoint-mismatch", "python_exception", 2)
+    assert ("use_reentrant=True" in root["remedy"]) is partitioned
