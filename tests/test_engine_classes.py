@@ -676,3 +676,14 @@ def test_activation_checkpointings_mismatch_is_its_own_error_with_the_sharding_a
     root = result["root_cause"]
     assert (root["rule"], root["category"], root["rank"]) == ("activation-checkpoint-mismatch", "python_exception", 2)
     assert ("use_reentrant=True" in root["remedy"]) is partitioned
+
+
+def test_a_traceback_a_log_collector_timed_line_by_line_is_still_one_traceback(tmp_path: Path) -> None:
+    """kubectl logs --timestamps, journald exports, ``ts``: an RFC 3339 time before every line,
+    the frames' indentation after it."""
+    lines = ["Traceback (most recent call last):", '  File "/home/u/train.py", line 61, in main',
+             "    loss = step(batch)", "ValueError: Expected input batch_size (32) to match target batch_size (16)."]
+    result = _diagnose(tmp_path, "".join(f"2024-05-01T10:11:12.{n:06d}Z {line}\n" for n, line in enumerate(lines)))
+    root = result["root_cause"]
+    assert (root["category"], root["fields"]["exc_type"], root["fields"]["frame_line"]) == \
+        ("python_exception", "ValueError", "61")

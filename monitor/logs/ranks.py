@@ -78,8 +78,8 @@ def parse_prefix(text: str) -> Prefix:
                 return Prefix(inner.rank, inner.stream, inner.body, inner.local, text[:found.end()] + inner.lead)
             if lead.keeps == "stream":  # a host: it names the stream where no rank or pid does
                 return Prefix(inner.rank, inner.stream or f"host={found['host']}", inner.body, inner.local)
-            if inner.rank is not None or inner.stream is not None:  # a time: when, not what
-                return Prefix(inner.rank, inner.stream, inner.body, inner.local, text[:found.end()] + inner.lead)
+            # a time: when, not what
+            return Prefix(inner.rank, inner.stream, inner.body, inner.local, text[:found.end()] + inner.lead)
         for literal, pattern in STREAMS:
             if literal in text and (own := pattern.match(text)) is not None:
                 return Prefix(None, ":".join(own.groups()), text)
