@@ -76,15 +76,13 @@ LEVELS = tuple((e["name"], regex.compile(e["pattern"])) for e in TABLE["level"])
 MESSAGE_START = regex.compile("^(?:" + "|".join(f"(?:{e['pattern']})" for e in TABLE["message_start"]) + ")")
 
 
-def _progress() -> dict[str, regex.Pattern]:
+def progress_patterns() -> dict[str, regex.Pattern]:
+    """How progress is printed, by name (``progress/parse.py`` compiles them when it is first
+    imported: ``diagnose`` reads no progress and does not pay for the compile)."""
     number = TABLE["progress_number"]["pattern"]
     return {e["name"]: regex.compile(e["pattern"].replace("{number}", number),
                                      regex.IGNORECASE if e.get("ignore_case", True) else 0)
             for e in TABLE["progress"]}
-
-
-# How progress is printed (``progress/parse.py`` reads these by name).
-PROGRESS = _progress()
 
 
 def line_level(text: str) -> str:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from monitor.formats import PROGRESS
+from monitor.formats import progress_patterns
 
 MAX_PARSED = 1024
 # The line shapes are data: ``formats.toml``, ``[[progress]]`` (with samples).
+_PATTERNS = progress_patterns()
 (_KEYWORDS, _TQDM, _LOSS, _STEP, _EPOCH, _NAMED_THROUGHPUT, _UNIT, _KEYED_BEFORE, _VALUE_AFTER, _NOT_PROGRESS,
- _TOTAL_KEY, _METRIC) = (PROGRESS[name] for name in (
+ _TOTAL_KEY, _METRIC) = (_PATTERNS[name] for name in (
     "keywords", "tqdm", "loss", "step", "epoch", "named_throughput", "rate_unit", "keyed_before", "value_after",
     "not_progress", "total_key", "metric"))
 _NUMBER_CHARS = frozenset("0123456789.eE+-")
