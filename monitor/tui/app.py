@@ -42,6 +42,11 @@ EARLIER_LINES = 10_000
 AROUND_LINES = 2_000
 # At most this many screen updates a second from the log: a burst of lines is one update.
 REFRESH_S = 0.25
+# After a poll that brought lines, the next one begins no sooner than this after it: what
+# the job writes meanwhile is read and diagnosed in one go. Reading each write as it came (a
+# job's ranks write every few ms) cost the log worker most of its CPU (benchmarks/README.md,
+# `watch` in a real terminal). A poll that took longer (a backlog) is followed at once.
+GATHER_S = 0.1
 # How often the app checks whether its job was asked to stop (a signal) or has ended.
 JOB_CHECK_S = 0.2
 # Lines added per turn of the event loop when a big batch arrives (~50 ms of work).
@@ -211,9 +216,15 @@ class MonitorApp(App[int]):
         pending = LogBatch()
         last_post = 0.0
         in_flight = False
+        next_poll = 0.0
         while not worker.is_cancelled:
             if not pending.finished:
-                pending.merge(self.log_feed.poll(POLL_S))
+                if (rest := next_poll - time.monotonic()) > 0:
+                    time.sleep(rest)
+                began = time.monotonic()
+                polled = self.log_feed.poll(POLL_S)
+                pending.merge(polled)
+                next_poll = began + GATHER_S if polled.lines else began
             elif in_flight and not self._applied.wait(POLL_S):
                 continue  # the source is done: only the batch on screen is awaited
             if (excess := len(pending.lines) - MAX_PENDING_LINES) > 0:
