@@ -76,6 +76,27 @@ def test_tracker_keeps_nan_from_any_rank():
     assert tracker.state.nonfinite_seen  # stays visible
 
 
+def test_lines_of_other_ranks_left_unparsed_change_nothing_they_would_have():
+    """Once rank 0 with a loss is followed, the other ranks' lines are not parsed: a non-finite
+    loss and a configured total on them still count, as when every line was parsed."""
+    def states(parse_all: bool) -> list:
+        tracker = ProgressTracker(clock=lambda: 0.0)
+        if parse_all:
+            tracker._cannot_change = lambda text, rank: False
+        lines = [(f"step {i // 4} loss {2 - i / 1e3:.3f} 1000 tokens/s", i % 4) for i in range(400)]
+        lines.insert(200, ("steps=900 lr=0.1", 2))
+        lines.insert(300, ("step 75 loss NaN", 3))
+        seen = []
+        for i, (text, rank) in enumerate(lines):
+            tracker.feed(text, rank, now=i * 0.1)
+            seen.append(tracker.state)
+        return seen
+
+    fast, full = states(False), states(True)
+    assert fast == full
+    assert fast[-1].total == 900 and fast[-1].nonfinite_rank == 3 and fast[-1].rank == 0
+
+
 def test_tracker_eta_from_tqdm_rate_and_restart():
     tracker = ProgressTracker(clock=lambda: 0.0)
     tracker.feed(" 10%|█         | 100/1000 [00:10<01:30,  10.00it/s]", now=5.0)

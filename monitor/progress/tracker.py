@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import replace as _replace
 
-from monitor.progress.parse import ProgressEvent, parse_progress
+from monitor.progress.parse import MAX_PARSED, ProgressEvent, parse_progress
 
 LOSS_HISTORY = 240
 # Steps remembered for the step-rate estimate of the ETA.
@@ -48,6 +48,11 @@ class ProgressState:
         return self.step is not None or self.loss is not None or self.throughput is not None
 
 
+# The order of the best stream there can be (see ``_rank_order``): it reports a loss, and it
+# is rank 0 or lines without a rank.
+_BEST_ORDER = (True, True, 0)
+
+
 def _is_main(rank: int | None) -> bool:
     # Lines without a rank prefix are the main stream: often only rank 0 prints, unprefixed.
     return rank is None or rank == 0
@@ -81,6 +86,8 @@ class ProgressTracker:
 
     def feed(self, text: str, rank: int | None = None, now: float | None = None, file: str | None = None) -> bool:
         """Read one line (of ``file``, when read from one); True when the state changed."""
+        if self._cannot_change(text, rank):
+            return False
         event = parse_progress(text)
         if event is None:
             return False
@@ -103,6 +110,23 @@ class ProgressTracker:
         if changed:
             self.version += 1
         return changed
+
+    def _cannot_change(self, text: str, rank: int | None) -> bool:
+        """True when a line of ``rank`` cannot change the state, told without parsing it (most
+        lines of a job of many ranks: parsing every one cost ~25 µs a line, a quarter of a
+        core at 10,000 lines/s). That is a line of another stream once the followed one is the
+        best there is (it reports a loss and is rank 0 or unprefixed: no stream can take over),
+        unless it may hold a configured total still unknown (``=``, see ``parse_progress``) or
+        the first non-finite loss (float() reads only "nan" and "inf[inity]" as one)."""
+        if not self._has_leader or rank == self._leader or self._rank_order(self._leader) != _BEST_ORDER:
+            return False
+        if self._state.total is None and "=" in text:
+            return False
+        if not self._state.nonfinite_seen:
+            lower = text[:MAX_PARSED].lower()
+            if "nan" in lower or "inf" in lower:
+                return False
+        return True
 
     def _rank_order(self, rank: int | None) -> tuple[bool, bool, int]:
         return (rank in self._with_loss, _is_main(rank), -(rank or 0))

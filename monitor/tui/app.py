@@ -40,8 +40,16 @@ POLL_S = 0.2
 EARLIER_LINES = 10_000
 # Lines read back around a finding's line that lies before those shown (c, Enter): half after it.
 AROUND_LINES = 2_000
-# At most this many screen updates a second from the log: a burst of lines is one update.
-REFRESH_S = 0.25
+# At most one screen update from the log this often: a burst of lines is one update. Each one
+# draws every row of a log that scrolled again, most of the screen thread's CPU while a job
+# writes fast (benchmarks/README.md, `watch` in a real terminal). A new finding, a new root
+# cause or an input problem is posted at once, not held to this pace.
+REFRESH_S = 0.5
+# After a poll that brought lines, the next one begins no sooner than this after it: what
+# the job writes meanwhile is read and diagnosed in one go. Reading each write as it came (a
+# job's ranks write every few ms) cost the log worker most of its CPU (benchmarks/README.md,
+# `watch` in a real terminal). A poll that took longer (a backlog) is followed at once.
+GATHER_S = 0.1
 # How often the app checks whether its job was asked to stop (a signal) or has ended.
 JOB_CHECK_S = 0.2
 # Lines added per turn of the event loop when a big batch arrives (~50 ms of work).
@@ -52,6 +60,13 @@ MESSAGE_S = 8.0
 # Lines gathered for the screen while it draws the batch before: a screen further behind draws
 # only the newest (the session has diagnosed every line; the older ones are in the files).
 MAX_PENDING_LINES = 50_000
+
+
+def _findings_shown(batch: LogBatch, shown: tuple[frozenset[str], str | None]) -> tuple[frozenset[str], str | None]:
+    """Which findings (ids) and which root cause the screen shows once ``batch`` is applied."""
+    if batch.findings is None:
+        return shown
+    return frozenset(f.id for f in batch.findings), batch.root_cause.id if batch.root_cause else None
 
 
 class MonitorApp(App[int]):
@@ -211,9 +226,16 @@ class MonitorApp(App[int]):
         pending = LogBatch()
         last_post = 0.0
         in_flight = False
+        next_poll = 0.0
+        shown: tuple[frozenset[str], str | None] = (frozenset(), None)  # findings and root cause posted
         while not worker.is_cancelled:
             if not pending.finished:
-                pending.merge(self.log_feed.poll(POLL_S))
+                if (rest := next_poll - time.monotonic()) > 0:
+                    time.sleep(rest)
+                began = time.monotonic()
+                polled = self.log_feed.poll(POLL_S)
+                pending.merge(polled)
+                next_poll = began + GATHER_S if polled.lines else began
             elif in_flight and not self._applied.wait(POLL_S):
                 continue  # the source is done: only the batch on screen is awaited
             if (excess := len(pending.lines) - MAX_PENDING_LINES) > 0:
@@ -221,8 +243,13 @@ class MonitorApp(App[int]):
                 pending.skipped += excess
             if in_flight and not self._applied.is_set():
                 continue
-            if pending.empty or (not pending.finished and time.monotonic() - last_post < REFRESH_S):
+            if pending.empty:
                 continue
+            news = _findings_shown(pending, shown)
+            if not pending.finished and news == shown and not pending.problems \
+                    and time.monotonic() - last_post < REFRESH_S:
+                continue
+            shown = news
             self._applied.clear()
             self.post_message(LogsArrived(pending))
             if pending.finished:

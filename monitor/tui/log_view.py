@@ -46,8 +46,12 @@ GUTTER_MARKS = {"root": "★", "error": "●", "warning": "▲", "info": "·"}
 MAX_NODE_BADGE = 12
 
 
+# Made once: a Style made for every row drawn was a visible share of the view's cost.
+_RANK_STYLES = tuple(Style(color="#000000", bgcolor=colour, bold=True) for colour in RANK_COLOURS)
+
+
 def rank_style(rank: int) -> Style:
-    return Style(color="#000000", bgcolor=RANK_COLOURS[rank % len(RANK_COLOURS)], bold=True)
+    return _RANK_STYLES[rank % len(_RANK_STYLES)]
 
 
 class LogView(ScrollView, can_focus=True):
@@ -410,11 +414,11 @@ class LogView(ScrollView, can_focus=True):
             return Strip.blank(width, self._style(""))
         index = self._index_at(row)
         key = (index, index == self.cursor_index, self._badge_width(), self.marks.get(index))
-        strip = self._cache.get(key)
-        if strip is None:
-            strip = self._render_index(index)
-            self._cache[key] = strip
         if self.wrap:
+            strip = self._cache.get(key)
+            if strip is None:
+                badges, text_segments = self._row_parts(index)
+                strip = self._cache[key] = Strip(badges + text_segments)
             prefix, text_width = self._badge_width() + 1, self._wrap_width
             text = self.store.text(index)[:MAX_DRAWN].expandtabs(4)
             starts = wrap_starts(text, text_width)
@@ -424,12 +428,31 @@ class LogView(ScrollView, can_focus=True):
                 return strip.crop(0, end).crop_extend(0, width, self._style(""))
             indent = Strip.blank(prefix, self._style(""))
             return Strip.join([indent, strip.crop(start, end)]).crop_extend(0, width, self._style(""))
-        # Only the text scrolls sideways: the gutter and badges stay pinned (as lnav's left columns).
-        prefix = self._badge_width() + 1
-        text = strip.crop_extend(prefix + scroll_x, scroll_x + width, self._style(""))
-        return Strip.join([strip.crop(0, prefix), text])
+        shown_key = (*key, scroll_x, width)
+        strip = self._cache.get(shown_key)
+        if strip is None:
+            strip = self._cache[shown_key] = self._shown_row(index, scroll_x, width)
+        return strip
 
-    def _render_index(self, index: int) -> Strip:
+    def _shown_row(self, index: int, scroll_x: int, width: int) -> Strip:
+        """Line ``index`` as its row shows it, ``width`` cells, scrolled ``scroll_x`` cells
+        sideways: only the text scrolls, the gutter and badges stay pinned (as lnav's left
+        columns). Made as one Strip from the segments: a view following a busy log draws every
+        row anew each time it scrolls, and the Strips made by cropping and joining (each with
+        its seven caches) were most of its cost (benchmarks/README.md, `watch` in a real terminal)."""
+        badges, text = self._row_parts(index)
+        prefix = self._badge_width() + 1
+        if self.store.nodes_seen:  # a node's name may hold wide characters
+            badges = Segment.adjust_line_length(badges, prefix, self._style(""))
+        room = max(0, width - prefix)
+        if scroll_x:
+            parts = list(Segment.divide(text, [scroll_x, scroll_x + room]))
+            text = parts[1] if len(parts) > 1 else []
+        text = Segment.adjust_line_length(text, room, self._style(""))
+        return Strip(badges + text, prefix + room)
+
+    def _row_parts(self, index: int) -> tuple[list[Segment], list[Segment]]:
+        """Line ``index``'s gutter and badges (``_badge_width() + 1`` cells), and its text."""
         store = self.store
         base = self._style("")
         if index == self.cursor_index:
@@ -458,8 +481,7 @@ class LogView(ScrollView, can_focus=True):
                 segments.append(Segment(f"r{rank}".ljust(badge_width - 1), rank_style(rank)))
                 segments.append(Segment(" ", base))
         text = store.text(index)[:MAX_DRAWN].expandtabs(4)
-        segments.extend(self._text_segments(text, text_style))
-        return Strip(segments)
+        return segments, self._text_segments(text, text_style)
 
     def _text_segments(self, text: str, style: Style) -> list[Segment]:
         """The text as literal segments (never markup), with the filter's and the find's matches
