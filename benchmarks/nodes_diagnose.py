@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from diagnose_bench import patterns_file  # noqa: E402
+from diagnose_bench import installed_bytecode, patterns_file  # noqa: E402
 from monitor.diagnosis.catalogue import load_catalogue  # noqa: E402
 
 
@@ -63,6 +63,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     counts = [int(n) for n in args.nodes.split(",")]
+    installed_bytecode()
     work = Path(tempfile.mkdtemp(prefix="monitor-nodes-bench-"))
     patterns, _, _ = patterns_file(load_catalogue(include_user=False))
     print(f"{args.lines:,} lines per node; best of {args.repeat}")
