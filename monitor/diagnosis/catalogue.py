@@ -265,13 +265,16 @@ def load_file(path: Path, trusted: bool = False) -> list[Rule]:
     return [_build_rule(table, index, locator, trusted) for index, table in enumerate(tables)]
 
 
+_RULE_TABLE = regex.compile(r"\s*\[\[\s*rule\s*\]\]")
+
+
 class _Locator:
     """Finds the line of the n-th ``[[rule]]`` table, and of keys and strings inside it."""
 
     def __init__(self, path: Path, text: str) -> None:
         self.path = path
         self.lines = text.splitlines()
-        self.starts = [i + 1 for i, line in enumerate(self.lines) if regex.match(r"\s*\[\[\s*rule\s*\]\]", line)]
+        self.starts = [i + 1 for i, line in enumerate(self.lines) if _RULE_TABLE.match(line)]
 
     def span(self, index: int) -> tuple[int, int]:
         start = self.starts[index] if index < len(self.starts) else 1

@@ -146,10 +146,13 @@ def load_registry(directories) -> dict[str, Knob]:
     return registry
 
 
+_KNOB_TABLE = regex.compile(r"\s*\[\[\s*knob\s*\]\]")
+
+
 def load_file(path: Path) -> list[Knob]:
     text, data = read_toml_file(path, "the knob registry", KnobError)
     lines = text.splitlines()
-    starts = [n for n, line in enumerate(lines, start=1) if regex.match(r"\s*\[\[\s*knob\s*\]\]", line)]
+    starts = [n for n, line in enumerate(lines, start=1) if _KNOB_TABLE.match(line)]
     if set(data) - {"knob"}:
         raise KnobError(f"{path}:1: unknown top-level key {sorted(set(data) - {'knob'})[0]!r} (expected [[knob]] tables)")
     knobs: list[Knob] = []
