@@ -76,6 +76,18 @@ def test_fast_scan_equals_line_by_line_on_a_tricky_log(tmp_path):
         assert len(fed) < lines * 0.6  # the fast path really skipped lines
 
 
+def test_a_big_chunk_searched_in_two_halves_gives_the_hits_of_one_search(tmp_path):
+    """Post-mortem, a chunk of 1 MiB or more is searched on two threads, cut at a line's end
+    near its middle; hits just before and after the cut are all kept."""
+    prefilter = Engine(_full_catalogue(tmp_path)).prefilter
+    data = tricky_log(lines=3000)
+    assert len(data) >= 2 << 20
+    middle = data.index(b"\n", len(data) // 2) + 1
+    data = data[:middle] + b"torch.OutOfMemoryError: CUDA out of memory.\n" + data[middle:]
+    view = memoryview(data)
+    assert prefilter.chunk_hits(view, halves=True) == prefilter.chunk_hits(view)
+
+
 def test_fast_scan_equals_line_by_line_on_every_sample_log(tmp_path):
     catalogue = _full_catalogue(tmp_path)
     files = [f for f in find_logs(SAMPLES) if f.is_file()]

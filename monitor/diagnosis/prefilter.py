@@ -16,6 +16,8 @@ search itself). A rule's explicit ``prefilter`` strings are searched exactly as 
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 from collections.abc import Set as AbstractSet
 
 import ahocorasick_rs
@@ -149,10 +151,13 @@ class Prefilter:
         rules, logged, starter = self.hits(raw)
         return bool(rules or starter or logged - seen_patterns)
 
-    def chunk_hits(self, chunk, seen_patterns: frozenset[int] = frozenset()) -> tuple[list[int], set[int]]:
+    def chunk_hits(self, chunk, seen_patterns: frozenset[int] = frozenset(),
+                   halves: bool = False) -> tuple[list[int], set[int]]:
         """(start offsets, ascending, of trigger, starter and control-byte hits and of log-condition
         literals whose patterns were not seen yet (once seen, the engine no longer looks);
-        the offsets of the control-byte hits among them). ``chunk``: bytes or a memoryview."""
+        the offsets of the control-byte hits among them). ``chunk``: bytes or a memoryview.
+        ``halves``: search a big chunk's two halves (cut at a line's end) on two threads, for a
+        finished file read post-mortem; never while a job runs beside it."""
         if seen_patterns not in self._chunk_acs:
             wanted = [
                 literal for ident, literal in enumerate(self._literals)
@@ -166,5 +171,28 @@ class Prefilter:
                 implementation=ahocorasick_rs.Implementation.DFA)
             self._chunk_acs[seen_patterns] = (automaton, len(wanted))
         automaton, first_control = self._chunk_acs[seen_patterns]
-        matches = automaton.find_matches_as_indexes(chunk)
+        cut = _line_end_near_middle(chunk) if halves and len(chunk) >= HALVES_BYTES else None
+        if cut is None:
+            matches = automaton.find_matches_as_indexes(chunk)
+        else:
+            # No literal holds a newline, so no match spans the cut. The search lets go of the GIL.
+            first = _second_thread().submit(automaton.find_matches_as_indexes, chunk[:cut])
+            second = automaton.find_matches_as_indexes(chunk[cut:])
+            matches = first.result() + [(ident, start + cut, end + cut) for ident, start, end in second]
         return [start for _, start, _ in matches], {start for ident, start, _ in matches if ident >= first_control}
+
+
+# A chunk searched in two halves at least this big (below, a thread's hand-off costs more).
+HALVES_BYTES = 1 << 20
+
+
+def _line_end_near_middle(chunk) -> int | None:
+    """The offset just after the first newline within 64 KiB past the chunk's middle, or None."""
+    middle = len(chunk) // 2
+    newline = bytes(chunk[middle:middle + (64 << 10)]).find(b"\n")
+    return None if newline < 0 else middle + newline + 1
+
+
+@functools.cache
+def _second_thread() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="monitor-prefilter")

@@ -128,6 +128,9 @@ def _scan(path, engine: Engine, chunk_bytes: int, limit: int | None) -> tuple[in
     def feed(raw: bytes) -> None:
         engine.feed(make_line(name, number, raw, file_rank))
 
+    # A finished file read post-mortem may be searched on two threads; one a running job still
+    # writes (``scan_prefix``, the screen attaching to it) shares the machine with the job.
+    finished = limit is None
     done = 0  # bytes of the complete lines so far (the end of the last newline)
     read = 0
     with open_log(path) as handle:
@@ -162,7 +165,7 @@ def _scan(path, engine: Engine, chunk_bytes: int, limit: int | None) -> tuple[in
                 engine.early_lines(early.ranks, early.world_sizes, early.count, early.claims)
             view = memoryview(block)
             seen = engine.log_seen
-            hits, controls = prefilter.chunk_hits(view[:size], seen)
+            hits, controls = prefilter.chunk_hits(view[:size], seen, halves=finished)
             long_lines = _long_lines(block, size)
             if long_lines:
                 hits = sorted(hits + long_lines)
@@ -171,7 +174,7 @@ def _scan(path, engine: Engine, chunk_bytes: int, limit: int | None) -> tuple[in
                 if engine.log_seen_count != len(seen):
                     # A log-condition pattern was found: stop looking for its literals.
                     seen = engine.log_seen
-                    found, more = prefilter.chunk_hits(view[pos:size], seen)
+                    found, more = prefilter.chunk_hits(view[pos:size], seen, halves=finished)
                     hits, hit = sorted([pos + h for h in found] + [at for at in long_lines if at >= pos]), 0
                     controls = controls | {pos + c for c in more}
                 everything = engine.has_pending(name) or (number < EARLY_LINES and engine.wants_time(name))
