@@ -1,8 +1,8 @@
 """`monitor run --check-collectives` and `monitor check-collectives` on real torch jobs (gloo on
 CPU, torchrun): a balanced set names nobody and the job is launched; a node whose link is really
-slower (a rate-limited link into its network namespace) is named by every node, and strict mode
-does not launch; a rank behind such a link on one node is named as a rank; a test that fails is
-one line."""
+slower (a rate-limited link into its network namespace) is named by every node, by its all_reduce
+with the other nodes and by its send/recv pairs, and strict mode does not launch; a rank behind
+such a link on one node is named as a rank; a test that fails is one line."""
 
 from __future__ import annotations
 
@@ -100,17 +100,32 @@ def test_a_node_behind_a_slow_link_is_named_and_strict_stops_the_launch(network,
     err = results[0].stderr.decode()
     assert results[0].returncode == 1, err[-3000:]
     named = [line for line in err.splitlines() if line.startswith("monitor: node node-c is ")]
-    assert len(named) == 1 and "slower than the others on send/recv (1.0 MiB in" in named[0], err[-3000:]
+    assert len(named) == 2, err[-3000:]
+    # The node by its all_reduce with the others (a pair of nodes at 200 Mbit/s: ~45 ms for 1 MiB),
+    # then beside it the send/recv pairs that say the same.
+    times = named[0].removeprefix("monitor: node node-c is ").split("x slower on all_reduce than the others (")[0]
+    assert times.isdigit() and int(times) >= 3, named[0]
+    assert named[0].endswith(" between the others): all_reduce with node-c is slow: check its NIC/IB "
+                             "(ibstat, the link's error counters)"), named[0]
+    assert "slower than the others on send/recv (1.0 MiB in" in named[1]
     assert "pairs with node-c are slow: check its NIC/IB (ibstat, the link's error counters) (the check took " \
-        in named[0]
-    assert named[0].endswith(f" s; kept in {next((tmp_path / 'node0').glob('run-*.collectives.json'))})")
-    assert "monitor: --check-collectives=strict: the job is not launched: node node-c is " in err
+        in named[1]
+    kept = next((tmp_path / "node0").glob("run-*.collectives.json"))
+    assert named[1].endswith(f" s; kept in {kept})")
+    assert f"monitor: --check-collectives=strict: the job is not launched: node node-c is {times}x slower on " \
+           "all_reduce than the others (1.0 MiB in " in err
     assert "recording to" not in err
+    saved = read_json(kept)
+    assert saved["verdict"]["lines"][1] == named[0].removeprefix("monitor: ")
+    assert {t["peer"] for t in saved["measurement"]["node_all_reduce"]} == {"node-a", "node-b", "node-c"}
+    assert kept.with_name(kept.name.replace(".json", ".txt")).exists()
     for k in (1, 2):
         assert results[k].returncode == 1, results[k].stderr.decode()[-2000:]
         verdict = json.loads(results[k].stdout)["verdict"]
-        assert [(o["kind"], o["node"], o["ranks"]) for o in verdict["outliers"]] == [("node", "node-c", [2])]
+        assert [(o["kind"], o["node"], o["ranks"], o["metric"]) for o in verdict["outliers"]] == \
+            [("node", "node-c", [2], "all_reduce"), ("node", "node-c", [2], "transfer")]
         assert verdict["nodes"] == ["node-a", "node-b", "node-c"]
+        assert verdict["node_all_reduce_bytes"] == 1 << 20
 
 
 def test_a_rank_behind_a_slow_link_on_one_node_is_named_as_a_rank(network, tmp_path: Path):  # noqa: F811

@@ -218,9 +218,15 @@ class Gate:
     reason: str
 
 
+def _rule(outlier: Outlier) -> str:
+    if outlier.kind != "node":
+        return "collectives-slow-rank"
+    return "collectives-slow-node-all-reduce" if outlier.metric == "all_reduce" else "collectives-slow-node"
+
+
 def finding(outlier: Outlier) -> Finding:
     """An outlier as a finding of the run (a warning beside the preflight checks')."""
-    return Finding(rule=f"collectives-slow-{'node' if outlier.kind == 'node' else 'rank'}",
+    return Finding(rule=_rule(outlier),
                    category=Category.PREFLIGHT, severity="warning", role="confirm", title=outlier.title(),
                    rank=outlier.ranks[0] if len(outlier.ranks) == 1 else None, ranks=list(outlier.ranks),
                    remedy=outlier.remedy(), origin="preflight", node=outlier.node)
