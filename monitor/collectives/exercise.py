@@ -136,17 +136,21 @@ class Exercise:
                         own = (nodes[b if mine == a else a], group)
             groups.append(own)
         tensor = self.torch.zeros(NODE_BYTES // 4, dtype=self.torch.float32, device=self.device)
-        results = []
-        for own in groups:
-            self.dist.barrier()
-            if own is None:
-                continue
-            peer, group = own
-            times = [self._timed(lambda: self.dist.all_reduce(tensor, group=group))
-                     for _ in range(1 + NODE_ITERATIONS)][1:]  # the first sets the group up
-            results.append({"peer": peer, "bytes": NODE_BYTES, "seconds": times})
+        times: dict[str, list[float]] = {}
+        # In ``PASSES`` passes, as the send/recv pairs: the reader keeps each rank's best, and a
+        # rank descheduled for a while (a busy machine) is not so in both.
+        for n in range(PASSES):
+            warmup = 1 if n == 0 else 0  # the group's first all_reduce sets it up
+            for own in groups:
+                self.dist.barrier()
+                if own is None:
+                    continue
+                peer, group = own
+                timed = [self._timed(lambda: self.dist.all_reduce(tensor, group=group))
+                         for _ in range(warmup + NODE_ITERATIONS)]
+                times.setdefault(peer, []).extend(timed[warmup:])
         self.dist.barrier()
-        return results
+        return [{"peer": peer, "bytes": NODE_BYTES, "seconds": seconds} for peer, seconds in times.items()]
 
     def pairs(self) -> list[dict]:
         """This rank's send/recv with each partner; only the lower rank of a pair reports it. Each
