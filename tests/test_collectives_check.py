@@ -103,7 +103,9 @@ def test_a_check_keeps_its_output_and_verdict_beside_the_run(tmp_path: Path):
     assert result.saved == tmp_path / "run-1.collectives.json"
     saved = json.loads(result.saved.read_text())
     assert saved["exit_code"] == 0 and saved["verdict"]["lines"] == result.verdict.lines()
-    assert (tmp_path / "run-1.collectives.txt").read_text() == "launcher output\n"
+    # The launcher's output, then the verdict, so that the .txt alone says it.
+    assert (tmp_path / "run-1.collectives.txt").read_text() == \
+        "launcher output\n" + "".join(f"monitor: {line}\n" for line in result.verdict.lines())
     for name in ("run-1.collectives.json", "run-1.collectives.txt"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
     # The same name again (`check-collectives` twice in a second): the next name, nothing overwritten.
@@ -210,6 +212,7 @@ def test_run_reports_a_node_slow_on_all_reduce_before_the_launch_and_with_the_jo
     log = only_log(tmp_path / "logs")
     saved = json.loads(log.with_name(f"{log.stem}.collectives.json").read_text())
     assert saved["verdict"]["lines"][-1] == line
+    assert log.with_name(f"{log.stem}.collectives.txt").read_text().endswith(f"\nmonitor: {line}\n")
     diagnosis = json.loads(log.with_suffix(".diagnosis.json").read_text())
     [finding] = [f for f in diagnosis["findings"] if f["rule"] == "collectives-slow-node-all-reduce"]
     assert (finding["node"], finding["ranks"], finding["origin"]) == ("gpu-07", [2], "preflight")

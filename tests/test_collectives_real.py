@@ -119,7 +119,7 @@ def test_a_node_behind_a_slow_link_is_named_and_strict_stops_the_launch(network,
     saved = read_json(kept)
     assert saved["verdict"]["lines"][1] == named[0].removeprefix("monitor: ")
     assert {t["peer"] for t in saved["measurement"]["node_all_reduce"]} == {"node-a", "node-b", "node-c"}
-    assert kept.with_name(kept.name.replace(".json", ".txt")).exists()
+    assert f"\n{named[0]}\n" in kept.with_name(kept.name.replace(".json", ".txt")).read_text()
     for k in (1, 2):
         assert results[k].returncode == 1, results[k].stderr.decode()[-2000:]
         verdict = json.loads(results[k].stdout)["verdict"]
