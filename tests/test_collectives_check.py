@@ -62,6 +62,19 @@ def _measurement(slow_rank: int | None) -> dict:
                        "pairs": [pair(r, b) for b in range(r + 1, 4)]} for r in range(4)]}
 
 
+def _nodes_measurement(slow_node: str) -> dict:
+    """Four nodes of one rank; the all_reduce of every pair of nodes with ``slow_node`` 6x as long."""
+    hosts = ["gpu-01", "gpu-04", "gpu-07", "gpu-09"]
+
+    def node_all_reduce(host):
+        return [{"peer": peer, "bytes": 1 << 20, "seconds": [0.03 if slow_node in (host, peer) else 0.005]}
+                for peer in hosts if peer != host]
+    measurement = _measurement(slow_rank=None)
+    for entry, host in zip(measurement["ranks"], hosts):
+        entry.update(host=host, local_rank=0, node_all_reduce=node_all_reduce(host))
+    return measurement
+
+
 def _launcher(tmp_path: Path, body: str) -> dict[str, str]:
     """A `torchrun` on PATH that runs ``body`` (Python; ``out``: the --out path it was given)."""
     folder = tmp_path / "bin"
@@ -90,7 +103,9 @@ def test_a_check_keeps_its_output_and_verdict_beside_the_run(tmp_path: Path):
     assert result.saved == tmp_path / "run-1.collectives.json"
     saved = json.loads(result.saved.read_text())
     assert saved["exit_code"] == 0 and saved["verdict"]["lines"] == result.verdict.lines()
-    assert (tmp_path / "run-1.collectives.txt").read_text() == "launcher output\n"
+    # The launcher's output, then the verdict, so that the .txt alone says it.
+    assert (tmp_path / "run-1.collectives.txt").read_text() == \
+        "launcher output\n" + "".join(f"monitor: {line}\n" for line in result.verdict.lines())
     for name in ("run-1.collectives.json", "run-1.collectives.txt"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
     # The same name again (`check-collectives` twice in a second): the next name, nothing overwritten.
@@ -144,6 +159,18 @@ def test_the_gate_says_the_outlier_and_stops_only_when_strict(tmp_path: Path, mo
         assert gate.stop_code is None
 
 
+def test_a_node_slow_on_all_reduce_is_a_finding_of_its_own_beside_its_pairs():
+    from monitor.collectives.verdict import Outlier
+    from monitor.runner.collectives_check import finding
+
+    by_all_reduce = finding(Outlier("node", "gpu-07", (4, 5), "all_reduce", 0.03, 0.005, 1 << 20))
+    by_pairs = finding(Outlier("node", "gpu-07", (4, 5), "transfer", 0.04, 0.001, 1 << 20))
+    assert (by_all_reduce.rule, by_all_reduce.node, by_all_reduce.ranks, by_all_reduce.rank) == \
+        ("collectives-slow-node-all-reduce", "gpu-07", [4, 5], None)
+    assert by_all_reduce.title.startswith("node gpu-07 is 6x slower on all_reduce than the others (")
+    assert by_pairs.rule == "collectives-slow-node"
+
+
 def test_run_says_when_it_cannot_check_and_strict_refuses(tmp_path: Path):
     job = (sys.executable, "-c", "print('trained')")
     result = subprocess.run(monitor_cmd(tmp_path, *job, extra=("--check-collectives",)), capture_output=True,
@@ -170,6 +197,29 @@ def test_run_launches_after_naming_an_outlier_and_reports_it_with_the_job(tmp_pa
     [finding] = [f for f in diagnosis["findings"] if f["rule"] == "collectives-slow-rank"]
     assert (finding["rank"], finding["severity"], finding["origin"]) == (3, "warning", "preflight")
     assert diagnosis["root_cause"] is None
+
+
+def test_run_reports_a_node_slow_on_all_reduce_before_the_launch_and_with_the_job(tmp_path: Path):
+    body = ("if '--out' not in sys.argv: print('trained'); sys.exit(0)\n" + _writes(_nodes_measurement("gpu-07")))
+    env = _launcher(tmp_path, body)
+    result = subprocess.run(monitor_cmd(tmp_path / "logs", "torchrun", "train.py", extra=("--check-collectives",)),
+                            capture_output=True, timeout=60, stdin=subprocess.DEVNULL, env=env)
+    err = result.stderr.decode()
+    assert result.returncode == 0 and result.stdout == b"trained\n", err
+    line = ("node gpu-07 is 6x slower on all_reduce than the others (1.0 MiB in 30 ms with it, 5.00 ms between "
+            "the others): all_reduce with gpu-07 is slow: check its NIC/IB (ibstat, the link's error counters)")
+    assert err.index(f"monitor: {line} (the check took ") < err.index("recording to")
+    log = only_log(tmp_path / "logs")
+    saved = json.loads(log.with_name(f"{log.stem}.collectives.json").read_text())
+    assert saved["verdict"]["lines"][-1] == line
+    assert log.with_name(f"{log.stem}.collectives.txt").read_text().endswith(f"\nmonitor: {line}\n")
+    diagnosis = json.loads(log.with_suffix(".diagnosis.json").read_text())
+    [finding] = [f for f in diagnosis["findings"] if f["rule"] == "collectives-slow-node-all-reduce"]
+    assert (finding["node"], finding["ranks"], finding["origin"]) == ("gpu-07", [2], "preflight")
+    assert finding["title"] == line.split(": all_reduce with")[0]
+    # The end report, after the job, holds it too.
+    assert f"warning [confirm] {finding['title']} — node gpu-07, rank 2, ×1, before the job started " \
+           "(collectives-slow-node-all-reduce)" in err[err.index("recording to"):]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

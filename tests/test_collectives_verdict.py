@@ -1,5 +1,6 @@
 """The collectives check's verdict on plain data: the outlier rule (``slow_members``), the slow
-node, the slow rank, nobody in a balanced or noisy set; and the measurement file read safely."""
+node (by its all_reduce with the other nodes, and by its send/recv pairs), the slow rank, nobody
+in a balanced or noisy set; and the measurement file read safely."""
 
 from __future__ import annotations
 
@@ -10,18 +11,25 @@ from pathlib import Path
 
 import pytest
 
-from monitor.collectives.measurement import Measurement, MeasurementError, PairTiming, RankSite, from_json, read
+from monitor.collectives.measurement import (
+    Measurement, MeasurementError, NodePairAllReduce, PairTiming, RankSite, from_json, read,
+)
 from monitor.collectives.verdict import judge, slow_members
 
 MS = 1e-3
 
 
-def _measurement(hosts: list[str], pair_time, backend: str = "gloo") -> Measurement:
-    """``hosts[r]`` is rank r's node; ``pair_time(a, b) -> (latency_s, transfer_s)``."""
+def _measurement(hosts: list[str], pair_time, backend: str = "gloo", node_time=None) -> Measurement:
+    """``hosts[r]`` is rank r's node; ``pair_time(a, b) -> (latency_s, transfer_s)``;
+    ``node_time(rank, node, peer) -> seconds``: that rank's all_reduce with every rank of ``peer``
+    (every pair of nodes; none without it)."""
     world = len(hosts)
     pairs = tuple(PairTiming(a, b, *pair_time(a, b), 1 << 20) for a in range(world) for b in range(a + 1, world))
     sites = tuple(RankSite(r, host, hosts[:r].count(host), "cpu") for r, host in enumerate(hosts))
-    return Measurement(backend, world, "2.x", sites, (), pairs, (("join", 2.0), ("pairs", 0.5)))
+    nodes = list(dict.fromkeys(hosts))
+    node_all_reduce = tuple(NodePairAllReduce(r, hosts[r], peer, 1 << 20, node_time(r, hosts[r], peer))
+                            for r in range(world) for peer in nodes if peer != hosts[r]) if node_time else ()
+    return Measurement(backend, world, "2.x", sites, (), pairs, (("join", 2.0), ("pairs", 0.5)), node_all_reduce)
 
 
 def _noisy(seed: int, base_latency: float = 0.1 * MS, base_transfer: float = 0.5 * MS):
@@ -59,10 +67,22 @@ def test_the_rule_needs_both_the_factor_and_the_floor():
     assert slow_members(pairs, floor_s=1.0, factor=6.0) == []  # 5x: under the factor
 
 
+def _noisy_all_reduce(seed: int, base: float = 1 * MS, slow: str | None = None, times: float = 1.0):
+    """Each rank's best all_reduce with a node as this machine measures it: near ``base``, a few hit
+    by the scheduler (up to 4x, a few milliseconds); ``times`` as long with node ``slow``."""
+    rng = random.Random(seed)
+
+    def node_time(_rank, node, peer):
+        hit = rng.random() < 0.15
+        seconds = base * (rng.uniform(1, 4) if hit else rng.uniform(0.8, 1.3))
+        return seconds * times if slow in (node, peer) else seconds
+    return node_time
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_a_balanced_noisy_set_names_nobody(seed: int):
-    for hosts in (["vm"] * 4, ["n1", "n1", "n2", "n2", "n3", "n3"], ["n1", "n2", "n3", "n4"]):
-        verdict = judge(_measurement(hosts, _noisy(seed)))
+    for hosts in (["vm"] * 4, ["n1", "n1", "n2", "n2", "n3", "n3"], ["n1", "n2", "n3", "n4"], ["n1", "n2", "n3"]):
+        verdict = judge(_measurement(hosts, _noisy(seed), node_time=_noisy_all_reduce(seed)))
         assert verdict.outliers == (), [o.line() for o in verdict.outliers]
         assert verdict.lines()[-1] == "no node, rank or link stands out"
 
@@ -82,6 +102,60 @@ def test_a_node_whose_link_is_slow_is_named_with_its_ranks():
     assert node.line().startswith("node gpu-07 is ") and "slower than the others on send/recv (1.0 MiB in" in node.line()
     assert node.line().endswith("pairs with gpu-07 are slow: check its NIC/IB (ibstat, the link's error counters)")
     assert 20 < node.factor < 80
+
+
+def test_a_node_slow_on_all_reduce_is_named_with_how_many_times():
+    hosts = ["gpu-01", "gpu-01", "gpu-04", "gpu-04", "gpu-07", "gpu-07", "gpu-09", "gpu-09"]
+
+    def node_time(_rank, node, peer):
+        return 30 * MS if "gpu-07" in (node, peer) else 5 * MS
+
+    verdict = judge(_measurement(hosts, lambda a, b: (0.1 * MS, 0.5 * MS), node_time=node_time))
+    [node] = verdict.outliers
+    assert (node.kind, node.node, node.ranks, node.metric, node.nbytes) == ("node", "gpu-07", (4, 5), "all_reduce", 1 << 20)
+    assert node.line() == ("node gpu-07 is 6x slower on all_reduce than the others (1.0 MiB in 30 ms with it, "
+                           "5.00 ms between the others): all_reduce with gpu-07 is slow: check its NIC/IB "
+                           "(ibstat, the link's error counters)")
+    assert ": all_reduce by pairs of nodes 1.0 MiB 17 ms (median pair); " in verdict.summary()  # 3 of 6 with gpu-07
+    assert verdict.lines()[-1] == node.line()
+
+
+def test_a_node_slow_on_all_reduce_and_on_its_pairs_is_named_by_both_all_reduce_first():
+    hosts = ["n1", "n2", "n3", "n4", "n5"]
+    noise, node_noise = _noisy(3), _noisy_all_reduce(3, slow="n4", times=8.0)
+
+    def pair_time(a, b):
+        latency, transfer = noise(a, b)
+        return (latency, transfer * 30) if 3 in (a, b) else (latency, transfer)
+
+    verdict = judge(_measurement(hosts, pair_time, node_time=node_noise))
+    assert [(o.kind, o.node, o.ranks, o.metric) for o in verdict.outliers] == \
+        [("node", "n4", (3,), "all_reduce"), ("node", "n4", (3,), "transfer")]  # no rank of it besides
+    assert 5 < verdict.outliers[0].factor < 12
+    assert verdict.lines()[-2].startswith("node n4 is ") and " slower on all_reduce than the others " in verdict.lines()[-2]
+    assert verdict.lines()[-1].endswith("pairs with n4 are slow: check its NIC/IB (ibstat, the link's error counters)")
+
+
+def test_two_nodes_cannot_pin_a_slow_all_reduce_on_either():
+    verdict = judge(_measurement(["a", "a", "b", "b"], lambda a, b: (0.1 * MS, 0.5 * MS),
+                                 node_time=lambda rank, node, peer: 90 * MS))
+    assert verdict.outliers == () and verdict.notes == ("two nodes: a slow link between a and b cannot be pinned on either",)
+    assert "all_reduce by pairs of nodes 1.0 MiB 90 ms (median pair)" in verdict.summary()
+
+
+def test_a_slow_all_reduce_needs_a_node_in_every_slow_pair_and_more_than_the_noise():
+    hosts = ["n1", "n2", "n3", "n4"]
+    pairs = lambda a, b: (0.1 * MS, 0.5 * MS)  # noqa: E731
+
+    def one_slow_pair(_rank, node, peer):  # a pair of nodes hit once, no node in common with the rest
+        return 40 * MS if {node, peer} == {"n1", "n2"} else 1 * MS
+    assert judge(_measurement(hosts, pairs, node_time=one_slow_pair)).outliers == ()
+    # 3 ms against 0.5 ms: six times, and under gloo's floor (a busy CPU) but far over NCCL's.
+    small = _noisy_all_reduce(5, base=0.5 * MS, slow="n3", times=6.0)
+    assert judge(_measurement(hosts, pairs, node_time=small)).outliers == ()
+    small = _noisy_all_reduce(5, base=0.5 * MS, slow="n3", times=6.0)
+    assert [(o.node, o.metric) for o in judge(_measurement(hosts, pairs, "nccl", small)).outliers] == \
+        [("n3", "all_reduce")]
 
 
 def test_a_slow_rank_on_one_node_is_named_and_its_node_is_not():
@@ -156,6 +230,25 @@ def test_the_measurement_round_trips_and_gives_the_summary(tmp_path: Path):
 def test_a_bad_measurement_is_one_line(data, message: str):
     with pytest.raises(MeasurementError, match=message):
         from_json(data)
+
+
+def test_the_all_reduce_of_nodes_is_read_as_each_rank_s_best_and_checked():
+    data = _probe_json()
+    data["ranks"][1]["host"] = "other"
+    data["ranks"][0]["node_all_reduce"] = [{"peer": "other", "bytes": 1 << 20, "seconds": [0.009, 0.004, 0.006]}]
+    data["ranks"][1]["node_all_reduce"] = [{"peer": "vm", "bytes": 1 << 20, "seconds": [0.005]}]
+    measurement = from_json(data)
+    assert measurement.node_all_reduce == (NodePairAllReduce(0, "vm", "other", 1 << 20, 0.004),
+                                           NodePairAllReduce(1, "other", "vm", 1 << 20, 0.005))
+    assert judge(measurement).node_all_reduce_s == pytest.approx(0.0045)
+    assert from_json(_probe_json()).node_all_reduce == ()  # a file from before them, or one node
+    for bad, message in (({"peer": "vm", "bytes": 4, "seconds": [0.1]}, "without another node"),
+                         ({"peer": 7, "bytes": 4, "seconds": [0.1]}, "without another node"),
+                         ({"peer": "other", "bytes": 4, "seconds": []}, "without another node"),
+                         ({"peer": "gpu-99", "bytes": 4, "seconds": [0.1]}, "a node no rank is on")):
+        data["ranks"][0]["node_all_reduce"] = [bad]
+        with pytest.raises(MeasurementError, match=message):
+            from_json(data)
 
 
 def test_the_file_is_read_bounded_and_never_through_a_link(tmp_path: Path):

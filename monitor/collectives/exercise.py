@@ -7,10 +7,13 @@ A script run by path under torchrun or srun: it imports the standard library and
 1. joins the job's rendezvous with the job's backend (nccl where CUDA is available, else gloo);
 2. times ``all_reduce`` and ``all_gather`` at a few sizes (a barrier before each, so each time
    is one collective, waiting included);
-3. times send/recv with partners in rounds (the circle method: every pair once when the world
+3. times ``all_reduce`` within pairs of nodes (every rank of both, in a group of their own) in
+   rounds over the nodes (the circle method, ``MAX_NODE_ROUNDS`` partners each at most): a node
+   whose NIC or link is slow makes the all_reduce of every pair it is in slow;
+4. times send/recv with partners in rounds (the circle method: every pair once when the world
    is small, ``MAX_ROUNDS`` partners each beyond): a small ping-pong (latency) and a larger
    message each way (transfer);
-4. gathers everything, and the first rank of each node writes it as JSON to ``--out`` (created
+5. gathers everything, and the first rank of each node writes it as JSON to ``--out`` (created
    new, owner-only, never through a link; on a shared folder the first node's copy stands).
 
 A failure (a rank that never joins, a collective past ``--timeout``) ends it with torch's own
@@ -34,6 +37,10 @@ WARMUP, ITERATIONS = 2, 5
 PING_BYTES, PING_ITERATIONS = 4, 8
 TRANSFER_BYTES, TRANSFER_ITERATIONS = 1 << 20, 3
 MAX_ROUNDS = 15
+NODE_BYTES, NODE_ITERATIONS = 1 << 20, 3
+# Fewer than MAX_ROUNDS: each pair of nodes is a process group of its own, and NCCL sets up a
+# communicator for each on its first collective.
+MAX_NODE_ROUNDS = 7
 PASSES = 2
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 
@@ -59,12 +66,12 @@ def _first_host(nodelist: str) -> str:
     return prefix + ranges.split("-")[0].split(",")[0].rstrip("]")
 
 
-def _circle_rounds(world: int) -> list[dict[int, int]]:
-    """Partners per round (the circle method): each round pairs every rank with at most one other."""
+def _circle_rounds(world: int, max_rounds: int = MAX_ROUNDS) -> list[dict[int, int]]:
+    """Partners per round (the circle method): each round pairs every member with at most one other."""
     n = world + world % 2  # an odd world gets a resting slot
     slots = list(range(n))
     rounds = []
-    for _ in range(min(n - 1, MAX_ROUNDS)):
+    for _ in range(min(n - 1, max_rounds)):
         partners = {}
         for i in range(n // 2):
             a, b = slots[i], slots[n - 1 - i]
@@ -111,6 +118,39 @@ class Exercise:
                         times.append(seconds)
                 results.append({"op": op, "bytes": nbytes, "seconds": times})
         return results
+
+    def node_all_reduce(self, hosts: list[str]) -> list[dict]:
+        """This rank's all_reduce times with each node its node is paired with: every rank of the
+        two nodes in a group of their own, the pairs of a round at once (they share no node)."""
+        nodes = list(dict.fromkeys(hosts))
+        if len(nodes) < 2:
+            return []
+        mine = nodes.index(hosts[self.rank])
+        groups = []
+        for partners in _circle_rounds(len(nodes), MAX_NODE_ROUNDS):
+            own = None
+            for a, b in sorted(partners.items()):  # every rank makes every group, in one order (new_group's rule)
+                if a < b:
+                    group = self.dist.new_group([r for r, host in enumerate(hosts) if host in (nodes[a], nodes[b])])
+                    if mine in (a, b):
+                        own = (nodes[b if mine == a else a], group)
+            groups.append(own)
+        tensor = self.torch.zeros(NODE_BYTES // 4, dtype=self.torch.float32, device=self.device)
+        times: dict[str, list[float]] = {}
+        # In ``PASSES`` passes, as the send/recv pairs: the reader keeps each rank's best, and a
+        # rank descheduled for a while (a busy machine) is not so in both.
+        for n in range(PASSES):
+            warmup = 1 if n == 0 else 0  # the group's first all_reduce sets it up
+            for own in groups:
+                self.dist.barrier()
+                if own is None:
+                    continue
+                peer, group = own
+                timed = [self._timed(lambda: self.dist.all_reduce(tensor, group=group))
+                         for _ in range(warmup + NODE_ITERATIONS)]
+                times.setdefault(peer, []).extend(timed[warmup:])
+        self.dist.barrier()
+        return [{"peer": peer, "bytes": NODE_BYTES, "seconds": seconds} for peer, seconds in times.items()]
 
     def pairs(self) -> list[dict]:
         """This rank's send/recv with each partner; only the lower rank of a pair reports it. Each
@@ -184,9 +224,13 @@ def main(argv: list[str] | None = None) -> None:
     joined = time.perf_counter()
     exercise = Exercise(backend, rank, world, local_rank)
     device = torch.cuda.get_device_name(exercise.device) if exercise.device.type == "cuda" else "cpu"
-    mine = {"rank": rank, "local_rank": local_rank, "host": socket.gethostname(), "device": device,
+    hosts: list = [None] * world
+    dist.all_gather_object(hosts, socket.gethostname())
+    mine = {"rank": rank, "local_rank": local_rank, "host": hosts[rank], "device": device,
             "collectives": exercise.collectives()}
     collectives_done = time.perf_counter()
+    mine["node_all_reduce"] = exercise.node_all_reduce(hosts)
+    nodes_done = time.perf_counter()
     mine["pairs"] = exercise.pairs()
     everyone: list = [None] * world
     dist.all_gather_object(everyone, mine)
@@ -195,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     if local_rank == 0 and os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
         measurement = {"version": 1, "backend": backend, "world_size": world, "torch": torch.__version__,
                        "seconds": {"join": joined - started, "collectives": collectives_done - joined,
-                                   "pairs": finished - collectives_done},
+                                   "nodes": nodes_done - collectives_done, "pairs": finished - nodes_done},
                        "ranks": everyone}
         _write_new(args.out, json.dumps(measurement).encode())
     # Nothing is left to do, while the launcher (and the job after it) waits for each rank's

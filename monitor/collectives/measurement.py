@@ -43,6 +43,18 @@ class CollectiveTiming:
 
 
 @dataclass(frozen=True)
+class NodePairAllReduce:
+    """One rank's best time of ``all_reduce`` among every rank of its node and of ``peer``: a slow
+    NIC or link is slow every time, a rank descheduled once (a busy machine) is not."""
+
+    rank: int
+    node: str       # the rank's own
+    peer: str
+    nbytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
 class PairTiming:
     """Send/recv between ranks ``a`` < ``b``: half a round trip of a tiny message (latency), and of
     ``nbytes`` (transfer)."""
@@ -62,7 +74,8 @@ class Measurement:
     ranks: tuple[RankSite, ...]
     collectives: tuple[CollectiveTiming, ...]
     pairs: tuple[PairTiming, ...]
-    phases: tuple[tuple[str, float], ...]   # ("join", s), ("collectives", s), ("pairs", s)
+    phases: tuple[tuple[str, float], ...]   # ("join", s), ("collectives", s), ("nodes", s), ("pairs", s)
+    node_all_reduce: tuple[NodePairAllReduce, ...] = ()   # none from one node, or from a file before them
 
     def nodes(self) -> tuple[str, ...]:
         """The hosts, in the order of their first rank."""
@@ -94,7 +107,7 @@ def from_json(data) -> Measurement:
     world = _int(data.get("world_size"), "world_size")
     if len(data["ranks"]) != world:
         raise MeasurementError(f"{len(data['ranks'])} ranks reported, world size {world}")
-    sites, collectives, pairs = [], [], []
+    sites, collectives, pairs, node_all_reduce = [], [], [], []
     for entry in data["ranks"]:
         rank = _int(_object(entry, "a rank's entry").get("rank"), "rank")
         if rank >= world:
@@ -108,6 +121,15 @@ def from_json(data) -> Measurement:
                 raise MeasurementError(f"rank {rank}: a collective entry without op or times")
             collectives.append(CollectiveTiming(item["op"], _int(item.get("bytes"), "bytes"), rank,
                                                 statistics.median(times)))
+        host = sites[-1].host
+        for item in entry.get("node_all_reduce") or []:
+            _object(item, f"rank {rank}'s node all_reduce entry")
+            times = [_number(t, f"rank {rank}'s all_reduce time") for t in item.get("seconds") or []]
+            peer = item.get("peer")
+            if not isinstance(peer, str) or peer[:200] == host or not times:
+                raise MeasurementError(f"rank {rank}: a node all_reduce entry without another node or times")
+            node_all_reduce.append(NodePairAllReduce(rank, host, peer[:200], _int(item.get("bytes"), "bytes"),
+                                                     min(times)))
         for item in entry.get("pairs") or []:
             _object(item, f"rank {rank}'s pair entry")
             a, b = _int(item.get("a"), "pair rank"), _int(item.get("b"), "pair rank")
@@ -117,9 +139,13 @@ def from_json(data) -> Measurement:
                                     _number(item.get("transfer_s"), "transfer_s"), _int(item.get("bytes"), "bytes")))
     if sorted(site.rank for site in sites) != list(range(world)):
         raise MeasurementError("the ranks reported are not 0 to world_size - 1, each once")
+    hosts = {site.host for site in sites}
+    if stranger := next((t for t in node_all_reduce if t.peer not in hosts), None):
+        raise MeasurementError(f"rank {stranger.rank}: an all_reduce with a node no rank is on")
     phases = tuple((str(name), _number(value, name)) for name, value in (data.get("seconds") or {}).items())
     return Measurement(str(data.get("backend", "?"))[:20], world, str(data.get("torch", "?"))[:40],
-                       tuple(sorted(sites, key=lambda s: s.rank)), tuple(collectives), tuple(pairs), phases)
+                       tuple(sorted(sites, key=lambda s: s.rank)), tuple(collectives), tuple(pairs), phases,
+                       tuple(node_all_reduce))
 
 
 def read(path: Path) -> Measurement:

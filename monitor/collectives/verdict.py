@@ -1,5 +1,10 @@
 """From a measurement to a verdict: the slow node, the slow rank, or nobody.
 
+A node first by its all_reduce: the all_reduce of each pair of nodes (every rank of both) is as
+slow as the slower node's NIC or link, so a node is named when the all_reduce of the pairs of
+nodes it is in is ``FACTOR`` times that of the pairs it is not in ("node gpu-07 is 6x slower on
+all_reduce than the others"), by the same rule as the send/recv pairs below.
+
 The send/recv pairs tell where slowness lives: a node whose NIC or link is bad makes every pair
 it is in slow, and only those. So a member (a node, or a rank) is named when the median of its
 pairs is ``FACTOR`` times the median of the pairs it is not in, and slower by more than the
@@ -27,8 +32,9 @@ FACTOR = 3.0
 # How much slower than usual a pair must be, besides FACTOR times, to mean something: on CPUs
 # (gloo) the OS scheduler alone moves a round trip by a millisecond on a busy machine; NCCL's
 # times are taken with the GPU synchronised, microseconds apart.
-NOISE_FLOOR_S = {"gloo": {"latency": 1e-3, "transfer": 4e-3}, "nccl": {"latency": 30e-6, "transfer": 200e-6}}
-Metric = Literal["latency", "transfer"]
+NOISE_FLOOR_S = {"gloo": {"latency": 1e-3, "transfer": 4e-3, "all_reduce": 4e-3},
+                 "nccl": {"latency": 30e-6, "transfer": 200e-6, "all_reduce": 200e-6}}
+Metric = Literal["latency", "transfer", "all_reduce"]
 
 
 @dataclass(frozen=True)
@@ -77,19 +83,24 @@ class Outlier:
     metric: Metric
     own_s: float
     usual_s: float
-    nbytes: int          # of the transfer
+    nbytes: int          # of the transfer, or of the all_reduce
 
     @property
     def factor(self) -> float:
         return self.own_s / self.usual_s if self.usual_s > 0 else float("inf")
 
     def figures(self) -> str:
+        if self.metric == "all_reduce":
+            return (f"{binary_size(self.nbytes)} in {_ms(self.own_s)} with it, "
+                    f"{_ms(self.usual_s)} between the others")
         if self.metric == "latency":
             return f"latency {_ms(self.own_s)} against {_ms(self.usual_s)}"
         return f"{binary_size(self.nbytes)} in {_ms(self.own_s)} against {_ms(self.usual_s)}"
 
     def title(self) -> str:
         times = f"{self.factor:.0f}x" if self.factor < 100 else "over 100x"
+        if self.kind == "node" and self.metric == "all_reduce":
+            return f"node {self.node} is {times} slower on all_reduce than the others ({self.figures()})"
         if self.kind == "node":
             return f"node {self.node} is {times} slower than the others on send/recv ({self.figures()})"
         if self.kind == "rank":
@@ -99,6 +110,8 @@ class Outlier:
                 f"ranks ({self.figures()})")
 
     def remedy(self) -> str:
+        if self.kind == "node" and self.metric == "all_reduce":
+            return f"all_reduce with {self.node} is slow: check its NIC/IB (ibstat, the link's error counters)"
         if self.kind == "node":
             return f"pairs with {self.node} are slow: check its NIC/IB (ibstat, the link's error counters)"
         if self.kind == "rank":
@@ -129,6 +142,8 @@ class Verdict:
     latency_s: float | None     # the median pair
     transfer_s: float | None
     transfer_bytes: int
+    node_all_reduce_s: float | None   # the median pair of nodes
+    node_all_reduce_bytes: int
     outliers: tuple[Outlier, ...]
     notes: tuple[str, ...]
     seconds: float               # the test's own time, rendezvous included
@@ -145,6 +160,9 @@ class Verdict:
             if figures:
                 sizes = ", ".join(f"{binary_size(f.nbytes)} {_ms(f.seconds)}" for f in figures)
                 parts.append(f"{op} {sizes} (bus {figures[-1].bus_gb_s:.2f} GB/s)")
+        if self.node_all_reduce_s is not None:
+            parts.append(f"all_reduce by pairs of nodes {binary_size(self.node_all_reduce_bytes)} "
+                         f"{_ms(self.node_all_reduce_s)} (median pair)")
         if self.latency_s is not None and self.transfer_s is not None:
             parts.append(f"send/recv latency {_ms(self.latency_s)}, {binary_size(self.transfer_bytes)} in "
                          f"{_ms(self.transfer_s)}")
@@ -185,6 +203,12 @@ def judge(measurement: Measurement) -> Verdict:
         notes.append(f"two nodes: a slow link between {nodes[0]} and {nodes[1]} cannot be pinned on either")
     elif measurement.world_size == 2:
         notes.append("two ranks: a slow link between them cannot be pinned on either")
+    node_all_reduce = _node_all_reduce(measurement)
+    all_reduce_bytes = max((t.nbytes for t in measurement.node_all_reduce), default=0)
+    for slow in slow_members(node_all_reduce, floors["all_reduce"]):
+        outliers.append(Outlier("node", str(slow.member), _ranks_on(host, slow.member), "all_reduce",
+                                slow.own_s, slow.usual_s, all_reduce_bytes))
+    # Beside it, the node the send/recv pairs name (the same, on a slow NIC or link).
     for metric in ("transfer", "latency"):
         for slow in slow_members(_node_pairs(between, host, metric), floors[metric]):
             if slow.member not in slow_nodes:
@@ -194,6 +218,7 @@ def judge(measurement: Measurement) -> Verdict:
     for node in nodes:
         inside = [p for p in measurement.pairs if host[p.a] == host[p.b] == node]
         outliers += _slow_ranks("rank", inside, host, floors)
+    slow_nodes |= {o.node for o in outliers if o.kind == "node"}  # their ranks' pairs are slow through them
     others = [p for p in between if host[p.a] not in slow_nodes and host[p.b] not in slow_nodes]
     outliers += _slow_ranks("rank-across-nodes", others, host, floors)
     return Verdict(
@@ -201,7 +226,9 @@ def judge(measurement: Measurement) -> Verdict:
         collectives=_collective_figures(measurement),
         latency_s=statistics.median(p.latency_s for p in measurement.pairs) if measurement.pairs else None,
         transfer_s=statistics.median(p.transfer_s for p in measurement.pairs) if measurement.pairs else None,
-        transfer_bytes=_nbytes(measurement.pairs), outliers=tuple(outliers), notes=tuple(notes),
+        transfer_bytes=_nbytes(measurement.pairs),
+        node_all_reduce_s=statistics.median(v for _, _, v in node_all_reduce) if node_all_reduce else None,
+        node_all_reduce_bytes=all_reduce_bytes, outliers=tuple(outliers), notes=tuple(notes),
         seconds=sum(seconds for _, seconds in measurement.phases))
 
 
@@ -217,6 +244,16 @@ def _node_pairs(pairs: Sequence[PairTiming], host: dict[int, str], metric: Metri
     # The lower median: a node pair is slow when most of its rank pairs are, not when one rank's are
     # (that is the rank's own NIC, named by the pass over ranks).
     return [(a, b, statistics.median_low(values)) for (a, b), values in by_nodes.items()]
+
+
+def _node_all_reduce(measurement: Measurement) -> list[tuple[str, str, float]]:
+    """Each pair of nodes' all_reduce time: the median of its ranks' own (they wait for each other,
+    so all are about the slowest link's)."""
+    by_nodes: dict[tuple[str, str], list[float]] = {}
+    for timing in measurement.node_all_reduce:
+        a, b = sorted((timing.node, timing.peer))
+        by_nodes.setdefault((a, b), []).append(timing.seconds)
+    return [(a, b, statistics.median(values)) for (a, b), values in by_nodes.items()]
 
 
 def _slow_ranks(kind, pairs: Sequence[PairTiming], host: dict[int, str], floors: dict[str, float]) -> list[Outlier]:

@@ -2,8 +2,8 @@
 check-collectives``): the job's own launcher and rendezvous start ``collectives/exercise.py`` in
 place of the job's script, and its measurement is judged (``collectives/verdict.py``).
 
-The test's output goes to ``<stem>.collectives.txt`` and what it found to
-``<stem>.collectives.json`` beside the run's log (``run-X``), each created new and owner-only.
+The test's output, then the verdict's lines, go to ``<stem>.collectives.txt`` and what it found
+to ``<stem>.collectives.json`` beside the run's log (``run-X``), each created new and owner-only.
 The measurement passes through a private folder (0700) the exercise writes into. A test that
 fails or does not finish in ``TIMEOUT_S`` is one line; it never raises.
 """
@@ -112,6 +112,7 @@ def check(command: list[str] | None, stem: Path, env: dict[str, str] | None = No
             measurement = read(out)
             verdict = judge(measurement)
             record["measurement"] = asdict(measurement)
+            _add_verdict(output, verdict)
     except CannotCheck as exc:
         problem = str(exc)
     except MeasurementError as exc:
@@ -126,6 +127,16 @@ def check(command: list[str] | None, stem: Path, env: dict[str, str] | None = No
         say(error)
         return CheckResult(verdict, problem, seconds, None)
     return CheckResult(verdict, problem, seconds, saved)
+
+
+def _add_verdict(output: Path, verdict: Verdict) -> None:
+    """The verdict's lines after the test's output, so that the .txt read alone says it too."""
+    try:
+        fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        with os.fdopen(fd, "wb") as log:
+            log.write("".join(f"monitor: {safe_text(line)}\n" for line in verdict.lines()).encode())
+    except OSError as exc:
+        say(f"the collectives check's verdict is not in {output}: {why(exc)}")
 
 
 def _names(stem: str) -> Iterator[str]:
@@ -218,9 +229,15 @@ class Gate:
     reason: str
 
 
+def _rule(outlier: Outlier) -> str:
+    if outlier.kind != "node":
+        return "collectives-slow-rank"
+    return "collectives-slow-node-all-reduce" if outlier.metric == "all_reduce" else "collectives-slow-node"
+
+
 def finding(outlier: Outlier) -> Finding:
     """An outlier as a finding of the run (a warning beside the preflight checks')."""
-    return Finding(rule=f"collectives-slow-{'node' if outlier.kind == 'node' else 'rank'}",
+    return Finding(rule=_rule(outlier),
                    category=Category.PREFLIGHT, severity="warning", role="confirm", title=outlier.title(),
                    rank=outlier.ranks[0] if len(outlier.ranks) == 1 else None, ranks=list(outlier.ranks),
                    remedy=outlier.remedy(), origin="preflight", node=outlier.node)
