@@ -130,8 +130,11 @@ def test_a_test_past_its_time_is_stopped_whole(tmp_path: Path):
     result = check(["torchrun", "train.py"], tmp_path / "run-1.log", env=env, timeout_s=2)
     assert time.monotonic() - started < 15
     assert result.problem is not None and result.problem.startswith("the test did not end within 2 s")
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "60"]
-                 and p.ppid() in (1, os.getpid())]
+    # This test's own `sleep 60` (its PATH holds tmp_path), not one of another test's running beside
+    # it under xdist; a zombie is a stopped process that init has not reaped yet.
+    leftovers = [p for p in psutil.process_iter(["cmdline", "environ", "status"])
+                 if p.info["cmdline"] == ["sleep", "60"] and p.info["status"] != psutil.STATUS_ZOMBIE
+                 and str(tmp_path) in (p.info["environ"] or {}).get("PATH", "")]
     assert leftovers == []
 
 
