@@ -83,13 +83,13 @@ class EarlyLines:
     once, each distinct prefix parsed once: the per-line path cost ~25 us a line, ~50 ms a file."""
 
     def __init__(self, file_rank: FileRanks, number: int, block: bytes, size: int) -> None:
-        want = EARLY_LINES - number
-        parts = block[:size].split(b"\n", want)
-        raws = parts[:want] if len(parts) > want else parts[:-1]  # complete lines only
-        self.count = len(raws)
-        region = b"\n".join(raws)
-        lines = [clean(raw) for raw in raws] if has_control(region) else region.decode("utf-8", "replace").split("\n")
-        text = "\n".join(lines)
+        end = _after_lines(block, size, EARLY_LINES - number)
+        region = block[:end - 1] if end else b""  # complete lines only, without the last newline
+        self.count = region.count(b"\n") + 1 if end else 0
+        if has_control(region):
+            text = "\n".join(clean(raw) for raw in region.split(b"\n"))
+        else:
+            text = region.decode("utf-8", "replace")
         self.world_sizes = [int(m[1]) for m in WORLD_SIZE.finditer(text)] if "orld" in text or "ORLD" in text else []
         prefixes = _STACKED_PREFIX.findall(text)
         led = _LEAD_LINE.findall(text) if len(prefixes) < self.count else []  # every line has a prefix
@@ -99,8 +99,20 @@ class EarlyLines:
         ranks.discard(None)
         self.ranks = ranks
         # The ranks NCCL processes set up with (``attribute.process_claim``).
-        claims = (process_claim(line) for line in lines if " NCCL INFO " in line) if " NCCL INFO " in text else ()
+        claims = (process_claim(line) for line in text.split("\n") if " NCCL INFO " in line) if " NCCL INFO " in text else ()
         self.claims = [claim for claim in claims if claim is not None]
+
+
+def _after_lines(block: bytes, size: int, count: int) -> int:
+    """The offset just after the ``count``-th newline of ``block[:size]`` (or after its last one,
+    where it holds fewer), 0 where it holds none: found without copying the block."""
+    end = 0
+    for _ in range(count):
+        newline = block.find(b"\n", end, size)
+        if newline < 0:
+            break
+        end = newline + 1
+    return end
 
 
 def scan_file(path: str | os.PathLike, engine: Engine, chunk_bytes: int = CHUNK_BYTES) -> int:
