@@ -4,11 +4,11 @@ A log copied out of a terminal (or a paste a forum folded) breaks every line lon
 terminal's width into pieces of exactly that width, mid-word: "CUDA error: uncorrectable ECC er" /
 "ror encountered". No rule matches either piece. A file is taken as wrapped at W when W is its
 longest line and at least ``MIN_WRAPPED`` lines of exactly W characters are followed by a line that
-starts nothing of its own (no rank prefix, time, host or traceback line). In a capture that pads
-every line to W with spaces (most lines of W end in one), only a line whose last column is not a
-space wrapped. Such a line and the ones that continue it are
-read as one, numbered as its first. Programs do not wrap what they write, so only pastes and
-terminal captures are ever joined.
+starts nothing of its own (no rank prefix, time, host, traceback or indented line, nor the same
+format again). Such a line and the ones that continue it are read as one, numbered as its first.
+A line that ends in padding did not wrap: two spaces or more, or, in a capture that pads every
+line to W (most lines of W end in a space), any space. Programs do not wrap what they write, so
+only pastes and terminal captures are ever joined.
 """
 
 from __future__ import annotations
