@@ -52,9 +52,6 @@ class RankEvidence:
     world_size: int | None = None
 
 
-# Rank sources that are a launcher's word on which process failed first: torchelastic's summary,
-# torch.multiprocessing.spawn's "-- Process N terminated with the following error:".
-_LAUNCHER_SAW = ("summary", "launcher")
 
 # Not weighed with the log's errors: a stall only when nothing failed, the exit only when
 # nothing else explains it.
@@ -163,7 +160,7 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
         return root
     if root.rank is None and (waited := _not_ready(root, evidence)) is not None:
         return waited
-    summary = next((f for f in chronological(findings) if f.rank_source in _LAUNCHER_SAW and f.rank is not None), None)
+    summary = next((f for f in chronological(findings) if _launcher_saw_fail(f)), None)
     if summary is not None:
         assert summary.rank is not None  # picked for its rank
         if summary.rank == root.rank:
@@ -176,6 +173,16 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
     if local is None:
         return root
     return replace(root, rank=local, ranks=list(root.ranks) or [local], rank_source="local")
+
+
+def _launcher_saw_fail(finding: Finding) -> bool:
+    """Whether ``finding``'s rank is a launcher's word on which process failed: torchelastic's
+    summary of the first failure, or an error of a process the launcher's record names
+    (torch.multiprocessing.spawn's "-- Process N terminated with the following error:"); not a
+    process it only stopped (its SIGTERMs to the others)."""
+    if finding.rank is None:
+        return False
+    return finding.rank_source == "summary" or (finding.rank_source == "launcher" and finding.severity == "error")
 
 
 def _not_ready(root: Finding, evidence: RankEvidence | None) -> Finding | None:
