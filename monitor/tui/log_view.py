@@ -96,6 +96,8 @@ class LogView(ScrollView, can_focus=True):
         self.cursor_index: int | None = None
         self.marks: dict[int, str] = {}
         self.unseen = 0  # lines that arrived while paused
+        # The row last put in the middle (a jump) and the scroll that did it: kept there on resize.
+        self._centred: tuple[int, float] | None = None
         self._cache: LRUCache[tuple, Strip] = LRUCache(2048)
         self._styles: dict[str, Style] = {}
         self._first_kept = 0  # store.first when rows were last counted
@@ -298,7 +300,9 @@ class LogView(ScrollView, can_focus=True):
     def _scroll_to_row(self, row: int) -> None:
         def scroll() -> None:
             height = self.scrollable_content_region.height or 1
-            self.scroll_to(y=max(0, self._screen_row(row) - height // 2), animate=False)
+            y = max(0, self._screen_row(row) - height // 2)
+            self.scroll_to(y=y, animate=False)
+            self._centred = (row, min(y, self.max_scroll_y))
 
         scroll()
         # Again once a pending layout (new size, scrollbar shown) is done: it may have clamped the first.
@@ -331,6 +335,19 @@ class LogView(ScrollView, can_focus=True):
         if self.follow:
             # A new height moves the end: a view that says "following" shows the newest lines.
             self._scroll_end()
+        else:
+            self._keep_centred()
+
+    def watch_show_horizontal_scrollbar(self, shown: bool) -> None:
+        # A horizontal scrollbar takes a row from the view (no resize is sent for it).
+        if not self.follow:
+            self._keep_centred()
+
+    def _keep_centred(self) -> None:
+        """A line put in the middle by a jump, which the user has not scrolled away from, stays
+        in the middle when the view's height changes (a later layout showing a scrollbar)."""
+        if self._centred is not None and self.scroll_y == self._centred[1]:
+            self.call_after_refresh(self._scroll_to_row, self._centred[0])
 
     def _text_width(self) -> int:
         return max(8, self.scrollable_content_region.width - self._badge_width() - 1)
