@@ -16,8 +16,7 @@ search itself). A rule's explicit ``prefilter`` strings are searched exactly as 
 
 from __future__ import annotations
 
-import concurrent.futures
-import functools
+import threading
 from collections.abc import Set as AbstractSet
 
 import ahocorasick_rs
@@ -176,9 +175,21 @@ class Prefilter:
             matches = automaton.find_matches_as_indexes(chunk)
         else:
             # No literal holds a newline, so no match spans the cut. The search lets go of the GIL.
-            first = _second_thread().submit(automaton.find_matches_as_indexes, chunk[:cut])
+            outcome: list = []  # the first half's matches, or what it raised
+
+            def search_first_half() -> None:
+                try:
+                    outcome.append(automaton.find_matches_as_indexes(chunk[:cut]))
+                except BaseException as exc:  # raised here, in the caller's thread, below
+                    outcome.append(exc)
+
+            thread = threading.Thread(target=search_first_half, name="monitor-prefilter", daemon=True)
+            thread.start()
             second = automaton.find_matches_as_indexes(chunk[cut:])
-            matches = first.result() + [(ident, start + cut, end + cut) for ident, start, end in second]
+            thread.join()
+            if isinstance(outcome[0], BaseException):
+                raise outcome[0]
+            matches = outcome[0] + [(ident, start + cut, end + cut) for ident, start, end in second]
         return [start for _, start, _ in matches], {start for ident, start, _ in matches if ident >= first_control}
 
 
@@ -192,7 +203,3 @@ def _line_end_near_middle(chunk) -> int | None:
     newline = bytes(chunk[middle:middle + (64 << 10)]).find(b"\n")
     return None if newline < 0 else middle + newline + 1
 
-
-@functools.cache
-def _second_thread() -> concurrent.futures.ThreadPoolExecutor:
-    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="monitor-prefilter")
