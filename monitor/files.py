@@ -72,3 +72,12 @@ def replace_file(path: Path, data: bytes) -> str | None:
                 pass
         return f"cannot write {path}: {why(exc)}"
     return None
+
+
+def read_at_most(path: Path, limit: int, follow: bool = True) -> bytes:
+    """At most ``limit + 1`` bytes of ``path`` from its start: more than ``limit`` tells the
+    caller the file is too big for it, and no file decides how much is read. ``follow=False``:
+    never through a link (a file beside a job, in a folder others may write). Raises OSError."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    with os.fdopen(os.open(path, flags), "rb") as handle:
+        return handle.read(limit + 1)

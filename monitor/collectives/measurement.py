@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+
+from monitor.files import read_at_most
 
 # A measurement of 1,000 ranks is well under this; a bigger file is not ours.
 MAX_BYTES = 32 << 20
@@ -152,9 +153,7 @@ def read(path: Path) -> Measurement:
     """The measurement in ``path`` (read bounded, never through a link); ``MeasurementError``
     (one line naming the file) when it is missing or bad."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as handle:
-            raw = handle.read(MAX_BYTES + 1)
+        raw = read_at_most(path, MAX_BYTES, follow=False)
     except OSError as exc:
         raise MeasurementError(f"{path}: {exc.strerror}") from None
     if len(raw) > MAX_BYTES:

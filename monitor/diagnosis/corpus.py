@@ -12,6 +12,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from monitor.files import read_at_most
 from monitor.model import Category
 
 CLEAN = "clean"
@@ -104,8 +105,7 @@ def _files(folder: Path):
 
 
 def _case(folder: Path, label: Path, log: Path) -> Case:
-    with open(label, "rb") as stream:
-        raw = stream.read(MAX_LABEL_BYTES + 1)
+    raw = read_at_most(label, MAX_LABEL_BYTES)
     if len(raw) > MAX_LABEL_BYTES:
         raise CorpusError(f"{label}:0: a label over {MAX_LABEL_BYTES // 1024} KiB")
     try:

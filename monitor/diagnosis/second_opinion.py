@@ -19,6 +19,7 @@ from pathlib import Path
 
 import regex
 
+from monitor.files import read_at_most
 from monitor.model import Category, Confidence, Diagnosis, Finding
 
 FORMAT = "monitor-second-opinion/1"
@@ -150,8 +151,7 @@ def _nearest(x: dict[int, float], model: Model) -> tuple[tuple[str, str, float],
 def load_model(path: str | Path) -> Model:
     path = Path(path)
     try:
-        with open(path, "rb") as stream:
-            raw = stream.read(MAX_MODEL_BYTES + 1)
+        raw = read_at_most(path, MAX_MODEL_BYTES)
     except OSError as exc:
         raise ModelError(f"{path}: {exc.strerror or exc}") from None
     if len(raw) > MAX_MODEL_BYTES:
