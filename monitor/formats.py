@@ -69,6 +69,10 @@ PREFIXES = tuple(Prefix(e["name"], e["number"], e["pattern"]) for e in TABLE["pr
 PREFIX_TABLE = prefix_table(PREFIXES)
 LEADS = tuple(Lead(e["name"], e["keeps"], e["first"], regex.compile(e["pattern"])) for e in TABLE["lead"])
 HEADERS = tuple(lead for lead in LEADS if lead.keeps == "header")
+# Every prefix, and every lead, as one alternation without their groups: for finding where lines
+# start (a region's prefixes in bulk, a wrapped line's continuation), not for reading them.
+PREFIX_ALTERNATION = "|".join(p.pattern.replace("(?P<n>", "(?:") for p in PREFIXES)
+LEAD_ALTERNATION = "|".join(lead.pattern.pattern.replace("(?P<host>", "(?:") for lead in LEADS)
 STREAMS = tuple((e["literal"], regex.compile(e["pattern"])) for e in TABLE["stream"])
 RANK_TAG = regex.compile("|".join(f"(?:{e['pattern']})" for e in TABLE["rank_tag"]))
 TIMESTAMPS = tuple(Timestamp(e["name"], regex.compile(e["pattern"]), e.get("anchored", False)) for e in TABLE["timestamp"])

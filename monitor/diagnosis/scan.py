@@ -24,7 +24,7 @@ import re
 from monitor.diagnosis.attribute import WORLD_SIZE, process_claim
 from monitor.diagnosis.engine import EARLY_LINES, Engine
 from monitor.diagnosis.prefilter import has_control
-from monitor.formats import LEADS, PREFIXES
+from monitor.formats import LEAD_ALTERNATION, PREFIX_ALTERNATION
 from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import make_line, open_log, read_chunks
 from monitor.logs.decode import MAX_LINE_BYTES, LineAssembler, left_out
@@ -33,11 +33,9 @@ from monitor.text import clean
 CHUNK_BYTES = 4 << 20
 # At a line's start: its (stacked) rank prefixes, or a lead (a time, a pdsh host) that a prefix may
 # follow; without the prefixes' groups, for finding them fast over a region.
-_ALTERNATION = "|".join(p.pattern.replace("(?P<n>", "(?:") for p in PREFIXES)
 # (The standard library's engine: three times faster than regex's at these line-start searches.)
-_STACKED_PREFIX = re.compile(f"(?m)^(?:{_ALTERNATION})(?:{_ALTERNATION})?")
-_LEAD_LINE = re.compile("(?m)^(?!(?:" + _ALTERNATION + "))(?:" + "|".join(
-    lead.pattern.pattern.replace("(?P<host>", "(?:") for lead in LEADS) + ").*$")
+_STACKED_PREFIX = re.compile(f"(?m)^(?:{PREFIX_ALTERNATION})(?:{PREFIX_ALTERNATION})?")
+_LEAD_LINE = re.compile(f"(?m)^(?!(?:{PREFIX_ALTERNATION}))(?:{LEAD_ALTERNATION}).*$")
 
 
 def _cut(raw: bytes) -> bytes:

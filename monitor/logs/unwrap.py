@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from monitor.formats import LEADS, PREFIXES
+from monitor.formats import LEAD_ALTERNATION, PREFIX_ALTERNATION
 from monitor.model import LogLine
 
 # Terminals are never narrower; a file whose longest line is shorter is wrapped nowhere that matters.
@@ -37,8 +37,7 @@ MAX_JOINED = 64 << 10
 _BOX = "│╭╰┃┏┗"
 _OWN_START = re.compile(
     "|".join([
-        *(p.pattern.replace("(?P<n>", "(?:") for p in PREFIXES),
-        *(lead.pattern.pattern.replace("(?P<host>", "(?:") for lead in LEADS),
+        PREFIX_ALTERNATION, LEAD_ALTERNATION,
         r"Traceback \(most recent call last\)", r"\s*File \"", r"During handling of", r"The above exception",
         r"[\w.-]+:\d+:\d+ \[\d+\] NCCL ",  # NCCL's host:pid:tid [device]
         r"[IWEF]\d{4} \d\d:\d\d:\d\d",  # glog
