@@ -34,7 +34,7 @@ ALLOWED = {
     "flight_recorder": {"text", "model", "stacks", "diagnosis", "untrusted"},  # is_user_code: one idea of user code; advice
     "evidence": {"text", "model", "stacks", "flight_recorder", "diagnosis", "logs"},  # a job folder's nodes
     "straggler": {"text", "model", "stacks", "metrics", "progress", "diagnosis"},  # place_of: one reader of stacks; advice
-    "collectives": {"units"},  # probe.py, run inside the job's ranks, imports the standard library and torch only
+    "collectives": {"units", "files"},  # files: a measurement read back bounded; exercise.py, run inside the job's ranks, imports the standard library and torch only
     "session": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "stacks", "flight_recorder",
                 "progress", "straggler"},  # progress: the status the Prometheus endpoint serves
     "runner": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "checkpoints", "session",
