@@ -6,8 +6,8 @@ nodes it is in is ``FACTOR`` times that of the pairs it is not in ("node gpu-07 
 all_reduce than the others"), by the same rule as the send/recv pairs below.
 
 The send/recv pairs tell where slowness lives: a node whose NIC or link is bad makes every pair
-it is in slow, and only those. So a member (a node, or a rank) is named when the median of its
-pairs is ``FACTOR`` times the median of the pairs it is not in, and slower by more than the
+it is in slow, and only those. So a member (a node, or a rank) is named when the lower median of
+its pairs is ``FACTOR`` times the median of the pairs it is not in, and slower by more than the
 backend's noise floor. Medians both sides: one unlucky pair (a rank descheduled on a busy
 machine) moves neither, and a balanced set, where every member's pairs look like everyone
 else's, names nobody. A minority can be named; when most pairs are slow there is no "usual" to
@@ -39,7 +39,7 @@ Metric = Literal["latency", "transfer", "all_reduce"]
 
 @dataclass(frozen=True)
 class Slow:
-    """A member the rule named: the median of its pairs against the median of the others'."""
+    """A member the rule named: the lower median of its pairs against the median of the others'."""
 
     member: Hashable
     own_s: float
@@ -52,8 +52,8 @@ class Slow:
 
 def slow_members(pairs: Sequence[tuple[Hashable, Hashable, float]], floor_s: float,
                  factor: float = FACTOR) -> list[Slow]:
-    """The members whose pairs are slow: median of the values of the pairs a member is in at
-    least ``factor`` times, and ``floor_s`` more than, the median of the pairs it is not in.
+    """The members whose pairs are slow: the lower median of the values of the pairs a member is
+    in at least ``factor`` times, and ``floor_s`` more than, the median of the pairs it is not in.
     Needs three members at least (with two, a slow pair belongs to either), and names fewer
     than half of them."""
     members = sorted({m for a, b, _ in pairs for m in (a, b)}, key=str)
@@ -65,7 +65,9 @@ def slow_members(pairs: Sequence[tuple[Hashable, Hashable, float]], floor_s: flo
         rest = [value for a, b, value in pairs if member not in (a, b)]
         if not own or not rest:
             continue
-        mine, usual = statistics.median(own), statistics.median(rest)
+        # The lower median: a slow member makes most of its pairs slow, so one unlucky pair (with
+        # three members, half of a member's two) never names it.
+        mine, usual = statistics.median_low(own), statistics.median(rest)
         if mine >= factor * usual and mine - usual >= floor_s:
             named.append(Slow(member, mine, usual))
     # Slowness is pinned on a minority only: when half the members look slow, the "usual" they
