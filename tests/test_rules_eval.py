@@ -74,6 +74,18 @@ def test_eval_text_has_both_scores_the_tables_and_every_miss(corpus: Path) -> No
     assert "clean/mislabelled: clean rank 0 -> said python_exception" in text
 
 
+def test_the_text_lists_the_check_thirds_misses_only_when_asked(corpus: Path) -> None:
+    # A second crash labelled clean, from a source in the check third.
+    _case(corpus / "clean", "hidden", "demo/crash-2ranks.log", 'source = "demo#check2"\ncategory = "clean"\n')
+    text = _eval(corpus).stdout
+    assert "Misses (2 category" in text and "clean/hidden" not in text
+    assert "  1 in the check third not shown (--check-misses shows them: read them only at the end of an issue)" in text
+    assert "clean/mislabelled: clean rank 0 -> said python_exception" in text
+    shown = _eval(corpus, "--check-misses").stdout
+    assert "[check] clean/hidden: clean -> said python_exception" in shown and "not shown" not in shown
+    assert any(m["case"] == "clean/hidden" for m in json.loads(_eval(corpus, "--json").stdout)["misses"])
+
+
 def test_a_floor_the_scores_fall_below_fails_the_run(corpus: Path) -> None:
     (corpus / "floor.toml").write_text("category_all = 0.9\nclean_flagged = 0\n")
     out = _eval(corpus)

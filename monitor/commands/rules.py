@@ -23,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "when a score is below DIR/floor.toml, 2 on a bad case.")
     evaluating.add_argument("corpus", metavar="DIR", help="the corpus folder (e.g. sample_logs/real)")
     evaluating.add_argument("--json", action="store_true", help="print the scores as JSON")
+    evaluating.add_argument("--check-misses", action="store_true",
+                            help="list the check third's misses too (read them only at the end of an issue; "
+                                 "--json always has them)")
     learning = actions.add_parser(
         "learn", help="Train the second opinion on a labelled corpus (never on its check third).",
         description="Train the learned second opinion (used where the rules are unsure) on a labelled corpus "
@@ -49,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rules_command == "list":
         return _list(catalogue, args.json)
     if args.rules_command == "eval":
-        return _eval(catalogue, args.corpus, args.json)
+        return _eval(catalogue, args.corpus, args.json, args.check_misses)
     return _test(catalogue, args.dir)
 
 
@@ -72,7 +75,7 @@ def _learn(corpus: str, output: str) -> int:
     return 0
 
 
-def _eval(catalogue, corpus: str, as_json: bool) -> int:
+def _eval(catalogue, corpus: str, as_json: bool, check_misses: bool) -> int:
     from pathlib import Path
 
     from monitor.diagnosis.corpus import CorpusError, load_corpus, load_floor
@@ -94,7 +97,7 @@ def _eval(catalogue, corpus: str, as_json: bool) -> int:
     else:
         from monitor.diagnosis.eval_report import render
 
-        print(render(result, corpus), end="")
+        print(render(result, corpus, check_misses), end="")
     return 1 if result["below_floor"] else 0
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 from monitor.text import safe_text
 
 
-def render(result: dict, corpus: str) -> str:
+def render(result: dict, corpus: str, check_misses: bool = False) -> str:
+    """The report; the check third's misses only with ``check_misses`` (they are read only at the
+    end of an issue: a list printed every run is read every run)."""
     lines = [f"Corpus {safe_text(corpus)}: {result['cases']} cases, {result['check_cases']} in the check third "
              "(no rule is written from those)", ""]
     lines.append(f"{'':22}{'all':18}check third")
@@ -50,7 +52,13 @@ def render(result: dict, corpus: str) -> str:
     misses = result["misses"]
     lines += ["", f"Misses ({sum(not m['category_right'] for m in misses)} category, "
                   f"{sum(m['category_right'] for m in misses)} rank only)"]
+    hidden = 0 if check_misses else sum(miss["check"] for miss in misses)
+    if hidden:
+        lines.append(f"  {hidden} in the check third not shown (--check-misses shows them: read them only at "
+                     f"the end of an issue)")
     for miss in sorted(misses, key=lambda m: (m["category_right"], m["label"], m["case"])):
+        if miss["check"] and not check_misses:
+            continue
         label = miss["label"] + (f" rank {miss['root_rank']}" if miss["root_rank"] is not None else "")
         said = miss["said"] + (f" rank {miss['rank']}" if miss["rank"] is not None else "")
         how = ", ".join(part for part in (f"rule {miss['rule']}" if miss["rule"] else "", miss["confidence"] or "") if part)
