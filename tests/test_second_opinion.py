@@ -109,6 +109,32 @@ def test_a_sure_rule_is_never_overruled(tmp_path: Path) -> None:
     assert (root["rule"], root["confidence"]) == ("cuda-oom", "certain")
 
 
+def test_a_failure_the_rules_judged_a_victim_does_not_come_back_as_the_models_root_cause(tmp_path: Path) -> None:
+    # A rank's ValueError (no rule names it: the rules are unsure), then a line of a failure the
+    # rules read and judged its victim. The model, reading the same words, leans to that failure.
+    model = load_model(_hand_model(tmp_path))
+    log = _job(tmp_path, "[rank1]: ValueError: labels have 3 columns\n" + LOADER_KILLED)
+    raised = Finding(rule="python-exception", category="python_exception", severity="error", role="root",
+                     title="ValueError on rank 1", rank=1, file=str(log), line=1, fields={"exc_type": "ValueError"})
+    victim = Finding(rule="launcher-killed", category="host_oom", severity="error", role="cascade",
+                     title="DeepSpeed's launcher killed its workers", file=str(log), line=4)
+    diagnosis = Diagnosis(root_cause=raised, findings=[raised, victim], files=[str(log)], confidence="likely")
+    assert consult(diagnosis, model, {}).root_cause == raised
+    # Where the rules saw nothing of it, the same opinion is still heard.
+    said = consult(replace(diagnosis, findings=[raised]), model, {})
+    assert (said.root_cause.category, said.root_cause.origin, said.root_cause.rank) == ("host_oom", "model", 1)
+
+
+def test_a_lone_exception_then_a_watchdog_timeout_names_the_exception(tmp_path: Path) -> None:
+    # torch 2.x's text: the watchdog line (ProcessGroupNCCL.cpp) after a rank's one-line error.
+    log = _job(tmp_path, "[rank1]: ValueError: labels have 3 columns\n"
+               "[rank0]:[E1120 10:11:12.000000 123 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+               "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+               "ran for 600012 milliseconds before timing out.\n")
+    root = json.loads(_monitor("diagnose", "--json", str(log)).stdout)["root_cause"]
+    assert (root["category"], root["rank"], root["origin"]) == ("python_exception", 1, "log")
+
+
 def test_clean_logs_of_the_corpus_stay_clean_with_the_model(tmp_path: Path) -> None:
     for case in load_corpus(REAL):
         if case.category == "clean":

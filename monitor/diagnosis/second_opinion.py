@@ -204,6 +204,11 @@ def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str])
         return diagnosis  # the rules already say so
     if root is not None and said.confidence != "likely" and _says_what_failed(root):
         return diagnosis  # a weak guess never replaces what a line says
+    if root is not None and _says_what_failed(root) and any(
+            f.category == said.category and f.origin != "model" for f in diagnosis.findings):
+        # The rules read that failure's lines and judged them (a watchdog's timeout after a rank's
+        # ValueError is its victim): the model, which reads the same words, adds nothing to that.
+        return diagnosis
     finding = _finding(said, remedies.get(said.category, ""), model, diagnosis.files[0] if diagnosis.files else "")
     if root is not None and root.rank is not None:
         # The model names what the failure was; the rank whose error the rules read is still where.
