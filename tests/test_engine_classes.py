@@ -60,6 +60,64 @@ def test_an_exception_line_alone_is_a_weak_python_exception(tmp_path: Path) -> N
     assert root["fields"]["exc_type"] == "ValueError"
 
 
+# rich's traceback as rich/traceback.py draws it (Traceback._render_stack: "{filename}:{lineno} in
+# {name}" inside a panel titled "Traceback (most recent call last)"; the exception line below it;
+# a chain with "The above exception was the direct cause of the following exception:").
+RICH_TRACEBACK = """\
+╭───────────────────── Traceback (most recent call last) ──────────────────────╮
+│ /home/u/llm-foundry/scripts/train/train.py:412 in main                       │
+│                                                                              │
+│   409 │   for batch in loader:                                               │
+│ ❱ 412 │   │   tokens = tokenizer.encode(batch["text"])                       │
+│                                                                              │
+│ /opt/conda/lib/python3.10/site-packages/composer/trainer/trainer.py:2012 in  │
+│ fit                                                                          │
+╰──────────────────────────────────────────────────────────────────────────────╯
+KeyError: 'text'
+
+The above exception was the direct cause of the following exception:
+
+╭───────────────────── Traceback (most recent call last) ──────────────────────╮
+│ /home/u/llm-foundry/scripts/train/train.py:640 in <module>                   │
+│                                                                              │
+│   639 if __name__ == '__main__':                                             │
+│ ❱ 640 │   main(cfg)                                                          │
+│                                                                              │
+│ /home/u/llm-foundry/llmfoundry/data/text_data.py:97 in build_batch           │
+│                                                                              │
+│ ❱  97 │   │   raise ValueError(f'no text column in {split}') from err        │
+╰──────────────────────────────────────────────────────────────────────────────╯
+ValueError: no text column in train
+"""
+
+
+def test_a_traceback_rich_drew_is_a_traceback_with_its_users_frame(tmp_path: Path) -> None:
+    text = "".join(f"[rank3]: {line}\n" for line in RICH_TRACEBACK.splitlines()) + (
+        "[rank0]:[E1120 10:11:12.000000 123 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+        "ran for 600012 milliseconds before timing out.\n")
+    root = _diagnose(tmp_path, text)["root_cause"]
+    assert (root["category"], root["rank"], root["confidence"]) == ("python_exception", 3, "likely")
+    fields = root["fields"]
+    assert (fields["exc_type"], fields["message"]) == ("ValueError", "no text column in train")
+    assert (fields["frame_file"], fields["frame_line"], fields["frame_func"]) == \
+        ("/home/u/llm-foundry/llmfoundry/data/text_data.py", "97", "build_batch")
+    # Unprefixed, as a single process prints it, the same.
+    root = _diagnose(tmp_path, RICH_TRACEBACK)["root_cause"]
+    assert (root["fields"]["exc_type"], root["fields"]["frame_line"], root["confidence"]) == ("ValueError", "97", "likely")
+
+
+def test_a_rich_panel_that_is_no_traceback_starts_none(tmp_path: Path) -> None:
+    result = _diagnose(tmp_path, (
+        "╭──────────────── Config ────────────────╮\n"
+        "│ /home/u/run/config.yaml:12 in model     │\n"
+        "│ lr: 0.0003                              │\n"
+        "╰─────────────────────────────────────────╯\n"
+        "step 10 loss 2.31\n"
+    ))
+    assert result["root_cause"] is None
+
+
 @pytest.mark.parametrize("line", [
     "wandb: Network error (ConnectionError), entering retry loop.",
     "UserWarning: TypedStorage is deprecated. It will be removed in the future",

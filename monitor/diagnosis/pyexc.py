@@ -11,12 +11,15 @@ from dataclasses import dataclass
 
 import regex
 
-from monitor.diagnosis.records import ORIGINAL_TRACEBACK, TRACEBACK_HEADER
+from monitor.diagnosis.records import ORIGINAL_TRACEBACK, is_traceback_header
 
 RULE_ID = "python-exception"
 CATEGORY = "python_exception"
 
 _FRAME = regex.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
+# rich's frame, inside its panel's border: "│ /home/u/train.py:88 in main      │" (rich/traceback.py,
+# Traceback._render_stack: filename, ":", lineno, " in ", name).
+_RICH_FRAME = regex.compile(r"^│ (?P<file>[^\s│:][^│]*?):(?P<line>\d+) in (?P<func>[^\s│]+)\s*│?\s*$")
 _EXCEPTION = regex.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?$")
 # An exception's last line on its own (its traceback cut from the paste, drawn by rich in a box,
 # or printed by a launcher): ``ValueError: ...``, ``torch.distributed.DistBackendError: ...``.
@@ -147,10 +150,10 @@ def parse_exception_line(body: str) -> PythonException | None:
 def cut_traceback(bodies: list[str]) -> PythonException | None:
     """A traceback with its header and frames but no exception line (``parse_traceback`` found
     none): its user frame (else its last), with no type; None for anything else."""
-    header = next((i for i in range(len(bodies) - 1, -1, -1) if bodies[i].lstrip().startswith(TRACEBACK_HEADER)), None)
+    header = next((i for i in range(len(bodies) - 1, -1, -1) if is_traceback_header(bodies[i].lstrip())), None)
     if header is None:
         return None
-    frames = [(i, match) for i in range(header + 1, len(bodies)) if (match := _FRAME.match(bodies[i]))]
+    frames = [(i, match) for i in range(header + 1, len(bodies)) if (match := _frame(bodies[i]))]
     if not frames:
         return None
     indexes = [i for i, _ in frames]
@@ -162,6 +165,11 @@ def cut_traceback(bodies: list[str]) -> PythonException | None:
 def _user_frame(items: list, files: list[str], default):
     """Of frames (oldest first, each with its file), the innermost in the user's own code, else ``default``."""
     return next((item for item, file in zip(reversed(items), reversed(files)) if not _LIBRARY.search(file)), default)
+
+
+def _frame(body: str) -> regex.Match | None:
+    """A frame's line, as Python or rich prints it (groups file, line, func)."""
+    return _FRAME.match(body) or (_RICH_FRAME.match(body) if body.startswith("│") else None)
 
 
 def _shifted_exception(stripped: str) -> bool:
@@ -177,7 +185,7 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
     frame_indent = 2
     for index, body in enumerate(bodies):
         stripped = body.strip()
-        if stripped.startswith("Traceback (most recent call last)"):
+        if is_traceback_header(stripped):
             in_frames, frames, exception, headerless = True, [], None, False
             continue
         if stripped.startswith(ORIGINAL_TRACEBACK):
@@ -186,7 +194,7 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
             in_frames, frames, headerless = True, [], False
             continue
         if in_frames:
-            frame = _FRAME.match(body)
+            frame = _frame(body)
             if frame:
                 if not frames:
                     frame_indent = len(body) - len(body.lstrip())

@@ -68,6 +68,10 @@ ORIGINAL_TRACEBACK = "Original Traceback (most recent call last)"
 # exception Python printed and went on from (in a finalizer, a __del__, a callback).
 IGNORED_HEADER = "Exception ignored in"
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+# rich's traceback (rich/traceback.py, Traceback.__rich_console__, as `rich.traceback.install()`
+# prints it: llm-foundry's train.py, `accelerate launch --debug`): each stack in a panel titled
+# "Traceback (most recent call last)", its lines inside the panel's border, the exception line below.
+RICH_BORDER = ("│", "╭", "╰")
 _CPP_START = regex.compile(r"^(?:terminate called after throwing an instance of|Exception raised from .* \(most recent call first\):)")
 _CPP_CONT = regex.compile(r"^(?:\s*what\(\):|\s*frame #\d+:|\s*<omitting python frames>|Exception raised from )")
 _RULER = regex.compile(r"^\s*={10,}\s*$")
@@ -120,10 +124,16 @@ class Record:
         return MESSAGE_SILENCE_LINES if self.state in ("message", "blank", "done") else SILENCE_LINES
 
 
+def is_traceback_header(stripped: str) -> bool:
+    """Whether a line (without its leading space) heads a traceback: Python's, or rich's panel."""
+    return stripped.startswith(TRACEBACK_HEADER) or (
+        stripped.startswith("╭") and "Traceback (most recent call last)" in stripped)
+
+
 def starter_kind(body: str) -> str | None:
     """The kind of multi-line record ``body`` starts, or None."""
     stripped = body.lstrip()
-    if stripped.startswith((TRACEBACK_HEADER, IGNORED_HEADER)) or _FRAME_START.match(body):
+    if stripped.startswith(IGNORED_HEADER) or is_traceback_header(stripped) or _FRAME_START.match(body):
         return "traceback"
     if _CPP_START.match(stripped):
         return "cpp"
@@ -187,7 +197,7 @@ def _continues_traceback(record: Record, body: str) -> bool:
     state = record.state
     stripped = body.strip()
     if state == "frames":
-        if body[:1] in (" ", "\t") or stripped.startswith(TRACEBACK_HEADER):
+        if body[:1] in (" ", "\t") or stripped.startswith(RICH_BORDER) or is_traceback_header(stripped):
             return True
         if not stripped or MESSAGE_START.match(body):
             return False
@@ -221,7 +231,7 @@ def _continues_traceback(record: Record, body: str) -> bool:
     if state == "chain":
         if not stripped:
             return True
-        if stripped.startswith(TRACEBACK_HEADER):
+        if is_traceback_header(stripped):
             record.state = "frames"
             return True
         return False
