@@ -128,9 +128,9 @@ class Replayer:
     @property
     def duration(self) -> float:
         """How long the whole replay takes at ×1 (the recording with its long silences cut)."""
-        return self._replayed(self.recording.duration)
+        return self.replayed(self.recording.duration)
 
-    def _replayed(self, recorded: float) -> float:
+    def replayed(self, recorded: float) -> float:
         """The moment of the replay (seconds at ×1) a recorded time is written at."""
         cut = next((total for end, total in reversed(self._cuts) if end <= recorded), 0.0)
         return recorded - cut
@@ -169,14 +169,14 @@ class Replayer:
         try:
             position = 0
             while position < len(events) and not self._stop.is_set():
-                due = self._replayed(events[position][0])
+                due = self.replayed(events[position][0])
                 wait = due / self.speed - (self._clock() - started)
                 if wait > 0 and self._stop.wait(wait):
                     break
                 touched = set()
                 # Everything due by now goes out in one go, then each touched file is flushed.
                 now = (self._clock() - started) * self.speed
-                while position < len(events) and self._replayed(events[position][0]) <= now:
+                while position < len(events) and self.replayed(events[position][0]) <= now:
                     _, _, name, text = events[position]
                     handles[name].write(text.encode("utf-8") + b"\n")
                     touched.add(name)
