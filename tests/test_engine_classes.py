@@ -185,7 +185,7 @@ def test_pdsh_host_prefixes_keep_each_nodes_traceback_apart(tmp_path: Path) -> N
     ("RuntimeError: cuda runtime error (39) : uncorrectable ECC error encountered at /pytorch/aten/src/THC/THCGeneral.cpp:844\n", "gpu-ecc"),
     ("slurmstepd: error: NVML: Failed to get usage(15): GPU is lost\n", "gpu-lost"),
     ("RuntimeError: Address already in use\n", "port-in-use"),
-    ("wandb.errors.CommError: Error while calling W&B API: permission denied (<Response [403]>)\n", "wandb-auth"),
+    ("wandb.errors.CommError: Error while calling W&B API: permission denied (<Response [403]>)\n", "wandb-permission"),  # a 403: the key was accepted, the entity or project refused
     ("RuntimeError: unexpected EOF, expected 1048576 more bytes. The file might be corrupted.\n", "checkpoint-corrupt"),
     # detectron2's train loop, GPT-NeoX's overflow monitor.
     ("FloatingPointError: Loss became infinite or NaN at iteration=2041!\n", "nan-detected-by-framework"),
