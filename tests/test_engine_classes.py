@@ -745,3 +745,37 @@ def test_a_traceback_a_log_collector_timed_line_by_line_is_still_one_traceback(t
     root = result["root_cause"]
     assert (root["category"], root["fields"]["exc_type"], root["fields"]["frame_line"]) == \
         ("python_exception", "ValueError", "61")
+
+
+# The training loop's own "done" (Megatron's print_datetime, transformers' Trainer, Lightning's
+# fit loop), then a stop from outside: the processes had not exited (a hang at exit).
+SLURM_TIME_LIMIT = "slurmstepd: error: *** STEP 4242.0 ON gpu-17 CANCELLED AT 2025-01-02T03:04:05 DUE TO TIME LIMIT ***\n"
+TORCHRUN_STOPPED = ("W0102 03:04:05.000000 4242 site-packages/torch/distributed/elastic/agent/server/api.py:704] "
+                    "Received 15 death signal, shutting down workers\n")
+
+
+@pytest.mark.parametrize(("finished", "stop", "stopped_by"), [
+    ("[after training is done] datetime: 2025-01-02 02:00:00.123456 \n", SLURM_TIME_LIMIT, "SLURM ended"),
+    ("\n\nTraining completed. Do not forget to share your model on huggingface.co/models =)\n\n\n", TORCHRUN_STOPPED,
+     "torchrun"),
+    ("INFO:lightning.pytorch.utilities.rank_zero:`Trainer.fit` stopped: `max_epochs=3` reached.\n", SLURM_TIME_LIMIT,
+     "SLURM ended"),
+])
+def test_a_stop_after_training_said_it_finished_is_a_hang_at_exit(tmp_path: Path, finished: str, stop: str,
+                                                                  stopped_by: str) -> None:
+    root = _diagnose(tmp_path, "step 999 loss 1.02\n" + finished + stop)["root_cause"]
+    assert (root["category"], root["rule"], root["confidence"]) == ("hang", "training-finished", "likely")
+    assert root["title"].startswith(f"The job did not exit after training finished; stopped by: {stopped_by}")
+    assert "torch.distributed.destroy_process_group()" in root["remedy"]
+
+
+def test_training_that_finished_and_was_not_stopped_or_failed_after_is_no_hang(tmp_path: Path) -> None:
+    finished = "[after training is done] datetime: 2025-01-02 02:00:00.123456 \n"
+    assert _diagnose(tmp_path, "step 999 loss 1.02\n" + finished)["root_cause"] is None
+    # A stop while training ran is the stop.
+    root = _diagnose(tmp_path, "step 999 loss 1.02\n" + SLURM_TIME_LIMIT)["root_cause"]
+    assert root["category"] == "slurm_event"
+    # A failure after the training loop finished (an evaluation's OOM) is that failure.
+    root = _diagnose(tmp_path, finished + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+                     + SLURM_TIME_LIMIT)["root_cause"]
+    assert root["category"] == "cuda_oom"

@@ -20,6 +20,9 @@ In order:
 4. a stall (the job went silent while nothing failed);
 5. how the job exited (a bare "exited with 1" says less than any of the above).
 
+A stop from outside chosen so (a time limit, a cancel, a kill) after the training loop said it had
+finished is a hang at exit instead (``_hung_after_finishing``).
+
 "Earliest" is ``model.chronological``. A stop the user asked for (Ctrl-C, ``monitor run``
 forwarding a SIGTERM) is no failure: ``as_requested_stop`` turns the launcher's report of
 it into information, so it is never chosen.
@@ -30,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from monitor.model import CONFIDENCE_ORDER, STOPPED, TIMEOUT_CATEGORIES, Confidence, Finding, chronological
+from monitor.model import CONFIDENCE_ORDER, STOPPED, TIMEOUT_CATEGORIES, Category, Confidence, Finding, chronological
 
 # Fields (named groups) that hold a rank's last completed collective, as rules name them.
 LAST_COMPLETED_FIELDS = ("last_completed", "completed", "done", "last_done")
@@ -61,6 +64,45 @@ _LAST_RESORTS = ("stall", "exit")
 def choose(findings: list[Finding], ranks: RankEvidence | None = None) -> Finding | None:
     """The root cause of ``findings`` (None: nothing failed and nothing stalled); with only
     timeouts, ``ranks`` names the rank that hung (``hang_suspect``)."""
+    return _hung_after_finishing(_choose(findings, ranks), findings)
+
+
+def _hung_after_finishing(root: Finding | None, findings: list[Finding]) -> Finding | None:
+    """A stop from outside (a scheduler's time limit or cancel, a kill) that came after the
+    training loop said it had finished (a finding of category hang with a ``finished`` field):
+    the processes were still running, and the stop only ended the wait. Otherwise ``root``."""
+    if root is None or root.category not in (STOPPED, Category.SLURM_EVENT):
+        return root
+    finished = [f for f in findings if f.category == Category.HANG and f.fields.get("finished")]
+    if not finished or chronological([*finished, root])[0] not in finished:
+        return root
+    done = chronological(finished)[0]
+    return replace(
+        done, severity="error", role="root", confidence="likely",
+        title=f"The job did not exit after training finished; stopped by: {root.title}",
+        confidence_note="the training loop said it was done before the stop: what ran in between is not in the log",
+        remedy=(f"The training loop said it was done ({done.fields['finished']}), and the job was still running "
+                f"{_later(done, root)}when it was stopped ({root.title}).\n"
+                "What keeps a finished job alive: a process group never destroyed (call "
+                "torch.distributed.destroy_process_group() at the end on every rank), a rank stuck in a last "
+                "barrier or collective that another rank skipped, DataLoader workers or a non-daemon thread still "
+                "running, wandb.finish() still uploading, a profiler writing its report; or slow work after "
+                "training (a final checkpoint save, an evaluation) that the time limit cut short.\n"
+                "On the next run take every rank's stacks once training has finished (py-spy dump --pid <pid>) "
+                "to see where each process waits."),
+        fields={**done.fields, "stopped_by": root.title},
+    )
+
+
+def _later(first: Finding, then: Finding) -> str:
+    """ "12 min later, " where both findings' lines carry a time, else ""."""
+    if first.first_seen is None or then.first_seen is None or then.first_seen < first.first_seen:
+        return ""
+    seconds = then.first_seen - first.first_seen
+    return f"{seconds / 60:.0f} min later, " if seconds >= 120 else f"{seconds:.0f} s later, "
+
+
+def _choose(findings: list[Finding], ranks: RankEvidence | None) -> Finding | None:
     weighed = [f for f in findings if f.origin not in _LAST_RESORTS]
     roots = [f for f in weighed
              if f.role == "root" and f.severity == "error" and f.category not in TIMEOUT_CATEGORIES]
