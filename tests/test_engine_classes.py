@@ -779,3 +779,33 @@ def test_training_that_finished_and_was_not_stopped_or_failed_after_is_no_hang(t
     root = _diagnose(tmp_path, finished + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
                      + SLURM_TIME_LIMIT)["root_cause"]
     assert root["category"] == "cuda_oom"
+
+
+# torch._dynamo's suppressed compile error (torch/_dynamo/exc.py, format_error_msg): it logs the
+# traceback after "WON'T CONVERT {name} {file} line {n} \ndue to: \n" and runs the frame eagerly.
+DYNAMO_TRACEBACK = """\
+Traceback (most recent call last):
+  File "/usr/lib/python3.10/site-packages/torch/_dynamo/convert_frame.py", line 786, in _convert_frame
+    result = inner_convert(
+  File "/home/u/model.py", line 88, in forward
+    x = self.custom_op(x)
+torch._dynamo.exc.Unsupported: call_function UserDefinedObjectVariable(custom_op) [TensorVariable()] {}
+"""
+
+
+@pytest.mark.parametrize(("intro", "prefix"), [
+    ("W1120 10:11:12.345000 4242 torch/_dynamo/convert_frame.py:824] WON'T CONVERT forward /home/u/model.py line 88 \n"
+     "due to: \n", ""),
+    # torch.compile's verbose form, under torchrun's rank prefixes.
+    ("W1120 10:11:12.345000 4242 torch/_dynamo/convert_frame.py:824] WON'T CONVERT forward /home/u/model.py "
+     "line 88\n========== TorchDynamo Stack Trace ==========\n", "[rank1]:"),
+])
+def test_a_compile_error_torch_compile_logged_and_ran_past_is_no_failure(tmp_path: Path, intro: str, prefix: str) -> None:
+    text = "step 10 loss 2.34\n" + intro + DYNAMO_TRACEBACK + "\nstep 20 loss 2.12\n"
+    result = _diagnose(tmp_path, "".join(prefix + line for line in text.splitlines(keepends=True)))
+    assert result["root_cause"] is None
+    [handled] = [f for f in result["findings"] if f["rule"] == "python-exception-handled"]
+    assert handled["severity"] == "info" and handled["fields"]["frame_line"] == "88"
+    # The same error raised (suppress_errors off, the default): the job's failure.
+    root = _diagnose(tmp_path, "step 10 loss 2.34\n" + DYNAMO_TRACEBACK)["root_cause"]
+    assert (root["category"], root["rule"]) == ("python_exception", "python-exception")

@@ -68,6 +68,8 @@ class RecordAssembler:
         self._pending_per_file: dict[str, int] = {}
         # Per stream, the process mp.spawn says the next traceback is of.
         self._spawned: dict[tuple, int] = {}
+        # Per stream, the last line that announced a handled error's traceback (line number, text).
+        self._handled_intro: dict[tuple, tuple[int, str]] = {}
         self._glued_seen = False
         # Files whose times the later stages wait for (a finding there had none of its own).
         self.times_wanted: set[str] = set()
@@ -149,6 +151,8 @@ class RecordAssembler:
             record.followed_by = body
             events.append(self._complete(key))
         kind = records.starter_kind(body) if starter else None
+        if starter and kind is None and any(intro in body for intro in records.HANDLED_INTROS):
+            self._handled_intro[key] = (line.line, body)
         if kind == "spawned":
             # torch.multiprocessing.spawn's "-- Process N terminated with the following error:": the
             # traceback that follows is process N's (its rank, under mp.spawn's usual use).
@@ -157,6 +161,9 @@ class RecordAssembler:
             record = records.start(kind, line, body, rank, arrival)
             if rank is None and kind == "traceback" and (index := self._spawned.pop(key, None)) is not None:
                 record.rank, record.rank_from = index, "launcher"
+            intro = self._handled_intro.pop(key, None) if kind == "traceback" else None
+            if intro is not None and line.line - intro[0] <= records.HANDLED_WITHIN:
+                record.handled_by = intro[1]
             record.rule_hits.append(rule_hits)
             self._pending[key] = record
             self._pending_per_file[line.file] = self._pending_per_file.get(line.file, 0) + 1

@@ -225,6 +225,7 @@ class ExceptionClassifier:
         self._texts = pyexc.TEXTS.get(lang, pyexc.TEXTS["en"])
         self._ignored = pyexc.IGNORED_TEXTS.get(lang, pyexc.IGNORED_TEXTS["en"])
         self._retried = pyexc.RETRIED_TEXTS.get(lang, pyexc.RETRIED_TEXTS["en"])
+        self._handled = pyexc.HANDLED_TEXTS.get(lang, pyexc.HANDLED_TEXTS["en"])
         self._cut = pyexc.CUT_TEXTS.get(lang, pyexc.CUT_TEXTS["en"])
 
     def classify(self, record: Record) -> list[Match]:
@@ -249,6 +250,15 @@ class ExceptionClassifier:
                 title=self._ignored[0], remedy=self._ignored[1], record=record, positions=positions,
                 rank=record.rank, rank_source=record_rank_source(record), fields=exception.fields(),
                 evidence=(0, *evidence),
+            )]
+        if record.handled_by:
+            # The library said, just before, that it handled this and went on.
+            return [Match(
+                key=(pyexc.RULE_ID + "-handled", exception.exc_type, exception.frame_file, exception.frame_line),
+                rule=pyexc.RULE_ID + "-handled", category=pyexc.CATEGORY, severity="info", role="cascade",
+                title=self._handled[0], remedy=self._handled[1], record=record, positions=positions,
+                rank=record.rank, rank_source=record_rank_source(record), fields=exception.fields(),
+                evidence=evidence,
             )]
         # What the process printed next (another rank's lines may come between, unprefixed).
         after = [*record.bodies[exception.index + 1:exception.index + 1 + RETRY_WITHIN], record.followed_by][:RETRY_WITHIN]

@@ -46,7 +46,16 @@ STARTER_LITERALS = (
     # An exception's last line standing alone (``pyexc.parse_exception_line``).
     "rror: ",
     "xception: ",
+    # What a library prints before a traceback it logged and went on from (HANDLED_INTROS).
+    "WON'T CONVERT",
 )
+# What a library prints before the traceback of an error it handled: torch._dynamo's suppressed
+# compile error (torch/_dynamo/exc.py, format_error_msg: "WON'T CONVERT {name} {file} line {n} \ndue
+# to: \n{traceback}"; verbose: "========== TorchDynamo Stack Trace =========="); the frame then
+# runs uncompiled and the job goes on. A traceback whose header comes within HANDLED_WITHIN lines
+# after one, in its stream, was handled.
+HANDLED_INTROS = ("WON'T CONVERT",)
+HANDLED_WITHIN = 3
 # Silence (in lines of the file) after which a record is complete, and the longest record.
 SILENCE_LINES = 200
 # After the exception line, the rest of a message follows at once: a shorter wait.
@@ -114,6 +123,8 @@ class Record:
     # The line of its stream that completed it (not part of it), when one did: what the process
     # printed next (a retry loop's "retrying in 2 s").
     followed_by: str = ""
+    # The library's line that said it handled what this traceback shows (HANDLED_INTROS), if any.
+    handled_by: str = ""
 
     @property
     def last_line(self) -> int:
