@@ -75,10 +75,12 @@ RETRIED_TEXTS = {
 # A traceback a library logged as handled (records.HANDLED_INTROS: torch._dynamo's "WON'T CONVERT").
 HANDLED_TEXTS = {
     "en": ("{exc_type} handled by torch.compile on rank {rank}: the code ran uncompiled",
-           "torch._dynamo could not compile this code, logged why and ran it eagerly (its suppress_errors "
-           "setting, or an error it always tolerates): the job went on, slower where the graph broke. {message}"),
+           "torch.compile could not compile this code, logged why and ran it eagerly "
+           "(torch._dynamo.config.suppress_errors, or an error it always tolerates): the job went on, slower where "
+           "the graph broke. {message}"),
     "zh": ("rank {rank} 上的 {exc_type} 已被 torch.compile 处理：代码以未编译方式运行",
-           "torch._dynamo 无法编译这段代码，记录了原因并以 eager 方式运行（它的 suppress_errors 设置，或它总会容忍的错误）："
+           "torch.compile 无法编译这段代码，记录了原因并以 eager 方式运行（torch._dynamo.config.suppress_errors，"
+           "或它总会容忍的错误）："
            "作业继续运行，只是在图断开处更慢。{message}"),
 }
 # An exception Python printed and ignored ("Exception ignored in: ..."): it stopped nothing.
