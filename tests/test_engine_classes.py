@@ -809,3 +809,26 @@ def test_a_compile_error_torch_compile_logged_and_ran_past_is_no_failure(tmp_pat
     # The same error raised (suppress_errors off, the default): the job's failure.
     root = _diagnose(tmp_path, "step 10 loss 2.34\n" + DYNAMO_TRACEBACK)["root_cause"]
     assert (root["category"], root["rule"]) == ("python_exception", "python-exception")
+
+
+def test_an_exception_groups_traceback_names_its_sub_exception(tmp_path: Path) -> None:
+    """Python 3.11's exception group (traceback.py, _ExceptionPrintContext.emit): every line behind
+    a gutter of "| " (two spaces a level), the sub-exceptions between rulers; the group only reports them."""
+    group = (
+        "  + Exception Group Traceback (most recent call last):\n"
+        '  |   File "/home/u/train.py", line 40, in <module>\n'
+        "  |     asyncio.run(main())\n"
+        "  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)\n"
+        "  +-+---------------- 1 ----------------\n"
+        "    | Traceback (most recent call last):\n"
+        '    |   File "/home/u/data.py", line 31, in load_shard\n'
+        "    |     raise FileNotFoundError(path)\n"
+        "    | FileNotFoundError: /data/shard-00007.parquet\n"
+        "    +------------------------------------\n"
+    )
+    text = "step 1 loss 2.0\n" + "".join(f"[rank3]: {line}\n" for line in group.splitlines())
+    root = _diagnose(tmp_path, text)["root_cause"]
+    assert (root["category"], root["rank"], root["confidence"]) == ("python_exception", 3, "likely")
+    fields = root["fields"]
+    assert (fields["exc_type"], fields["message"]) == ("FileNotFoundError", "/data/shard-00007.parquet")
+    assert (fields["frame_file"], fields["frame_line"]) == ("/home/u/data.py", "31")

@@ -161,6 +161,7 @@ def parse_exception_line(body: str) -> PythonException | None:
 def cut_traceback(bodies: list[str]) -> PythonException | None:
     """A traceback with its header and frames but no exception line (``parse_traceback`` found
     none): its user frame (else its last), with no type; None for anything else."""
+    bodies = _without_group_gutter(bodies)
     header = next((i for i in range(len(bodies) - 1, -1, -1) if is_traceback_header(bodies[i].lstrip())), None)
     if header is None:
         return None
@@ -188,8 +189,26 @@ def _shifted_exception(stripped: str) -> bool:
     return match is not None and _EXCEPTION_NAME.search(match["type"]) is not None
 
 
+# An exception group's traceback (Python 3.11+, traceback.py's _ExceptionPrintContext.emit): each
+# line behind a gutter of two spaces per depth and "| " ("+ " on the group's header), the
+# sub-exceptions between "+-+---------------- 1 ----------------" and "+------------" rulers.
+_GROUP_GUTTER = regex.compile(r"^(?:  )+[|+] ")
+_GROUP_RULER = regex.compile(r"^(?:  )+(?:\+-)?\+-{8,}")
+
+
+def _without_group_gutter(bodies: list[str]) -> list[str]:
+    """An exception group's lines as plain traceback lines (its rulers blank, so indexes stay the
+    record's), or ``bodies``."""
+    guttered = sum(1 for body in bodies[1:] if _GROUP_GUTTER.match(body))
+    if guttered < max(2, (len(bodies) - 1) // 2):
+        return bodies
+    return ["" if _GROUP_RULER.match(body) else _GROUP_GUTTER.sub("", body) for body in bodies]
+
+
 def parse_traceback(bodies: list[str]) -> PythonException | None:
-    """The final exception of a traceback record (its lines without rank prefixes)."""
+    """The final exception of a traceback record (its lines without rank prefixes); of an
+    exception group, its last sub-exception's (the group only reports them)."""
+    bodies = _without_group_gutter(bodies)
     frames: list[tuple[str, str, str]] = []
     exception: tuple[str, str, int] | None = None
     headerless = in_frames = bool(bodies) and _FRAME.match(bodies[0]) is not None
