@@ -36,7 +36,7 @@ def _diagnose(cluster: Cluster, path: Path) -> tuple[subprocess.CompletedProcess
     return text, json.loads(as_json.stdout)
 
 
-def test_a_crash_on_task_1_is_diagnosed_on_rank_1_through_torchs_prefix(slurm_cluster: Cluster, tmp_path: Path):
+def test_a_crash_on_task_1_is_diagnosed_on_rank_1_through_torchs_prefix(slurm_cluster: Cluster, tmp_path: Path):  # noqa: F811
     result = subprocess.run(monitor_cmd(tmp_path, "srun", "-l", "-n", "2", PYTHON, JOB), env=_job_env(slurm_cluster),
                             capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
     assert result.returncode == 1, result.stderr[-3000:]
@@ -50,7 +50,7 @@ def test_a_crash_on_task_1_is_diagnosed_on_rank_1_through_torchs_prefix(slurm_cl
     assert read_json(log.with_suffix(".job.json"))["exit_code"] == 1
 
 
-def test_a_crash_on_task_1_is_diagnosed_on_rank_1_by_sruns_label_alone(slurm_cluster: Cluster, tmp_path: Path):
+def test_a_crash_on_task_1_is_diagnosed_on_rank_1_by_sruns_label_alone(slurm_cluster: Cluster, tmp_path: Path):  # noqa: F811
     # Python's own excepthook: no [rank1]: from torch, only srun's "1: " says whose traceback it is.
     result = subprocess.run(monitor_cmd(tmp_path, "srun", "--label", "-n", "2", PYTHON, JOB),
                             env=_job_env(slurm_cluster, PLAIN_TRACEBACK="1"), capture_output=True, text=True,
@@ -88,7 +88,7 @@ def _batch(cluster: Cluster, tmp_path: Path, srun_options: str = "") -> tuple[st
     return job, tmp_path / f"slurm-{job}.out"
 
 
-def test_a_job_ended_by_its_time_limit_is_slurms_doing_on_no_rank(slurm_cluster: Cluster, tmp_path: Path):
+def test_a_job_ended_by_its_time_limit_is_slurms_doing_on_no_rank(slurm_cluster: Cluster, tmp_path: Path):  # noqa: F811
     job, out = _batch(slurm_cluster, tmp_path)
     # The limit is in minutes; one lowered under the time already run ends the job at slurmctld's
     # next check of the limits (every 30 s), as --time would after its minutes.
@@ -124,7 +124,7 @@ def test_a_job_ended_by_its_time_limit_is_slurms_doing_on_no_rank(slurm_cluster:
     assert (root["rule"], root["category"], root["rank"], root["ranks"]) == ("slurm-cancelled", "slurm_event", None, [])
 
 
-def test_a_step_ended_by_scancel_is_slurms_doing(slurm_cluster: Cluster, tmp_path: Path):
+def test_a_step_ended_by_scancel_is_slurms_doing(slurm_cluster: Cluster, tmp_path: Path):  # noqa: F811
     job, out = _batch(slurm_cluster, tmp_path)
     assert slurm_cluster.run("scancel", f"{job}.0").returncode == 0
     slurm_cluster.wait_gone(job, timeout=60)
@@ -143,7 +143,7 @@ def test_a_step_ended_by_scancel_is_slurms_doing(slurm_cluster: Cluster, tmp_pat
 
 
 def test_check_collectives_starts_its_ranks_under_srun_and_a_balanced_run_names_nobody(
-        slurm_cluster: Cluster, tmp_path: Path):
+        slurm_cluster: Cluster, tmp_path: Path):  # noqa: F811
     result = subprocess.run(
         monitor_cmd(tmp_path, "srun", "-l", "-n", "3", PYTHON, JOB, extra=("--check-collectives",)),
         env=_job_env(slurm_cluster, CRASH_STEP="-1"), capture_output=True, text=True, timeout=240,
@@ -162,7 +162,7 @@ def test_check_collectives_starts_its_ranks_under_srun_and_a_balanced_run_names_
     assert record["verdict"]["outliers"] == []
 
 
-def test_check_collectives_inside_an_allocation_runs_on_its_tasks(slurm_cluster: Cluster, tmp_path: Path):
+def test_check_collectives_inside_an_allocation_runs_on_its_tasks(slurm_cluster: Cluster, tmp_path: Path):  # noqa: F811
     # No command: srun on every task of the allocation; the rendezvous's address and port come
     # from SLURM's variables (no MASTER_ADDR or MASTER_PORT here).
     result = subprocess.run(
