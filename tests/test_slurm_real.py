@@ -139,6 +139,7 @@ def test_a_step_ended_by_scancel_is_slurms_doing(slurm_cluster: Cluster, tmp_pat
     report, diagnosis = _diagnose(slurm_cluster, log)
     assert report.returncode == 1
     assert f"Root cause: SLURM stopped STEP {job}.0 on {node}\n" in report.stdout
+    assert f"error [cascade] SLURM: tasks 0-1 on {node} ended (Killed)" in report.stdout
     assert diagnosis["root_cause"]["category"] == "slurm_event" and diagnosis["root_cause"]["rank"] is None
     # `monitor run` (the batch script itself) outlived its step and said so in the .out.
     assert f"monitor: root cause: SLURM stopped STEP {job}.0 on {node} at {log}:" in out.read_text()
