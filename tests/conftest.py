@@ -12,7 +12,7 @@ TORCH_JOBS = {
     "test_classes_real_jobs", "test_demo_train_scenarios", "test_demo_train_tempdir", "test_hangs_real",
     "test_flight_recorder", "test_multinode_real", "test_novelty_real", "test_runner_torchrun",
     "test_faults_round3_c", "test_ckpt_verify", "test_ckpt_watch", "test_straggler_real",
-    "test_collectives_real",
+    "test_collectives_real", "test_slurm_real",
 }
 TERMINAL = {"test_second_hour_e", "test_second_hour_g_left_running"}
 

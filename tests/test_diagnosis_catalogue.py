@@ -44,6 +44,7 @@ def test_loads_rules_with_derived_prefilters(tmp_path):
         (('remedy = "Free space."', 'remedy = "Free {spaec}."'), 9, "names {spaec}"),
         (('title = "Disk full"', 'title = "Disk full'), 7, "invalid TOML"),
         (("patterns = ['No space left on device']", "patterns = ['\\d+']"), 8, "cannot derive a literal prefilter"),
+        (('role = "root"', 'role = "root"\nranked = "no"'), 7, "'ranked' must be true or false"),
     ],
 )
 def test_rule_file_errors_name_file_line_and_rule(tmp_path, mutation, line, message):

@@ -500,3 +500,25 @@ def test_findings_timed_only_by_a_later_line_order_with_those_after_them() -> No
     b = finding(1, "a.log")
     c = finding(2, "b.log", first_seen=50.0)
     assert [f.rule for f in chronological([a, b, c])] == ["r2", "r0", "r1"]
+
+
+def test_a_rule_that_names_no_rank_ignores_the_label_srun_puts_on_its_line(tmp_path):
+    # srun --label relays slurmstepd's word on the whole step under the node's first task: the
+    # step's cancellation is no rank's, while the task's own crash (same label) is rank 1's.
+    rules = RULES + '''
+[[rule]]
+id = "step-cancelled"
+category = "slurm_event"
+severity = "error"
+role = "root"
+ranked = false
+title = "SLURM ended {entity}"
+patterns = ['\\*\\*\\* (?P<entity>STEP \\S+) ON \\S+ CANCELLED AT \\S+ DUE TO TIME LIMIT']
+'''
+    text = ("0: slurmstepd-gpu-3: error: *** STEP 77.0 ON gpu-3 CANCELLED AT 2026-01-02T03:04:05 DUE TO TIME LIMIT ***\n"
+            "1: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.")
+    engine = run_lines(Engine(catalogue_from(tmp_path, rules)), text)
+    by_rule = {f.rule: f for f in engine.findings}
+    assert (by_rule["step-cancelled"].rank, by_rule["step-cancelled"].ranks) == (None, [])
+    assert by_rule["step-cancelled"].title == "SLURM ended STEP 77.0"
+    assert by_rule["cuda-oom"].rank == 1

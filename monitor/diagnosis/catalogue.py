@@ -33,7 +33,7 @@ LANGUAGES = ("en", "zh")
 TRANSLATED_KEYS = ("title", "confirmed_title", "remedy")
 RULE_KEYS = {
     "id", "category", "severity", "role", "title", "confirmed_title", "patterns", "prefilter", "remedy",
-    "advice", "examples", "confidence", "confidence_note", "rank_source", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
+    "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
 }
 REQUIRED_KEYS = ("id", "category", "severity", "role", "title", "patterns")
 ADVICE_KEYS = {"text", "when", "unless_log", "if_log", "unless_record", "if_record",
@@ -107,6 +107,10 @@ class Rule:
     # What a rank its pattern captures is (``model.RANK_SOURCES``; default "message"): a launcher's
     # summary names the rank it saw fail first, which is not always the first to fail.
     rank_source: str = ""
+    # False for a message about the whole job, step or node that a launcher relays under one
+    # task's label (srun --label puts the node's first task number on slurmstepd's "*** STEP ...
+    # CANCELLED ... ***"): a rank prefix on its line, or a rank in its text, names no rank of it.
+    ranked: bool = True
     compiled: tuple[regex.Pattern, ...] | None = None
 
     @property
@@ -333,6 +337,8 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
         raise fail(f"severity must be one of {', '.join(SEVERITIES)}", loc.key_line("severity", start, end))
     if table["role"] not in ROLES:
         raise fail(f"role must be one of {', '.join(ROLES)}", loc.key_line("role", start, end))
+    if not isinstance(table.get("ranked", True), bool):
+        raise fail("'ranked' must be true or false", loc.key_line("ranked", start, end))
     if "rank_source" in table and table["rank_source"] not in RANK_SOURCES:
         raise fail(f"rank_source must be one of {', '.join(RANK_SOURCES)}", loc.key_line("rank_source", start, end))
     if table.get("confidence", "certain") not in CONFIDENCES:
@@ -400,7 +406,7 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
         remedy=table.get("remedy", "").strip(), confirmed_title=table.get("confirmed_title", ""), advice=advice, examples_match=match,
         examples_no_match=no_match, source=str(loc.path), line=start, translations=translations,
         confidence=table.get("confidence", "certain"), confidence_note=table.get("confidence_note", ""),
-        rank_source=table.get("rank_source", ""),
+        rank_source=table.get("rank_source", ""), ranked=table.get("ranked", True),
     )
 
 

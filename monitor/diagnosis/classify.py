@@ -143,7 +143,9 @@ class RuleClassifier:
                 continue
             matched.sort()
             rank, source = record.rank, record_rank_source(record)
-            if "rank" in fields and fields["rank"].isdigit():
+            if not rule.ranked:
+                rank, source = None, ""
+            elif "rank" in fields and fields["rank"].isdigit():
                 rank, source = int(fields.pop("rank")), rule.rank_source or "message"
             elif rank is None and (rank := rank_in_text(record.bodies[matched[0]])) is not None:
                 source = "message"
