@@ -88,6 +88,16 @@ def only(text: str, rule: str):
      "(size 4194304), error: No space left on device (28)",
      "nccl-shm", {"segment": "/dev/shm/nccl-Ue3kLp", "size": "4194304", "shm_error": "No space left on device"},
      "The system said: No space left on device."),
+    ("(EngineCore_DP0 pid=812) ValueError: Free memory on device cuda:1 (21.07/79.19 GiB) on startup is less than "
+     "desired GPU memory utilization (0.7, 55.43 GiB). Decrease GPU memory utilization or reduce GPU memory used "
+     "by other processes.", "vllm-gpu-memory",
+     {"free_gib": "21.07", "total_gib": "79.19", "util": "0.7", "desired_gib": "55.43"},
+     "only 21.07 of 79.19 GiB was free"),
+    ("ValueError: The model's max seq len (65536) is larger than the maximum number of tokens that can be stored in "
+     "KV cache (40960). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
+     "engine.", "vllm-gpu-memory", {"max_model_len": "65536", "kv_tokens": "40960"}, "(40960 tokens)"),
+    # The exception line cut before the sizes still names the allocator's class and message.
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to al", "cuda-oom", {"tried": None}, "micro-batch"),
     ("OSError: Not enough disk space. Needed: 1.21 TiB (download: 400.00 GiB, generated: 830.00 GiB, "
      "post-processed: Unknown size)", "disk-full", {"needed": "1.21 TiB"}, "needs 1.21 TiB free"),
 ])
