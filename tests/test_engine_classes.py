@@ -832,3 +832,18 @@ def test_an_exception_groups_traceback_names_its_sub_exception(tmp_path: Path) -
     fields = root["fields"]
     assert (fields["exc_type"], fields["message"]) == ("FileNotFoundError", "/data/shard-00007.parquet")
     assert (fields["frame_file"], fields["frame_line"]) == ("/home/u/data.py", "31")
+
+
+def test_deepspeeds_exit_line_names_no_rank_its_command_is_the_last_one_started(tmp_path: Path) -> None:
+    """deepspeed/launcher/launch.py logs "{cmd} exits with return code = {rc}" with cmd left over from
+    its spawn loop: the last process's command, whichever process failed."""
+    spawned = "".join(
+        f"[2023-11-13 16:50:01,10{r}] [INFO] [launch.py:253:main] process 943{r} spawned with command: "
+        f"['/opt/conda/bin/python', '-u', 'train.py', '--local_rank={r}']\n" for r in range(4))
+    result = _diagnose(tmp_path, spawned + (
+        "[2023-11-13 16:59:55,640] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 9431\n"
+        "[2023-11-13 16:59:55,650] [ERROR] [launch.py:321:sigkill_handler] ['/opt/conda/bin/python', '-u', "
+        "'train.py', '--local_rank=3'] exits with return code = -9\n"))
+    root = result["root_cause"]
+    assert (root["category"], root["rule"], root["rank"]) == ("host_oom", "sigkill", None)
+    assert "rank 3" not in root["remedy"].lower()
