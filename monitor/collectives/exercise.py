@@ -154,14 +154,17 @@ class Exercise:
 
     def pairs(self) -> list[dict]:
         """This rank's send/recv with each partner; only the lower rank of a pair reports it. Each
-        pair is timed in ``PASSES`` passes and keeps its best: a link that is slow is slow every
-        time, while a rank descheduled once (a busy machine) is not a slow link."""
+        pair is timed in ``PASSES`` passes and keeps its best latency and its best transfer (each
+        from whichever pass had it): a link that is slow is slow every time, while a rank
+        descheduled once (a busy machine) is not a slow link."""
         best: dict[int, dict] = {}
         for _ in range(PASSES):
             for peer, figures in self._pass():
-                if peer not in best or figures["transfer_s"] + figures["latency_s"] < \
-                        best[peer]["transfer_s"] + best[peer]["latency_s"]:
+                if peer not in best:
                     best[peer] = figures
+                else:
+                    for key in ("latency_s", "transfer_s"):
+                        best[peer][key] = min(best[peer][key], figures[key])
         return [best[peer] for peer in sorted(best)]
 
     def _pass(self) -> list[tuple[int, dict]]:
