@@ -5,7 +5,31 @@ quick loop; CI runs everything."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
+
 import pytest
+
+# The suite starts about 700 python processes (monitor's commands, recorders, torchrun and
+# its ranks). Where PYTHONDONTWRITEBYTECODE is set (it is in this VM's environment), each of them compiled
+# monitor's modules again from source (~0.06 s of CPU a `monitor` process, ~4 s for each pytest
+# worker's collection): the suite's processes share one bytecode cache instead, in a folder of its
+# own (the source tree stays as clean as the variable keeps it), made by the first process (the
+# xdist controller or the serial run; its children inherit it) and removed by that one at the end.
+_MADE_PYCACHE: str | None = None
+if sys.flags.dont_write_bytecode and not os.environ.get("PYTHONPYCACHEPREFIX"):
+    _MADE_PYCACHE = tempfile.mkdtemp(prefix="monitor-tests-pycache-")
+    os.environ["PYTHONPYCACHEPREFIX"] = _MADE_PYCACHE
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.pycache_prefix, sys.dont_write_bytecode = _MADE_PYCACHE, False
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _MADE_PYCACHE is not None:
+        shutil.rmtree(_MADE_PYCACHE, ignore_errors=True)
+
 
 # Modules whose tests start torch jobs (tests/jobs/, monitor/demo/train.py) under torchrun or mp.
 TORCH_JOBS = {
