@@ -41,6 +41,14 @@ TORCH_JOBS = {
 TERMINAL = {"test_second_hour_e", "test_second_hour_g_left_running"}
 
 
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a module-scoped fixture (most are real jobs run once for the module)."""
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
+
+
+# tryfirst: xdist's worker reads the xdist_group marks in its own hook of this name.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
@@ -48,6 +56,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real_job)
         if module in TERMINAL:
             item.add_marker(pytest.mark.terminal)
+        # Under `pytest -n 2` (pyproject: --dist loadgroup) a module's tests that share a fixture
+        # go to one worker: split between two, each ran the fixture's real jobs again.
+        if _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 @pytest.fixture(autouse=True)
