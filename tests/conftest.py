@@ -5,7 +5,31 @@ quick loop; CI runs everything."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
+
 import pytest
+
+# The suite starts about 700 python processes (monitor's commands, recorders, torchrun and
+# its ranks). Where PYTHONDONTWRITEBYTECODE is set (it is in this VM's environment), each of them compiled
+# monitor's modules again from source (~0.06 s of CPU a `monitor` process, ~4 s for each pytest
+# worker's collection): the suite's processes share one bytecode cache instead, in a folder of its
+# own (the source tree stays as clean as the variable keeps it), made by the first process (the
+# xdist controller or the serial run; its children inherit it) and removed by that one at the end.
+_MADE_PYCACHE: str | None = None
+if sys.flags.dont_write_bytecode and not os.environ.get("PYTHONPYCACHEPREFIX"):
+    _MADE_PYCACHE = tempfile.mkdtemp(prefix="monitor-tests-pycache-")
+    os.environ["PYTHONPYCACHEPREFIX"] = _MADE_PYCACHE
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.pycache_prefix, sys.dont_write_bytecode = _MADE_PYCACHE, False
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _MADE_PYCACHE is not None:
+        shutil.rmtree(_MADE_PYCACHE, ignore_errors=True)
+
 
 # Modules whose tests start torch jobs (tests/jobs/, monitor/demo/train.py) under torchrun or mp.
 TORCH_JOBS = {
@@ -17,6 +41,14 @@ TORCH_JOBS = {
 TERMINAL = {"test_second_hour_e", "test_second_hour_g_left_running"}
 
 
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a module-scoped fixture (most are real jobs run once for the module)."""
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
+
+
+# tryfirst: xdist's worker reads the xdist_group marks in its own hook of this name.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
@@ -24,6 +56,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real_job)
         if module in TERMINAL:
             item.add_marker(pytest.mark.terminal)
+        # Under `pytest -n 2` (pyproject: --dist loadgroup) a module's tests that share a fixture
+        # go to one worker: split between two, each ran the fixture's real jobs again.
+        if _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 @pytest.fixture(autouse=True)
