@@ -246,33 +246,15 @@ class ExceptionClassifier:
             evidence = (frame_line, *positions)  # where the user's code raised it, first
         if records.is_ignored(record):
             # Printed by Python on its way on: information, never a cause.
-            return [Match(
-                key=(pyexc.RULE_ID + "-ignored", exception.exc_type, exception.frame_file, exception.frame_line),
-                rule=pyexc.RULE_ID + "-ignored", category=pyexc.CATEGORY, severity="info", role="cascade",
-                title=self._ignored[0], remedy=self._ignored[1], record=record, positions=positions,
-                rank=record.rank, rank_source=record_rank_source(record), fields=exception.fields(),
-                evidence=(0, *evidence),
-            )]
+            return [self._went_on(record, exception, "ignored", "info", self._ignored, (0, *evidence))]
         if record.handled_by:
             # The library said, just before, that it handled this and went on.
-            return [Match(
-                key=(pyexc.RULE_ID + "-handled", exception.exc_type, exception.frame_file, exception.frame_line),
-                rule=pyexc.RULE_ID + "-handled", category=pyexc.CATEGORY, severity="info", role="cascade",
-                title=self._handled[0], remedy=self._handled[1], record=record, positions=positions,
-                rank=record.rank, rank_source=record_rank_source(record), fields=exception.fields(),
-                evidence=evidence,
-            )]
+            return [self._went_on(record, exception, "handled", "info", self._handled, evidence)]
         # What the process printed next (another rank's lines may come between, unprefixed).
         after = [*record.bodies[exception.index + 1:exception.index + 1 + RETRY_WITHIN], record.followed_by][:RETRY_WITHIN]
         if not bare and any(pyexc.RETRY_NEXT.search(line) for line in after):
             # The process went on to retry what raised: a logged, handled exception.
-            return [Match(
-                key=(pyexc.RULE_ID + "-retried", exception.exc_type, exception.frame_file, exception.frame_line),
-                rule=pyexc.RULE_ID + "-retried", category=pyexc.CATEGORY, severity="warning", role="cascade",
-                title=self._retried[0], remedy=self._retried[1], record=record, positions=positions,
-                rank=record.rank, rank_source=record_rank_source(record), fields=exception.fields(),
-                evidence=evidence,
-            )]
+            return [self._went_on(record, exception, "retried", "warning", self._retried, evidence)]
         cascade = exception.is_cascade
         title, cascade_title, remedy, cascade_remedy, *_ = self._texts
         return [Match(
@@ -286,6 +268,17 @@ class ExceptionClassifier:
             confidence="weak" if bare else "likely",
             confidence_note=self._texts[6 if bare else 5].format(type=exception.short_type),
         )]
+
+    def _went_on(self, record: Record, exception: pyexc.PythonException, how: str, severity: Severity,
+                 texts: tuple[str, str], evidence: tuple[int, ...]) -> Match:
+        """An exception the process went on from (``how``: ignored, handled, retried): no cause."""
+        rule = f"{pyexc.RULE_ID}-{how}"
+        return Match(
+            key=(rule, exception.exc_type, exception.frame_file, exception.frame_line), rule=rule,
+            category=pyexc.CATEGORY, severity=severity, role="cascade", title=texts[0], remedy=texts[1],
+            record=record, positions=(exception.index,), rank=record.rank, rank_source=record_rank_source(record),
+            fields=exception.fields(), evidence=evidence,
+        )
 
     def _cut_match(self, record: Record, cut: pyexc.PythonException) -> Match:
         """A traceback cut before its exception line: something failed there, what the log no
