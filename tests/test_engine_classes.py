@@ -847,3 +847,23 @@ def test_deepspeeds_exit_line_names_no_rank_its_command_is_the_last_one_started(
     root = result["root_cause"]
     assert (root["category"], root["rule"], root["rank"]) == ("host_oom", "sigkill", None)
     assert "rank 3" not in root["remedy"].lower()
+
+
+def test_the_kernels_oom_report_confirms_a_sigkill_with_the_victims_numbers_from_its_later_line(tmp_path: Path) -> None:
+    """mm/oom_kill.c prints "invoked oom-killer" and the one-line summary before the victim's line:
+    the finding made from the first takes the numbers it lacks (anon-rss) from the last."""
+    result = _diagnose(tmp_path, (
+        "E0302 10:05:12.000000 4242 site-packages/torch/distributed/elastic/multiprocessing/api.py:869] "
+        "failed (exitcode: -9) local_rank: 1 (pid: 30712) of binary: /usr/bin/python3\n"
+        "[Sat Mar  2 10:05:11 2024] python3 invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, "
+        "oom_score_adj=0\n"
+        "[Sat Mar  2 10:05:11 2024] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,"
+        "global_oom,task_memcg=/user.slice,task=python3,pid=30712,uid=1000\n"
+        "[Sat Mar  2 10:05:11 2024] Out of memory: Killed process 30712 (python3) total-vm:92841116kB, "
+        "anon-rss:61234520kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:131204kB oom_score_adj:0\n"))
+    root = result["root_cause"]
+    assert (root["rule"], root["category"], root["confidence"]) == ("sigkill", "host_oom", "certain")
+    assert "The kernel's OOM killer killed python3 (pid 30712) holding 61234520kB of anonymous memory" in root["remedy"]
+    [kernel] = [f for f in result["findings"] if f["rule"] == "host-oom-kill"]
+    assert kernel["count"] == 3 and kernel["fields"]["anon_rss"] == "61234520kB"
+    assert kernel["fields"]["invoker"] == "python3"

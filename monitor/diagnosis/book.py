@@ -166,10 +166,18 @@ class FindingBook:
             # Another message (a later rank's traceback after a bare "loss inf") tells nothing
             # of which rank printed the first.
             changes["rank"], changes["rank_source"] = rank, record_rank_source(record) or "message"
+        # Numbers the finding lacks, from a line that has them (the kernel's OOM report: its
+        # first lines name the process, the victim line its memory).
+        gained = {name: value for name, value in fields.items() if value and name not in finding.fields}
+        if gained:
+            changes["fields"] = {**finding.fields, **gained}
         stamp = _record_time(record, positions)
         if stamp is not None and finding.first_seen is not None and stamp < finding.first_seen:
             changes.update(self._earlier(finding, match, fields, stamp))
         self._update(entry, replace(finding, **changes), render="rank" in changes or "fields" in changes)
+        if gained and entry.finding.role == "confirm" and self._confirmed.get(entry.finding.category) is not None \
+                and self._confirmed[entry.finding.category].seq == entry.finding.seq:
+            self._reconfirm(entry.finding)
 
     def _earlier(self, finding: Finding, match: Match, fields: dict[str, str], stamp: float) -> dict:
         """An occurrence written earlier than the one a finding was made from: the finding tells
@@ -182,9 +190,8 @@ class FindingBook:
         if node is not None:
             fields = {**fields, "node": fields.get("node", node)}
             changes["node"] = node
-        # What confirmed the finding still does.
-        changes["fields"] = fields | {k: v for k, v in finding.fields.items()
-                                      if k == CONFIRMED_BY or k.startswith(CONFIRM_PREFIX)}
+        # What confirmed the finding still does, and numbers only the later line had stay.
+        changes["fields"] = {**finding.fields, **{k: v for k, v in fields.items() if v}}
         if match.rank is not None:
             changes["rank"], changes["rank_source"] = match.rank, record_rank_source(record) or "message"
         return changes
@@ -312,6 +319,14 @@ class FindingBook:
         if confirm is None or finding.role == "confirm":
             return finding
         return self._rendered(entry, _confirmed(finding, confirm))
+
+    def _reconfirm(self, confirm: Finding) -> None:
+        """The confirm finding of its category gained numbers: the findings it confirmed get them."""
+        self._confirmed[confirm.category] = confirm
+        for entry in self._entries.values():
+            target = entry.finding
+            if target.category == confirm.category and target.role != "confirm" and CONFIRMED_BY in target.fields:
+                self._update(entry, _confirmed(target, confirm), render=True)
 
     def _confirm_category(self, confirm: Finding) -> None:
         """A confirm finding confirms the other findings of its category (e.g. a kernel OOM-kill
