@@ -867,3 +867,13 @@ def test_the_kernels_oom_report_confirms_a_sigkill_with_the_victims_numbers_from
     [kernel] = [f for f in result["findings"] if f["rule"] == "host-oom-kill"]
     assert kernel["count"] == 3 and kernel["fields"]["anon_rss"] == "61234520kB"
     assert kernel["fields"]["invoker"] == "python3"
+
+
+def test_mpiruns_lost_daemon_report_names_the_node_its_later_line_gives(tmp_path: Path) -> None:
+    """help-errmgr-base.txt [lost-connection]: the node comes two lines after the report's first."""
+    root = _diagnose(tmp_path, (
+        "ORTE has lost communication with a remote daemon.\n\n"
+        "  HNP daemon   : [[16919,0],0] on node gpu-node-001\n"
+        "  Remote daemon: [[16919,0],3] on node gpu-node-127\n\n"
+        "This is usually due to either a failure of the TCP network\n"))["root_cause"]
+    assert (root["rule"], root["title"]) == ("mpirun-lost-daemon", "mpirun lost gpu-node-127")
