@@ -156,3 +156,48 @@ def test_children_started_later_are_found_within_a_few_reads():
     finally:
         root.kill()
         root.wait()
+
+
+# A launcher's child between fork and exec: /proc/PID/environ is still the launcher's (no RANK)
+# until the child execs with its own.
+FORK_THEN_EXEC = r"""
+import os, sys, time
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(w)
+    os.read(r, 1)
+    os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)"],
+              dict(os.environ, RANK="3", LOCAL_RANK="3"))
+os.close(r)
+print(pid, flush=True)
+sys.stdin.readline()
+os.write(w, b"x")
+time.sleep(60)
+"""
+
+
+def test_a_child_read_between_fork_and_exec_gets_its_rank_once_it_execs():
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+    launcher = subprocess.Popen([sys.executable, "-c", FORK_THEN_EXEC], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=env)
+    child = None
+    try:
+        child = int(launcher.stdout.readline())
+        reader = JobReader([launcher.pid])
+        assert by_pid(reader.read())[child].rank is None  # forked, not yet exec'd
+        launcher.stdin.write("go\n")
+        launcher.stdin.flush()
+        deadline = time.monotonic() + 10
+        while "import time; time.sleep(60)" not in psutil.Process(child).cmdline() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        row = by_pid(reader.read())[child]
+        assert (row.rank, row.local_rank) == (3, 3)
+    finally:
+        launcher.kill()
+        launcher.wait()
+        if child is not None:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -36,6 +36,9 @@ class _Entry:
     occurrences: list[Occurrence] = field(default_factory=list)
     # A rank-less finding's first matched line (without prefix), to know it again with a prefix.
     first_text: str | None = None
+    # The session revised the finding (``revise``: a stop it forwarded, worded as such): its title
+    # and remedy are no longer the rule's to render again.
+    revised: bool = False
 
 
 class LogConditions:
@@ -174,7 +177,8 @@ class FindingBook:
         stamp = _record_time(record, positions)
         if stamp is not None and finding.first_seen is not None and stamp < finding.first_seen:
             changes.update(self._earlier(finding, match, fields, stamp))
-        self._update(entry, replace(finding, **changes), render="rank" in changes or "fields" in changes)
+        self._update(entry, replace(finding, **changes),
+                     render=("rank" in changes or "fields" in changes) and not entry.revised)
         if gained and entry.finding.role == "confirm" and self._confirmed.get(entry.finding.category) is not None \
                 and self._confirmed[entry.finding.category].seq == entry.finding.seq:
             self._reconfirm(entry.finding)
@@ -249,6 +253,7 @@ class FindingBook:
             key = self._entry_of.get(finding.seq)
             if key is not None:
                 self._entries[key].finding = finding
+                self._entries[key].revised = True
             self._hold(finding)
 
     def withdraw(self, finding: Finding) -> bool:
@@ -326,7 +331,7 @@ class FindingBook:
         for entry in self._entries.values():
             target = entry.finding
             if target.category == confirm.category and target.role != "confirm" and CONFIRMED_BY in target.fields:
-                self._update(entry, _confirmed(target, confirm), render=True)
+                self._update(entry, _confirmed(target, confirm), render=not entry.revised)
 
     def _confirm_category(self, confirm: Finding) -> None:
         """A confirm finding confirms the other findings of its category (e.g. a kernel OOM-kill

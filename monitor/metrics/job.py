@@ -25,6 +25,9 @@ DISCOVER_EVERY = 5
 # include/c10/core/AllocatorConfig.h) or PYTORCH_CUDA_ALLOC_CONF (kept for compatibility).
 ALLOC_CONF_VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 ENV_KEPT = (*ALLOC_CONF_VARIABLES, "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+# Reads of a process's environment while it shows no RANK: a child caught between fork and exec
+# shows its parent's environment (a launcher's, without RANK) until it execs, microseconds later.
+ENV_READS = 3
 
 
 class JobReader:
@@ -33,7 +36,8 @@ class JobReader:
         self._job_pids = job_pids if callable(job_pids) else [int(p) for p in job_pids]
         # pid -> (process, its kept environment). psutil.Process compares create times, so a
         # recycled PID is a new entry.
-        self._known: dict[int, tuple[psutil.Process, dict[str, str]]] = {}
+        # pid -> (the process, its environment as read, how many times it was read)
+        self._known: dict[int, tuple[psutil.Process, dict[str, str], int]] = {}
         self._reads = 0
         self._last_roots: list[int] = []
 
@@ -63,7 +67,7 @@ class JobReader:
                     tree.setdefault(child.pid, self._known[child.pid][0] if child.pid in self._known else child)
             except psutil.Error:
                 pass
-        for pid, (proc, _) in list(self._known.items()):
+        for pid, (proc, _, _) in list(self._known.items()):
             if pid not in tree:
                 tree[pid] = proc
         processes = []
@@ -107,8 +111,8 @@ class JobReader:
         except psutil.Error:
             self._known.pop(proc.pid, None)
             return None
-        if known is None:
-            known = (proc, _environment(proc))
+        if known is None or ("RANK" not in known[1] and known[2] < ENV_READS):
+            known = (proc, _environment(proc), known[2] + 1 if known is not None else 1)
             self._known[proc.pid] = known
         env = known[1]
         row.rank, row.local_rank = _int(env.get("RANK")), _int(env.get("LOCAL_RANK"))
