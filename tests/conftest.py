@@ -12,6 +12,12 @@ import tempfile
 
 import pytest
 
+# Reports fit $COLUMNS when it is set, and pytest-xdist's workers inherit one that a serial run
+# does not have: dropped as the suite starts, before any fixture (a module's, too) copies the
+# environment; a test that wants a width sets it.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 # The suite starts about 700 python processes (monitor's commands, recorders, torchrun and
 # its ranks). Where PYTHONDONTWRITEBYTECODE is set (it is in this VM's environment), each of them compiled
 # monitor's modules again from source (~0.06 s of CPU a `monitor` process, ~4 s for each pytest
@@ -61,10 +67,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if _shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(module))
 
-
-@pytest.fixture(autouse=True)
-def _no_inherited_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Reports fit $COLUMNS when it is set, and pytest-xdist's workers inherit one that a serial
-    run does not have: each test starts without it (a test that wants a width sets it)."""
-    monkeypatch.delenv("COLUMNS", raising=False)
-    monkeypatch.delenv("LINES", raising=False)

@@ -130,10 +130,7 @@ def _start(cluster: Cluster) -> None:
     ctld_port, slurmd_port = _free_ports(2)
     conf = root / "slurm.conf"
     conf.write_text(_config(root, host, ctld_port, slurmd_port))
-    # Made once for the module, before the per-test fixture that drops an inherited $COLUMNS (to
-    # which reports fit their lines): dropped here too.
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("SLURM_", "SBATCH_", "SALLOC_")) and key not in ("COLUMNS", "LINES")}
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "SBATCH_", "SALLOC_"))}
     env["SLURM_CONF"] = str(conf)
     started = time.monotonic()
     cluster.node, cluster.env = host, env
