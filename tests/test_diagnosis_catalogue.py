@@ -159,7 +159,7 @@ def test_templates_drop_lines_with_missing_fields_and_titles_show_question_marks
 @pytest.mark.parametrize("value, message", [
     ("'(unclosed'", "bad if_log pattern"),
     ("'\\d+'", "if_log pattern '\\\\d+' needs literal text"),
-    ("3", "advice if_log must be a string"),
+    ("3", "if_log must be a string"),
 ])
 def test_advice_if_log_is_validated_like_unless_log(tmp_path, value, message):
     path = write_rules(tmp_path / "pack", MINIMAL + f'[[rule.advice]]\ntext = "x"\nif_log = {value}\n')
@@ -167,6 +167,26 @@ def test_advice_if_log_is_validated_like_unless_log(tmp_path, value, message):
         load_catalogue([path.parent], include_user=False, include_shipped=False)
     assert str(caught.value).startswith(f"{path}:12: rule disk-full: ")  # the if_log line
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("key", ["if_record", "unless_record"])
+def test_a_rule_record_condition_is_validated_where_it_is_written(tmp_path, key):
+    path = write_rules(tmp_path / "pack", MINIMAL + f"{key} = '(unclosed'\n")
+    with pytest.raises(RuleError) as caught:
+        load_catalogue([path.parent], include_user=False, include_shipped=False)
+    assert str(caught.value).startswith(f"{path}:10: rule disk-full: bad {key} pattern")
+
+
+def test_a_rule_matches_only_where_its_record_allows(tmp_path):
+    from monitor.diagnosis.ruletest import example_findings
+
+    path = write_rules(tmp_path / "pack", MINIMAL + "unless_record = 'synchronize\\.py'\n"
+                       + MINIMAL.replace('"disk-full"', '"shm-lock"').replace('"disk_full"', '"shm_exhausted"')
+                       + "if_record = 'synchronize\\.py'\n")
+    catalogue = load_catalogue([path.parent], include_user=False, include_shipped=False)
+    lock = 'Traceback (most recent call last):\n  File "/usr/lib/python3.10/multiprocessing/synchronize.py", line 57, in __init__\n    sl = self._semlock = _multiprocessing.SemLock(\nOSError: [Errno 28] No space left on device'
+    assert [f.rule for f in example_findings(catalogue, lock)[0]] == ["shm-lock"]
+    assert [f.rule for f in example_findings(catalogue, "OSError: [Errno 28] No space left on device")[0]] == ["disk-full"]
 
 
 def test_categories_are_the_documented_ones_and_every_shipped_rule_uses_one():

@@ -150,3 +150,40 @@ def test_a_shared_memory_object_out_of_descriptors_is_told_so():
 ])
 def test_a_harmless_line_about_memory_is_no_error(text):
     assert [f.rule for f in findings(text) if f.severity == "error"] == []
+
+
+# CPython's multiprocessing/synchronize.py (SemLock.__init__) as the DataLoader reaches it making its
+# workers' queues: sem_open's file in /dev/shm gets ENOSPC (gh-93253).
+SEMLOCK_IN_DATALOADER = '''
+Traceback (most recent call last):
+  File "/workspace/train.py", line 61, in main
+    for step, batch in enumerate(loader):
+  File "/usr/local/lib/python3.10/dist-packages/torch/utils/data/dataloader.py", line 1024, in __init__
+    index_queue = multiprocessing_context.Queue()  # type: ignore[var-annotated]
+  File "/usr/lib/python3.10/multiprocessing/queues.py", line 43, in __init__
+    self._rlock = ctx.Lock()
+  File "/usr/lib/python3.10/multiprocessing/synchronize.py", line 162, in __init__
+    SemLock.__init__(self, SEMAPHORE, 1, 1, ctx=ctx)
+  File "/usr/lib/python3.10/multiprocessing/synchronize.py", line 57, in __init__
+    sl = self._semlock = _multiprocessing.SemLock(
+OSError: [Errno 28] No space left on device
+'''
+
+
+def test_enospc_making_a_semaphore_is_dev_shm_not_the_disk():
+    found = findings(SEMLOCK_IN_DATALOADER)
+    assert [f.rule for f in found if f.severity == "error"] == ["semaphore-shm"]
+    assert choose(found).category == "shm_exhausted"
+    assert "--shm-size" in choose(found).remedy
+    # The same words in a checkpoint's traceback stay a full disk.
+    disk = findings(SEMLOCK_IN_DATALOADER.replace("multiprocessing/synchronize.py", "torch/serialization.py")
+                    .replace("_multiprocessing.SemLock(", "torch.save(state, path)"))
+    assert [f.rule for f in disk if f.severity == "error"] == ["disk-full"]
+
+
+def test_joblib_going_serial_is_a_warning_and_not_a_full_disk():
+    # joblib/_multiprocessing_helpers.py: warnings.warn("%s.  joblib will operate in serial mode" % (e,))
+    found = findings("/opt/conda/lib/python3.8/site-packages/joblib/_multiprocessing_helpers.py:46: UserWarning: "
+                     "[Errno 28] No space left on device.  joblib will operate in serial mode\n"
+                     "  warnings.warn('%s.  joblib will operate in serial mode' % (e,))")
+    assert [(f.rule, f.severity) for f in found] == [("joblib-serial-shm", "warning")]

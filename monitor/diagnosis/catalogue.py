@@ -33,7 +33,7 @@ LANGUAGES = ("en", "zh")
 TRANSLATED_KEYS = ("title", "confirmed_title", "remedy")
 RULE_KEYS = {
     "id", "category", "severity", "role", "title", "confirmed_title", "patterns", "prefilter", "remedy",
-    "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
+    "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", "if_record", "unless_record", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
 }
 REQUIRED_KEYS = ("id", "category", "severity", "role", "title", "patterns")
 ADVICE_KEYS = {"text", "when", "unless_log", "if_log", "unless_record", "if_record",
@@ -111,6 +111,11 @@ class Rule:
     # task's label (srun --label puts the node's first task number on slurmstepd's "*** STEP ...
     # CANCELLED ... ***"): a rank prefix on its line, or a rank in its text, names no rank of it.
     ranked: bool = True
+    # The rule matches only in a record that holds / does not hold this regex in one of its lines:
+    # the same words mean another cause in another library's traceback (ENOSPC raised from
+    # multiprocessing's shared-memory heap is /dev/shm full, not a disk).
+    if_record: regex.Pattern | None = None
+    unless_record: regex.Pattern | None = None
     compiled: tuple[regex.Pattern, ...] | None = None
 
     @property
@@ -395,6 +400,8 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
                 translations.setdefault(lang, {})[key] = text.strip() if key == "remedy" else text
 
     advice = tuple(_build_advice(item, n, known, fail, loc, start, end) for n, item in enumerate(_table_list(table.get("advice", []), "advice", fail)))
+    if_record = _record_condition(table, "if_record", fail, loc, start, end)
+    unless_record = _record_condition(table, "unless_record", fail, loc, start, end)
     match, no_match = _build_examples(table.get("examples", {}), fail, loc, start, end)
     return Rule(
         id=table["id"], category=table["category"], severity=table["severity"], role=table["role"],
@@ -407,6 +414,7 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
         examples_no_match=no_match, source=str(loc.path), line=start, translations=translations,
         confidence=table.get("confidence", "certain"), confidence_note=table.get("confidence_note", ""),
         rank_source=table.get("rank_source", ""), ranked=table.get("ranked", True),
+        if_record=if_record, unless_record=unless_record,
     )
 
 
@@ -465,13 +473,13 @@ def _build_advice(item: dict, n: int, known: set[str], fail, loc: _Locator, star
 
 
 def _record_condition(item: dict, key: str, fail, loc: _Locator, line: int, end: int) -> regex.Pattern | None:
-    """An advice's ``unless_record``/``if_record`` regex (searched only in the finding's record),
-    or any other advice condition's regex, compiled with its errors located."""
+    """A rule's or an advice's ``unless_record``/``if_record`` regex (searched only in the
+    finding's record), or any other advice condition's regex, compiled with its errors located."""
     if key not in item:
         return None
     raw = item[key]
     if not isinstance(raw, str):
-        raise fail(f"advice {key} must be a string", loc.key_line(key, line, end))
+        raise fail(f"{key} must be a string", loc.key_line(key, line, end))
     try:
         return regex.compile(raw)
     except regex.error as exc:

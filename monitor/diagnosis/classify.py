@@ -139,7 +139,7 @@ class RuleClassifier:
                 for name, value in match.groupdict().items():
                     if value is not None and name not in fields:
                         fields[name] = value
-            if index in self._disabled or not matched:
+            if index in self._disabled or not matched or not self._record_allows(rule, record):
                 continue
             matched.sort()
             rank, source = record.rank, record_rank_source(record)
@@ -197,21 +197,27 @@ class RuleClassifier:
                 return positions, match
         return None
 
+    def _record_holds(self, rule: Rule, pattern: regex.Pattern, record: Record, what: str) -> bool:
+        try:
+            return any(pattern.search(body, timeout=self.regex_timeout) for body in record.bodies)
+        except TimeoutError:
+            self.problems.append(f"{rule.where}: rule {rule.id}: {what} pattern {pattern.pattern!r} "
+                                 f"took over {self.regex_timeout:g}s (catastrophic backtracking); taken as not found")
+            return False
+
+    def _record_allows(self, rule: Rule, record: Record) -> bool:
+        """The rule's own ``if_record``/``unless_record``: whether its match stands in this record."""
+        if rule.if_record is not None and not self._record_holds(rule, rule.if_record, record, "if_record"):
+            return False
+        return rule.unless_record is None or not self._record_holds(rule, rule.unless_record, record, "unless_record")
+
     def _advice_skipped_by_record(self, rule: Rule, record: Record) -> frozenset[int]:
         """The advice (by index) whose ``if_record``/``unless_record`` rules it out for this record."""
-        def found(pattern: regex.Pattern) -> bool:
-            try:
-                return any(pattern.search(body, timeout=self.regex_timeout) for body in record.bodies)
-            except TimeoutError:
-                self.problems.append(f"{rule.where}: rule {rule.id}: advice record pattern {pattern.pattern!r} "
-                                     f"took over {self.regex_timeout:g}s (catastrophic backtracking); taken as not found")
-                return False
-
         skipped = set()
         for number, advice in enumerate(rule.advice):
-            if advice.if_record is not None and not found(advice.if_record):
+            if advice.if_record is not None and not self._record_holds(rule, advice.if_record, record, "advice record"):
                 skipped.add(number)
-            elif advice.unless_record is not None and found(advice.unless_record):
+            elif advice.unless_record is not None and self._record_holds(rule, advice.unless_record, record, "advice record"):
                 skipped.add(number)
         return frozenset(skipped)
 
