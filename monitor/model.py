@@ -86,6 +86,13 @@ STOPPED_RULE = "job-stopped"
 TIMEOUT_CATEGORIES = (Category.NCCL_TIMEOUT, Category.GLOO_TIMEOUT)
 
 
+def is_timeout(finding: Finding) -> bool:
+    """A rank waited on its peers and gave up (or lost them): evidence of where a failure or a hang
+    is, weighed after every rank's own error. A rank's own setup error filed under a timeout
+    category (gloo finding no address for its interface) is not one."""
+    return finding.category in TIMEOUT_CATEGORIES and not finding.own_error
+
+
 @dataclass(frozen=True, slots=True)
 class LogLine:
     """One decoded line of a log, as the engine and the UI see it.
@@ -161,6 +168,8 @@ class Finding:
     # For a finding from outside the logs: its source's name for it, so that a new value posted
     # again (a metric signal raised once more) replaces the one held instead of adding another.
     source_key: str = ""
+    # A rank's own error in a timeout category, not a wait on a peer (``is_timeout``).
+    own_error: bool = False
 
     def __post_init__(self) -> None:
         # ValueError names a category that does not exist.

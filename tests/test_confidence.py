@@ -83,3 +83,19 @@ def test_the_screens_detail_pane_says_how_sure_a_finding_is() -> None:
     assert "confidence: likely (no rule names ValueError" in describe(unsure, True, "+00:03").plain
     sure = Finding(rule="cuda-oom", category="cuda_oom", severity="error", role="root", title="CUDA out of memory")
     assert "confidence" not in describe(sure, True, "+00:03").plain
+
+
+def test_a_ranks_own_setup_error_in_a_timeout_category_is_certain_and_beats_later_errors(tmp_path: Path) -> None:
+    # gloo/transport/tcp/device.cc: GLOO_ENFORCE(ifa != nullptr, "Unable to find address for: ", iface)
+    # on rank 1; rank 0 then fails to connect and raises; rank 0's later ValueError is a consequence.
+    log = tmp_path / "job.log"
+    log.write_text(
+        "[rank1]: RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:83] ifa != nullptr. "
+        "Unable to find address for: eth1\n"
+        "[rank0]: RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error\n"
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/work/train.py", line 40, in <module>\n'
+        "[rank0]:     raise ValueError('no peers')\n"
+        "[rank0]: ValueError: no peers\n")
+    root = _root(log)
+    assert (root["rule"], root["rank"], root["confidence"]) == ("gloo-device-address", 1, "certain")

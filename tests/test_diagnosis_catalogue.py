@@ -232,3 +232,10 @@ def test_the_shipped_patterns_compile_when_first_used_and_a_users_as_they_load(t
         '[rule.examples]\nmatch = ["quota 5 exceeded"]\n')
     mine = load(extra_dirs=[tmp_path], include_user=False).by_id["mine"]
     assert mine.compiled is not None
+
+
+def test_own_error_belongs_to_a_timeout_category(tmp_path):
+    path = write_rules(tmp_path / "pack", MINIMAL + "own_error = true\n")
+    with pytest.raises(RuleError) as caught:
+        load_catalogue([path.parent], include_user=False, include_shipped=False)
+    assert str(caught.value).startswith(f"{path}:10: rule disk-full: own_error marks a rank's own error in a timeout category")

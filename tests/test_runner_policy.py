@@ -119,3 +119,11 @@ def test_monitor_run_does_not_retry_a_python_exception(tmp_path: Path):
     assert not decision["retry"] and "python_exception" in decision["reason"]
     diagnosis = read_json(next(tmp_path.glob("run-*.diagnosis.json")))
     assert diagnosis["run"]["restart"] == decision
+
+
+def test_a_ranks_own_setup_error_in_a_timeout_category_is_not_retried():
+    # gloo finding no address for its interface: the rank's configuration, not a peer or the network.
+    setup = Finding(rule="gloo-device-address", category="gloo_timeout", severity="error", role="root",
+                    title="Gloo found no usable local address on rank 1", rank=1, own_error=True)
+    decision = decide(diagnosis(setup), exit_code=1, attempt=1, max_restarts=5)
+    assert not decision.retry and "own configuration" in decision.reason

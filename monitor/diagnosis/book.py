@@ -135,7 +135,7 @@ class FindingBook:
             fields=fields, remedy="", seq=next(self._seq), arrival=record.arrival,
             first_seen=_record_time(record, positions), node=node,
             confidence=match.confidence, confidence_note=match.confidence_note,
-            rank_source=match.rank_source if rank is not None else "",
+            rank_source=match.rank_source if rank is not None else "", own_error=match.own_error,
         )
         if finding.first_seen is None:
             finding = replace(finding, before=record.time_after)

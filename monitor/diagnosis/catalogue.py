@@ -15,7 +15,7 @@ from pathlib import Path
 
 import regex
 
-from monitor.model import RANK_SOURCES, Category, Confidence, Role, Severity
+from monitor.model import RANK_SOURCES, TIMEOUT_CATEGORIES, Category, Confidence, Role, Severity
 from monitor.diagnosis.conditions import Condition, ConditionError
 from monitor.diagnosis.advice import ADVICE_FILE, language
 from monitor.diagnosis.knobs import KNOBS_FILE, Knob, KnobError, load_registry
@@ -33,7 +33,7 @@ LANGUAGES = ("en", "zh")
 TRANSLATED_KEYS = ("title", "confirmed_title", "remedy")
 RULE_KEYS = {
     "id", "category", "severity", "role", "title", "confirmed_title", "patterns", "prefilter", "remedy",
-    "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", "if_record", "unless_record", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
+    "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", "if_record", "unless_record", "own_error", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
 }
 REQUIRED_KEYS = ("id", "category", "severity", "role", "title", "patterns")
 ADVICE_KEYS = {"text", "when", "unless_log", "if_log", "unless_record", "if_record",
@@ -116,6 +116,8 @@ class Rule:
     # multiprocessing's shared-memory heap is /dev/shm full, not a disk).
     if_record: regex.Pattern | None = None
     unless_record: regex.Pattern | None = None
+    # In a timeout category: the rank's own error (a setup failure), not a wait on its peers.
+    own_error: bool = False
     compiled: tuple[regex.Pattern, ...] | None = None
 
     @property
@@ -342,8 +344,13 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
         raise fail(f"severity must be one of {', '.join(SEVERITIES)}", loc.key_line("severity", start, end))
     if table["role"] not in ROLES:
         raise fail(f"role must be one of {', '.join(ROLES)}", loc.key_line("role", start, end))
-    if not isinstance(table.get("ranked", True), bool):
-        raise fail("'ranked' must be true or false", loc.key_line("ranked", start, end))
+    for key in ("ranked", "own_error"):
+        if not isinstance(table.get(key, key == "ranked"), bool):
+            raise fail(f"{key!r} must be true or false", loc.key_line(key, start, end))
+    if table.get("own_error") and table["category"] not in TIMEOUT_CATEGORIES:
+        raise fail("own_error marks a rank's own error in a timeout category "
+                   f"({', '.join(TIMEOUT_CATEGORIES)}): every other category's error is its own",
+                   loc.key_line("own_error", start, end))
     if "rank_source" in table and table["rank_source"] not in RANK_SOURCES:
         raise fail(f"rank_source must be one of {', '.join(RANK_SOURCES)}", loc.key_line("rank_source", start, end))
     if table.get("confidence", "certain") not in CONFIDENCES:
@@ -414,7 +421,7 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
         examples_no_match=no_match, source=str(loc.path), line=start, translations=translations,
         confidence=table.get("confidence", "certain"), confidence_note=table.get("confidence_note", ""),
         rank_source=table.get("rank_source", ""), ranked=table.get("ranked", True),
-        if_record=if_record, unless_record=unless_record,
+        if_record=if_record, unless_record=unless_record, own_error=table.get("own_error", False),
     )
 
 

@@ -54,6 +54,7 @@ class Match:
     confirmed_title: str = ""  # the title once a confirm finding of its category confirmed it
     advice: tuple[RuleAdvice, ...] = ()
     skipped_advice: frozenset[int] = frozenset()  # advice this record rules out (if/unless_record)
+    own_error: bool = False  # ``Rule.own_error``
 
 
 class Classifier(Protocol):
@@ -155,7 +156,7 @@ class RuleClassifier:
                 rank_source=source, fields=fields, evidence=tuple(matched[:MAX_EVIDENCE]),
                 confidence=rule.confidence, confidence_note=rule.confidence_note,
                 confirmed_title=rule.confirmed_title, advice=rule.advice,
-                skipped_advice=self._advice_skipped_by_record(rule, record),
+                skipped_advice=self._advice_skipped_by_record(rule, record), own_error=rule.own_error,
             ))
         return found
 

@@ -32,7 +32,7 @@ from monitor.diagnosis.records import Record, embedded_traceback
 from monitor.diagnosis.root_cause import RankEvidence, choose, confidence, with_rank
 from monitor.diagnosis.secrets import mask
 from monitor.logs.nodes import node_name_of
-from monitor.model import TIMEOUT_CATEGORIES, Category, Diagnosis, Finding, LogLine
+from monitor.model import Category, Diagnosis, Finding, LogLine, is_timeout
 
 __all__ = ["EARLY_LINES", "Engine"]
 
@@ -229,7 +229,7 @@ class Engine:
     def rank_evidence(self) -> RankEvidence:
         """What the root-cause policy weighs to name the rank that hung among timeouts."""
         return RankEvidence(
-            occurrences={f.seq: self.book.occurrences(f) for f in self.book.findings if f.category in TIMEOUT_CATEGORIES},
+            occurrences={f.seq: self.book.occurrences(f) for f in self.book.findings if is_timeout(f)},
             known_ranks=frozenset(self.attribution.known_ranks), world_size=self.attribution.world_size,
         )
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from monitor.model import CONFIDENCE_ORDER, STOPPED, TIMEOUT_CATEGORIES, Category, Confidence, Finding, chronological
+from monitor.model import CONFIDENCE_ORDER, STOPPED, Category, Confidence, Finding, chronological, is_timeout
 
 # Fields (named groups) that hold a rank's last completed collective, as rules name them.
 LAST_COMPLETED_FIELDS = ("last_completed", "completed", "done", "last_done")
@@ -105,11 +105,11 @@ def _later(first: Finding, then: Finding) -> str:
 def _choose(findings: list[Finding], ranks: RankEvidence | None) -> Finding | None:
     weighed = [f for f in findings if f.origin not in _LAST_RESORTS]
     roots = [f for f in weighed
-             if f.role == "root" and f.severity == "error" and f.category not in TIMEOUT_CATEGORIES]
+             if f.role == "root" and f.severity == "error" and not is_timeout(f)]
     if roots:
         ordered = chronological(roots)
         return next(f for i, f in enumerate(ordered) if not _outlived(f, ordered[i + 1:]))
-    timeouts = [f for f in weighed if f.category in TIMEOUT_CATEGORIES and f.severity == "error"]
+    timeouts = [f for f in weighed if is_timeout(f) and f.severity == "error"]
     if timeouts:
         stops = [f for f in weighed if f.category == STOPPED and f.severity == "error"]
         if stops:
@@ -286,7 +286,7 @@ def confidence(root: Finding | None) -> tuple[Confidence | None, str]:
     level, note = root.confidence, root.confidence_note
     if root.origin in _LAST_RESORTS:
         return level, note
-    if root.category in TIMEOUT_CATEGORIES:
+    if is_timeout(root):
         inferred: tuple[Confidence, str]
         inferred = ("likely", "only timeouts: no rank logged an error of its own, so the rank that hung "
                               "is inferred from which rank the others waited for")

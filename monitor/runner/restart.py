@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from monitor.model import STOPPED, Diagnosis
+from monitor.model import STOPPED, TIMEOUT_CATEGORIES, Diagnosis, is_timeout
 
 RETRYABLE = {
     "nccl_error": "NCCL reported a communication error (flaky link or a peer that went away)",
@@ -78,6 +78,9 @@ def decide(diagnosis: Diagnosis, exit_code: int, attempt: int, max_restarts: int
         if any(reason in why for reason in _FINAL_SLURM_REASONS):
             return RestartDecision(False, f"{title}: a retry in place does not give more time "
                                           "or undo a cancellation")
+    if root.category in TIMEOUT_CATEGORIES and not is_timeout(root):
+        return RestartDecision(False, f"{title}: not retried, the rank could not set up its connections "
+                                      "(its own configuration, not a peer); a retry meets the same")
     if root.category in ONCE and previous_category == root.category:
         return RestartDecision(False, f"{title}: the same timeout ended the previous attempt too; "
                                       "a hang that repeats is in the program, not the network")

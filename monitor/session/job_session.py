@@ -46,7 +46,7 @@ from monitor.logs.follow import Follower
 from monitor.logs.nodes import nodes_from_names
 from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import UnreadableLog, last_lines, line_end
-from monitor.model import SEVERITY_ORDER, TIMEOUT_CATEGORIES, Diagnosis, Finding, LogLine
+from monitor.model import SEVERITY_ORDER, Diagnosis, Finding, LogLine, is_timeout
 from monitor.progress import ProgressTracker
 from monitor.session.hang_probe import NOT_TAKEN_RULE, HangProbe
 from monitor.session.stall import StallDetector, resolved_note
@@ -484,7 +484,7 @@ class JobSession:
         """Take the stacks on the first timeout or idle GPUs; judge evidence on probation."""
         new = step.new_findings
         if self.probe is not None:
-            if any(f.category in TIMEOUT_CATEGORIES and f.severity == "error" for f in new):
+            if any(is_timeout(f) and f.severity == "error" for f in new):
                 self.probe.trigger("timeout")
             if any(f.rule == GPUS_IDLE_RULE for f in new):
                 self.probe.trigger("gpus-idle")
