@@ -102,3 +102,14 @@ def test_ray_and_mpirun_say_a_node_where_the_line_names_none(tmp_path: Path) -> 
     mpi = _root(tmp_path, "PRTE has lost communication with a remote daemon.\n")
     assert (mpi["rule"], mpi["title"]) == ("mpirun-lost-daemon", "mpirun lost a node")
     assert mpi["remedy"].startswith("mpirun lost its daemon on a node")
+
+
+def test_slurm_refusing_to_start_the_step_says_so_with_the_advice_for_its_reason(tmp_path: Path) -> None:
+    # src/api/step_launch.c "Task launch for %ps failed on node %s: %m", %m = ESLURMD_CREDENTIAL_EXPIRED.
+    root = _root(tmp_path, "srun: error: Task launch for StepId=881.0 failed on node gpu-node-07: Job credential expired\n")
+    assert root["category"] == "slurm_event" and root["rule"] == "slurm-launch-failed" and root["rank"] is None
+    assert "step StepId=881.0 on gpu-node-07" in root["remedy"] and "clocks" in root["remedy"]
+    assert "SLURM_MEM_PER" not in root["remedy"] and "--overlap" not in root["remedy"]
+    # src/common/slurm_opt.c: the allocation's variables beside srun's own option.
+    fatal = _root(tmp_path, "srun: fatal: SLURM_MEM_PER_CPU, SLURM_MEM_PER_GPU, and SLURM_MEM_PER_NODE are mutually exclusive.\n")
+    assert "unset SLURM_MEM_PER_CPU" in fatal["remedy"] and "clocks" not in fatal["remedy"]

@@ -163,10 +163,13 @@ def cut_traceback(bodies: list[str]) -> PythonException | None:
     none): its user frame (else its last), with no type; None for anything else."""
     bodies = _without_group_gutter(bodies)
     header = next((i for i in range(len(bodies) - 1, -1, -1) if is_traceback_header(bodies[i].lstrip())), None)
-    if header is None:
+    if header is None and not _frame(bodies[0]):
         return None
-    frames = [(i, match) for i in range(header + 1, len(bodies)) if (match := _frame(bodies[i]))]
-    if not frames:
+    # A paste that lost the header line (its rank prefix cut off with it, so the frames are another
+    # stream's) starts at its first frame; two frames at least, so one quoted frame is not a traceback.
+    first = 0 if header is None else header + 1
+    frames = [(i, match) for i in range(first, len(bodies)) if (match := _frame(bodies[i]))]
+    if not frames or (header is None and len(frames) < 2):
         return None
     indexes = [i for i, _ in frames]
     index = _user_frame(indexes, [f["file"] for _, f in frames], indexes[-1])
