@@ -689,6 +689,19 @@ def test_a_traceback_cut_before_its_exception_still_says_something_failed_there(
     assert "not in what was read" in root["remedy"]
 
 
+def test_a_cut_traceback_whose_header_lost_its_prefix_is_still_that_ranks(tmp_path: Path) -> None:
+    """A paste that began on the header line's text, its '[rank2]: ' left behind: the header is
+    another stream's, the frames start the rank's record (CPython's '  File "{}", line {}, in {}')."""
+    body = ('[rank2]:   File "/home/u/train_sft.py", line 89, in train\n'
+            "[rank2]:     (model, optim, scheduler) = strategy.prepare((model, optim, scheduler))\n"
+            '[rank2]:   File "/opt/venv/lib/python3.10/site-packages/deepspeed/runtime/config.py", line 961, in _configure\n'
+            "[rank2]:     self._batch_assertion()\n")
+    root = _diagnose(tmp_path, "Traceback (most recent call last):\n" + body)["root_cause"]
+    assert (root["rule"], root["rank"], root["fields"]["frame_line"]) == ("python-exception-cut", 2, "89")
+    # One frame alone (a quoted line, a warning's location) is no traceback.
+    assert _diagnose(tmp_path, body.split("\n", 2)[0] + "\n[rank2]: epoch 1 done\n")["root_cause"] is None
+
+
 def test_a_cut_traceback_gives_way_to_an_error_a_line_names(tmp_path: Path) -> None:
     result = _diagnose(tmp_path, (
         "RuntimeError: NCCL error in: ../torch/lib/c10d/ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.10.3\n"
