@@ -782,6 +782,25 @@ def test_a_stop_after_training_said_it_finished_is_a_hang_at_exit(tmp_path: Path
     assert "torch.distributed.destroy_process_group()" in root["remedy"]
 
 
+def test_a_hang_at_exit_speaks_the_output_language(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("[after training is done] datetime: 2025-01-02 02:00:00.123456 \n" + SLURM_TIME_LIMIT)
+    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--lang", "zh", "--json", str(log)],
+                         capture_output=True, text=True, timeout=60)
+    root = json.loads(out.stdout)["root_cause"]
+    assert root["title"].startswith("训练结束后作业没有退出；停止它的是：SLURM")
+    assert "torch.distributed.destroy_process_group()" in root["remedy"] and "py-spy dump --pid" in root["remedy"]
+    assert "The training loop" not in root["remedy"] and "两者之间" in root["confidence_note"]
+
+
+# A slurmstepd cancel line cut right after "ON" (a paste's end) is still SLURM ending the step.
+def test_a_stop_cut_mid_line_after_training_finished_is_a_hang_at_exit(tmp_path: Path) -> None:
+    root = _diagnose(tmp_path, "[after training is done] datetime: 2026-04-20 03:17:08\n"
+                               "[2026-04-20T03:25:23.011] error: *** STEP 1942963.1 ON\n")["root_cause"]
+    assert (root["category"], root["rule"]) == ("hang", "training-finished")
+    assert root["title"].endswith("SLURM stopped STEP 1942963.1 on its node")
+
+
 def test_training_that_finished_and_was_not_stopped_or_failed_after_is_no_hang(tmp_path: Path) -> None:
     finished = "[after training is done] datetime: 2025-01-02 02:00:00.123456 \n"
     assert _diagnose(tmp_path, "step 999 loss 1.02\n" + finished)["root_cause"] is None

@@ -238,7 +238,7 @@ class Engine:
         it where its own lines named none (``root_cause.with_rank``)."""
         findings = self.book.findings
         evidence = self.rank_evidence()
-        return with_rank(choose(findings, evidence), findings, evidence)
+        return with_rank(choose(findings, evidence, self.catalogue.lang), findings, evidence)
 
     def diagnosis(self, files) -> Diagnosis:
         """The diagnosis so far (call ``flush()`` first to include records still in progress)."""

@@ -61,13 +61,40 @@ class RankEvidence:
 _LAST_RESORTS = ("stall", "exit")
 
 
-def choose(findings: list[Finding], ranks: RankEvidence | None = None) -> Finding | None:
+def choose(findings: list[Finding], ranks: RankEvidence | None = None, lang: str = "en") -> Finding | None:
     """The root cause of ``findings`` (None: nothing failed and nothing stalled); with only
     timeouts, ``ranks`` names the rank that hung (``hang_suspect``)."""
-    return _hung_after_finishing(_choose(findings, ranks), findings)
+    return _hung_after_finishing(_choose(findings, ranks), findings, lang)
 
 
-def _hung_after_finishing(root: Finding | None, findings: list[Finding]) -> Finding | None:
+# The hang at exit's words (``_hung_after_finishing``), in each output language: title, confidence
+# note, remedy; fields {stopped_by}, {finished}, {later}.
+HUNG_TEXTS = {
+    "en": ("The job did not exit after training finished; stopped by: {stopped_by}",
+           "the training loop said it was done before the stop: what ran in between is not in the log",
+           "The training loop said it was done ({finished}), and the job was still running {later}when it was "
+           "stopped ({stopped_by}).\n"
+           "What keeps a finished job alive: a process group never destroyed (call "
+           "torch.distributed.destroy_process_group() at the end on every rank), a rank stuck in a last "
+           "barrier or collective that another rank skipped, DataLoader workers or a non-daemon thread still "
+           "running, wandb.finish() still uploading, a profiler writing its report; or slow work after "
+           "training (a final checkpoint save, an evaluation) that the time limit cut short.\n"
+           "On the next run take every rank's stacks once training has finished (py-spy dump --pid <pid>) "
+           "to see where each process waits."),
+    "zh": ("训练结束后作业没有退出；停止它的是：{stopped_by}",
+           "训练循环在停止之前就说已经完成：两者之间发生了什么不在日志里",
+           "训练循环说已经完成（{finished}），而作业{later}被停止时仍在运行（{stopped_by}）。\n"
+           "让一个已完成的作业继续存活的常见原因：进程组没有销毁（在每个 rank 的最后调用 "
+           "torch.distributed.destroy_process_group()），某个 rank 卡在另一个 rank 跳过的最后一个 barrier 或集合通信里，"
+           "DataLoader worker 或非 daemon 线程仍在运行，wandb.finish() 还在上传，profiler 正在写报告；"
+           "或者训练后的慢操作（最后一次保存 checkpoint、一次评估）被时间限制打断。\n"
+           "下次运行时，在训练完成后抓取每个 rank 的调用栈（py-spy dump --pid <pid>），看每个进程在等什么。"),
+}
+# ``_later`` in each output language: "{n} min later, " / "{n} s later, ".
+LATER_TEXTS = {"en": ("{n:.0f} min later, ", "{n:.0f} s later, "), "zh": ("在 {n:.0f} 分钟后", "在 {n:.0f} 秒后")}
+
+
+def _hung_after_finishing(root: Finding | None, findings: list[Finding], lang: str = "en") -> Finding | None:
     """A stop from outside (a scheduler's time limit or cancel, a kill) that came after the
     training loop said it had finished (a finding of category hang with a ``finished`` field):
     the processes were still running, and the stop only ended the wait. Otherwise ``root``."""
@@ -77,29 +104,21 @@ def _hung_after_finishing(root: Finding | None, findings: list[Finding]) -> Find
     if not finished or chronological([*finished, root])[0] not in finished:
         return root
     done = chronological(finished)[0]
+    title, note, remedy = HUNG_TEXTS.get(lang, HUNG_TEXTS["en"])
+    words = {"stopped_by": root.title, "finished": done.fields["finished"], "later": _later(done, root, lang)}
     return replace(
-        done, severity="error", role="root", confidence="likely",
-        title=f"The job did not exit after training finished; stopped by: {root.title}",
-        confidence_note="the training loop said it was done before the stop: what ran in between is not in the log",
-        remedy=(f"The training loop said it was done ({done.fields['finished']}), and the job was still running "
-                f"{_later(done, root)}when it was stopped ({root.title}).\n"
-                "What keeps a finished job alive: a process group never destroyed (call "
-                "torch.distributed.destroy_process_group() at the end on every rank), a rank stuck in a last "
-                "barrier or collective that another rank skipped, DataLoader workers or a non-daemon thread still "
-                "running, wandb.finish() still uploading, a profiler writing its report; or slow work after "
-                "training (a final checkpoint save, an evaluation) that the time limit cut short.\n"
-                "On the next run take every rank's stacks once training has finished (py-spy dump --pid <pid>) "
-                "to see where each process waits."),
-        fields={**done.fields, "stopped_by": root.title},
+        done, severity="error", role="root", confidence="likely", title=title.format(**words),
+        confidence_note=note, remedy=remedy.format(**words), fields={**done.fields, "stopped_by": root.title},
     )
 
 
-def _later(first: Finding, then: Finding) -> str:
+def _later(first: Finding, then: Finding, lang: str = "en") -> str:
     """ "12 min later, " where both findings' lines carry a time, else ""."""
     if first.first_seen is None or then.first_seen is None or then.first_seen < first.first_seen:
         return ""
     seconds = then.first_seen - first.first_seen
-    return f"{seconds / 60:.0f} min later, " if seconds >= 120 else f"{seconds:.0f} s later, "
+    minutes, secs = LATER_TEXTS.get(lang, LATER_TEXTS["en"])
+    return minutes.format(n=seconds / 60) if seconds >= 120 else secs.format(n=seconds)
 
 
 def _choose(findings: list[Finding], ranks: RankEvidence | None) -> Finding | None:
@@ -301,13 +320,20 @@ def _weaker(a: tuple[Confidence, str], b: tuple[Confidence, str]) -> tuple[Confi
     return a if CONFIDENCE_ORDER[a[0]] > CONFIDENCE_ORDER[b[0]] else b
 
 
-def as_requested_stop(finding: Finding) -> Finding | None:
+# ``as_requested_stop``'s words in each output language: title, remedy.
+REQUESTED_STOP_TEXTS = {
+    "en": ("the launcher received the stop request and stopped its workers",
+           "This is the stop request that monitor forwarded to the job (see 'Stopped on request'), not a failure."),
+    "zh": ("启动器收到了停止请求并停止了它的 worker",
+           "这是 monitor 转发给作业的停止请求（见“按请求停止”），不是故障。"),
+}
+
+
+def as_requested_stop(finding: Finding, lang: str = "en") -> Finding | None:
     """The launcher reporting a stop this monitor forwarded to it (torchrun's "Received 15
     death signal") is that request arriving, not someone outside stopping the job: kept as
     information, never a root cause. The finding so worded, or None when it is no such report."""
     if finding.category != STOPPED or finding.severity == "info":
         return None
-    return replace(
-        finding, severity="info", title="the launcher received the stop request and stopped its workers",
-        remedy="This is the stop request that monitor forwarded to the job (see 'Stopped on request'), not a failure.",
-    )
+    title, remedy = REQUESTED_STOP_TEXTS.get(lang, REQUESTED_STOP_TEXTS["en"])
+    return replace(finding, severity="info", title=title, remedy=remedy)

@@ -388,7 +388,7 @@ class JobSession:
             return findings
         taken = []
         for finding in findings:
-            if (stop := as_requested_stop(finding)) is not None:
+            if (stop := as_requested_stop(finding, self.engine.catalogue.lang)) is not None:
                 self.engine.revise(stop)
                 finding = stop
             taken.append(finding)
