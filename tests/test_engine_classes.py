@@ -909,3 +909,23 @@ def test_mpiruns_lost_daemon_report_names_the_node_its_later_line_gives(tmp_path
         "  Remote daemon: [[16919,0],3] on node gpu-node-127\n\n"
         "This is usually due to either a failure of the TCP network\n"))["root_cause"]
     assert (root["rule"], root["title"]) == ("mpirun-lost-daemon", "mpirun lost gpu-node-127")
+
+
+def test_a_nan_without_a_rank_takes_the_rank_the_same_failure_names_later(tmp_path: Path) -> None:
+    """Megatron's training_log line (' iteration {}/{} | ... | grad norm: {} |') has no rank; its
+    loss check then raises "Rank {}: found NaN in local forward loss calculation. Device: {}, node: {}"."""
+    root = _diagnose(tmp_path, (
+        " iteration        1/    5000 | consumed samples:          128 | lm loss: 1.196676E+01 | loss scale: 1.0 | "
+        "grad norm: nan | number of skipped iterations:   0 |\n"
+        "AssertionError: Rank 114: found NaN in local forward loss calculation. Device: 2, node: gpu-node-15\n"
+    ))["root_cause"]
+    assert (root["category"], root["rank"], root["rank_source"]) == ("nan_loss", 114, "message")
+
+
+def test_two_ranks_named_by_the_same_failure_leave_a_rankless_root_without_one(tmp_path: Path) -> None:
+    root = _diagnose(tmp_path, (
+        " iteration        1/    5000 | lm loss: 1.196676E+01 | grad norm: nan |\n"
+        "AssertionError: Rank 3: found NaN in local forward loss calculation. Device: 3, node: a\n"
+        "AssertionError: Rank 9: found NaN in local forward loss calculation. Device: 1, node: b\n"
+    ))["root_cause"]
+    assert root["category"] == "nan_loss" and root["rank"] is None

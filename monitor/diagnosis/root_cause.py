@@ -6,8 +6,8 @@ before the launch, checkpoints, a stall, how it exited), which one is the cause.
 a pure function of the findings and, among timeouts, the ranks' occurrences (``RankEvidence``).
 In order:
 
-1. the earliest error with role ``root`` that is no timeout (a timeout is a symptom of another
-   rank's hang, even where a rule calls it a root), unless its own process went on to print a
+1. the earliest error with role ``root`` that is no timeout (``model.is_timeout``: a timeout is a
+   symptom of another rank's hang, even where a rule calls it a root), unless its own process went on to print a
    surer one (an exception no rule names that a retry loop logged, then a library's own message
    from the same rank: ``Finding.confidence``);
 2. with timeouts: the earliest stop from outside (``stopped``) when it came before every
@@ -22,6 +22,10 @@ In order:
 
 A stop from outside chosen so (a time limit, a cancel, a kill) after the training loop said it had
 finished is a hang at exit instead (``_hung_after_finishing``).
+
+Its rank, where its own lines named none (``with_rank``): the ranks the others waited for, the one
+rank another error of its category names in its own message (the same failure said again with the
+rank), the launcher's summary, else a local rank where the log shows one node.
 
 "Earliest" is ``model.chronological``. A stop the user asked for (Ctrl-C, ``monitor run``
 forwarding a SIGTERM) is no failure: ``as_requested_stop`` turns the launcher's report of
@@ -221,6 +225,8 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
         return root
     if root.rank is None and (waited := _not_ready(root, evidence)) is not None:
         return waited
+    if root.rank is None and (named := _named_by_its_kin(root, findings)) is not None:
+        return replace(root, rank=named, ranks=list(root.ranks) or [named], rank_source="message")
     summary = next((f for f in chronological(findings) if _launcher_saw_fail(f)), None)
     if summary is not None:
         assert summary.rank is not None  # picked for its rank
@@ -234,6 +240,16 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
     if local is None:
         return root
     return replace(root, rank=local, ranks=list(root.ranks) or [local], rank_source="local")
+
+
+def _named_by_its_kin(root: Finding, findings: list[Finding]) -> int | None:
+    """The one rank that another error of the root's category names in its own message: the
+    same failure said twice, once without a rank (a NaN in Megatron's iteration line) and once
+    with it ("Rank 114: found NaN in local forward loss calculation"). None when they name
+    several ranks or none."""
+    named = {rank for f in findings if f is not root and f.category == root.category and f.severity == "error"
+             and f.role == "root" and f.rank is not None and f.rank_source == "message" for rank in (f.ranks or [f.rank])}
+    return named.pop() if len(named) == 1 else None
 
 
 def _launcher_saw_fail(finding: Finding) -> bool:
