@@ -113,3 +113,16 @@ def test_slurm_refusing_to_start_the_step_says_so_with_the_advice_for_its_reason
     # src/common/slurm_opt.c: the allocation's variables beside srun's own option.
     fatal = _root(tmp_path, "srun: fatal: SLURM_MEM_PER_CPU, SLURM_MEM_PER_GPU, and SLURM_MEM_PER_NODE are mutually exclusive.\n")
     assert "unset SLURM_MEM_PER_CPU" in fatal["remedy"] and "clocks" not in fatal["remedy"]
+
+
+def test_submitit_catching_slurms_signal_says_preempted_or_timed_out_and_whether_it_requeued(tmp_path: Path) -> None:
+    # submitit/core/job_environment.py checkpoint_and_try_requeue and slurm/slurm.py _requeue.
+    root = _root(tmp_path, (
+        "submitit INFO (2024-01-02 03:04:05,000) - Job has timed out. Ran 54 minutes out of requested 60 minutes.\n"
+        "submitit WARNING (2024-01-02 03:04:05,001) - Caught signal SIGUSR2 on gpu-node-03: this job is timed-out.\n"
+        "submitit INFO (2024-01-02 03:04:05,100) - Job not requeued because: timed-out and not checkpointable.\n"
+    ))
+    assert (root["rule"], root["category"], root["rank"]) == ("submitit-preempted", "slurm_event", None)
+    assert root["title"] == "SLURM stopped the job (timed-out): submitit caught SIGUSR2 on gpu-node-03"
+    assert "did not requeue the job: timed-out and not checkpointable." in root["remedy"]
+    assert "requeued job" not in root["remedy"] and "timeout_min" in root["remedy"]
