@@ -94,7 +94,11 @@ def _private_folders() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob("monitor-collectives-*"))
 
 
-def test_a_check_keeps_its_output_and_verdict_beside_the_run(tmp_path: Path):
+def test_a_check_keeps_its_output_and_verdict_beside_the_run(tmp_path: Path, monkeypatch):
+    # This test's own temporary folder: a check another test (or another suite) runs meanwhile
+    # makes and removes its folders in the shared one.
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     env = _launcher(tmp_path, _writes(_measurement(slow_rank=2)))
     before = _private_folders()
     result = check(["torchrun", "--nproc-per-node", "4", "train.py"], tmp_path / "run-1.log", env=env)
