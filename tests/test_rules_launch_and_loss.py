@@ -1,0 +1,65 @@
+"""Launches that never started, jobs interrupted or losing a node: whole logs written from each
+tool's own text (Open MPI/PRRTE's help files, OpenSSH, CPython, mpi-operator, Determined,
+Lightning), with the remedy line that fits the case and not the others."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _root(tmp_path: Path, text: str) -> dict:
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(log)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout)["root_cause"]
+
+
+ORTE_BOX = ("--------------------------------------------------------------------------\n"
+            "ORTE was unable to reliably start one or more daemons.\n"
+            "This usually is caused by:\n\n"
+            "* not finding the required libraries and/or binaries on\n"
+            "  one or more nodes. Please check your PATH and LD_LIBRARY_PATH\n")
+
+
+def test_mpirun_that_could_not_start_its_daemons_says_which_cause_the_shell_printed(tmp_path: Path) -> None:
+    missing = _root(tmp_path, "bash: orted: command not found\n" + ORTE_BOX)
+    assert (missing["category"], missing["rule"], missing["rank"]) == ("launcher", "mpirun-daemons-not-started", None)
+    assert "mpirun --prefix" in missing["remedy"] and "ssh -p" not in missing["remedy"]
+    refused = _root(tmp_path, "ssh: connect to host 10.0.0.12 port 50000: Connection refused\n\n" + ORTE_BOX)
+    assert "ssh -p 50000 10.0.0.12 hostname" in refused["remedy"] and "--prefix" not in refused["remedy"]
+
+
+def test_a_bare_keyboard_interrupt_is_a_stop_and_gives_way_to_an_earlier_error(tmp_path: Path) -> None:
+    interrupted = ("Traceback (most recent call last):\n"
+                   '  File "/home/u/train.py", line 40, in <module>\n'
+                   "    batch = next(loader)\n"
+                   "KeyboardInterrupt\n")
+    root = _root(tmp_path, interrupted)
+    assert (root["category"], root["rule"]) == ("stopped", "python-interrupted")
+    assert "where it was waiting" in root["remedy"]
+    # A rank that failed first stays the cause.
+    root = _root(tmp_path, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n" + interrupted)
+    assert root["category"] == "cuda_oom"
+
+
+def test_a_scheduler_losing_a_workers_node_is_a_node_failure(tmp_path: Path) -> None:
+    # mpi-operator's condition message and Determined's AgentFailed failure type.
+    evicted = _root(tmp_path, "  - lastTransitionTime: \"2024-05-01T10:00:00Z\"\n    message: 1/8 workers are evicted\n"
+                              "    reason: MPIJobEvicted\n")
+    assert (evicted["category"], evicted["rank"]) == ("node_failure", None)
+    assert "1 of its 8 worker pods evicted" in evicted["remedy"] and "Determined" not in evicted["remedy"]
+    agent = _root(tmp_path, "allocation failed due to agent failure: agent failed while the container was running\n")
+    assert agent["category"] == "node_failure" and "max_restarts" in agent["remedy"]
+
+
+def test_lightning_refusing_a_process_strategy_in_a_notebook_is_a_launch_error(tmp_path: Path) -> None:
+    root = _root(tmp_path, "MisconfigurationException: `Trainer(strategy='ddp')` is not compatible with an interactive "
+                           "environment. Run your code as a script, or choose a notebook-compatible strategy: "
+                           "`Trainer(strategy='ddp_notebook')`.\n")
+    assert (root["category"], root["title"]) == (
+        "launcher", "Lightning will not start 'ddp' from a notebook or an interactive shell")
