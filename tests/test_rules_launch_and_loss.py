@@ -63,3 +63,17 @@ def test_lightning_refusing_a_process_strategy_in_a_notebook_is_a_launch_error(t
                            "`Trainer(strategy='ddp_notebook')`.\n")
     assert (root["category"], root["title"]) == (
         "launcher", "Lightning will not start 'ddp' from a notebook or an interactive shell")
+
+
+def test_an_agent_losing_the_rendezvous_store_mid_run_is_a_lost_node_not_a_rendezvous(tmp_path: Path) -> None:
+    # torch dynamic_rendezvous.py _keep_alive: the store was reachable at the start.
+    root = _root(tmp_path, (
+        "WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node 'worker-1_3427_0' has failed to "
+        "send a keep-alive heartbeat to the rendezvous 'job7' due to an error of type RendezvousConnectionError.\n"
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 3494 closing signal SIGTERM\n"))
+    assert (root["category"], root["rule"], root["confidence"]) == ("node_failure", "rendezvous-store-lost", "likely")
+    assert "--rdzv-endpoint host" in root["remedy"]
+    # At the start, the same error type is the rendezvous failing.
+    root = _root(tmp_path, "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the "
+                           "C10d store has failed. See inner exception for details.\n")
+    assert root["category"] == "rendezvous_timeout"
