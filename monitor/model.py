@@ -39,6 +39,7 @@ RANK_SOURCES = {
     "local": "the launcher's local rank of the failed process (the global rank on one node)",
     "hang": "the rank the others waited for",
     "process": "NCCL's setup lines of the same process",
+    "related": "another report of the same failure that names it",
 }
 
 
@@ -170,6 +171,8 @@ class Finding:
     source_key: str = ""
     # A rank's own error in a timeout category, not a wait on a peer (``is_timeout``).
     own_error: bool = False
+    # False: a retry meets the same cause (``Rule.retryable``; the restart policy).
+    retryable: bool = True
 
     def __post_init__(self) -> None:
         # ValueError names a category that does not exist.

@@ -159,7 +159,7 @@ def test_templates_drop_lines_with_missing_fields_and_titles_show_question_marks
 @pytest.mark.parametrize("value, message", [
     ("'(unclosed'", "bad if_log pattern"),
     ("'\\d+'", "if_log pattern '\\\\d+' needs literal text"),
-    ("3", "if_log must be a string"),
+    ("3", "advice if_log must be a string"),
 ])
 def test_advice_if_log_is_validated_like_unless_log(tmp_path, value, message):
     path = write_rules(tmp_path / "pack", MINIMAL + f'[[rule.advice]]\ntext = "x"\nif_log = {value}\n')

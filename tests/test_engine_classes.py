@@ -702,6 +702,16 @@ def test_a_cut_traceback_whose_header_lost_its_prefix_is_still_that_ranks(tmp_pa
     assert _diagnose(tmp_path, body.split("\n", 2)[0] + "\n[rank2]: epoch 1 done\n")["root_cause"] is None
 
 
+def test_frames_a_process_printed_and_went_on_from_are_no_cut_traceback(tmp_path: Path) -> None:
+    # traceback.print_stack() writes frames without a header; logging's stack_info=True writes them
+    # under "Stack (most recent call last):". The process logs on after them.
+    frames = ('  File "/home/u/train.py", line 40, in <module>\n    main()\n'
+              '  File "/home/u/train.py", line 30, in main\n    traceback.print_stack()\n')
+    assert _diagnose(tmp_path, "step 1 loss 2.0\n" + frames + "step 2 loss 1.9\n")["root_cause"] is None
+    assert _diagnose(tmp_path, "step 1 loss 2.0\nStack (most recent call last):\n" + frames
+                     + "2024-01-01 10:00:00 INFO step 2\n")["root_cause"] is None
+
+
 def test_a_cut_traceback_gives_way_to_an_error_a_line_names(tmp_path: Path) -> None:
     result = _diagnose(tmp_path, (
         "RuntimeError: NCCL error in: ../torch/lib/c10d/ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.10.3\n"
@@ -919,7 +929,7 @@ def test_a_nan_without_a_rank_takes_the_rank_the_same_failure_names_later(tmp_pa
         "grad norm: nan | number of skipped iterations:   0 |\n"
         "AssertionError: Rank 114: found NaN in local forward loss calculation. Device: 2, node: gpu-node-15\n"
     ))["root_cause"]
-    assert (root["category"], root["rank"], root["rank_source"]) == ("nan_loss", 114, "message")
+    assert (root["category"], root["rank"], root["rank_source"]) == ("nan_loss", 114, "related")
 
 
 def test_two_ranks_named_by_the_same_failure_leave_a_rankless_root_without_one(tmp_path: Path) -> None:

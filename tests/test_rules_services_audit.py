@@ -112,7 +112,7 @@ def test_slurm_refusing_to_start_the_step_says_so_with_the_advice_for_its_reason
     assert "SLURM_MEM_PER" not in root["remedy"] and "--overlap" not in root["remedy"]
     # src/common/slurm_opt.c: the allocation's variables beside srun's own option.
     fatal = _root(tmp_path, "srun: fatal: SLURM_MEM_PER_CPU, SLURM_MEM_PER_GPU, and SLURM_MEM_PER_NODE are mutually exclusive.\n")
-    assert "unset SLURM_MEM_PER_CPU" in fatal["remedy"] and "clocks" not in fatal["remedy"]
+    assert "which overrides them" in fatal["remedy"] and "clocks" not in fatal["remedy"]
 
 
 def test_submitit_catching_slurms_signal_says_preempted_or_timed_out_and_whether_it_requeued(tmp_path: Path) -> None:

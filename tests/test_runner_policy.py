@@ -121,9 +121,37 @@ def test_monitor_run_does_not_retry_a_python_exception(tmp_path: Path):
     assert diagnosis["run"]["restart"] == decision
 
 
-def test_a_ranks_own_setup_error_in_a_timeout_category_is_not_retried():
+def test_a_cause_its_rule_says_a_retry_meets_again_is_not_retried():
     # gloo finding no address for its interface: the rank's configuration, not a peer or the network.
     setup = Finding(rule="gloo-device-address", category="gloo_timeout", severity="error", role="root",
-                    title="Gloo found no usable local address on rank 1", rank=1, own_error=True)
+                    title="Gloo found no usable local address on rank 1", rank=1, own_error=True, retryable=False)
     decision = decide(diagnosis(setup), exit_code=1, attempt=1, max_restarts=5)
-    assert not decision.retry and "own configuration" in decision.reason
+    assert not decision.retry and "a retry meets the same cause" in decision.reason
+
+
+@pytest.mark.parametrize("line, rule", [
+    ("srun: error: Unable to allocate resources: Invalid account or account/partition combination specified",
+     "slurm-launch-failed"),
+    ("submitit WARNING (2024-01-02 03:04:05,001) - Caught signal SIGTERM on node-a17: this job is preempted.",
+     "submitit-preempted"),
+    ("node1:812:812 [0] transport/nvls.cc:245 NCCL WARN Cuda failure 'operation not supported'", "nccl-cuda-failure"),
+    ("RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:83] ifa != nullptr. "
+     "Unable to find address for: eth1", "gloo-device-address"),
+])
+def test_causes_in_retried_categories_that_a_retry_meets_again_are_not_retried(tmp_path: Path, line: str, rule: str):
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.diagnosis.diagnose import diagnose_paths
+
+    log = tmp_path / "job.log"
+    log.write_text(line + "\n")
+    found = diagnose_paths([log], load_catalogue(include_user=False))
+    assert found.root_cause is not None and found.root_cause.rule == rule
+    decision = decide(found, exit_code=1, attempt=1, max_restarts=5)
+    assert not decision.retry and "a retry meets the same cause" in decision.reason
+
+
+def test_submitit_timing_out_is_a_time_limit_a_retry_does_not_lengthen():
+    timed_out = finding("slurm_event", title="SLURM stopped the job (timed-out): submitit caught SIGUSR2 on n1",
+                        case="timed-out")
+    decision = decide(diagnosis(timed_out), exit_code=1, attempt=1, max_restarts=5)
+    assert not decision.retry and "does not give more time" in decision.reason

@@ -136,6 +136,7 @@ class FindingBook:
             first_seen=_record_time(record, positions), node=node,
             confidence=match.confidence, confidence_note=match.confidence_note,
             rank_source=match.rank_source if rank is not None else "", own_error=match.own_error,
+            retryable=match.retryable,
         )
         if finding.first_seen is None:
             finding = replace(finding, before=record.time_after)

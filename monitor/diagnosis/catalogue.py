@@ -33,7 +33,7 @@ LANGUAGES = ("en", "zh")
 TRANSLATED_KEYS = ("title", "confirmed_title", "remedy")
 RULE_KEYS = {
     "id", "category", "severity", "role", "title", "confirmed_title", "patterns", "prefilter", "remedy",
-    "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", "if_record", "unless_record", "own_error", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
+    "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", "if_record", "unless_record", "own_error", "retryable", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
 }
 REQUIRED_KEYS = ("id", "category", "severity", "role", "title", "patterns")
 ADVICE_KEYS = {"text", "when", "unless_log", "if_log", "unless_record", "if_record",
@@ -118,6 +118,9 @@ class Rule:
     unless_record: regex.Pattern | None = None
     # In a timeout category: the rank's own error (a setup failure), not a wait on its peers.
     own_error: bool = False
+    # False: `monitor run --max-restarts` does not retry a job this rule explains, whatever its
+    # category's policy (a retry meets the same cause: SLURM refusing the step, a rank's CUDA setup).
+    retryable: bool = True
     compiled: tuple[regex.Pattern, ...] | None = None
 
     @property
@@ -344,8 +347,8 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
         raise fail(f"severity must be one of {', '.join(SEVERITIES)}", loc.key_line("severity", start, end))
     if table["role"] not in ROLES:
         raise fail(f"role must be one of {', '.join(ROLES)}", loc.key_line("role", start, end))
-    for key in ("ranked", "own_error"):
-        if not isinstance(table.get(key, key == "ranked"), bool):
+    for key, default in (("ranked", True), ("own_error", False), ("retryable", True)):
+        if not isinstance(table.get(key, default), bool):
             raise fail(f"{key!r} must be true or false", loc.key_line(key, start, end))
     if table.get("own_error") and table["category"] not in TIMEOUT_CATEGORIES:
         raise fail("own_error marks a rank's own error in a timeout category "
@@ -407,8 +410,8 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
                 translations.setdefault(lang, {})[key] = text.strip() if key == "remedy" else text
 
     advice = tuple(_build_advice(item, n, known, fail, loc, start, end) for n, item in enumerate(_table_list(table.get("advice", []), "advice", fail)))
-    if_record = _record_condition(table, "if_record", fail, loc, start, end)
-    unless_record = _record_condition(table, "unless_record", fail, loc, start, end)
+    if_record = _record_condition(table, "if_record", fail, loc, start, end, what="")
+    unless_record = _record_condition(table, "unless_record", fail, loc, start, end, what="")
     match, no_match = _build_examples(table.get("examples", {}), fail, loc, start, end)
     return Rule(
         id=table["id"], category=table["category"], severity=table["severity"], role=table["role"],
@@ -422,6 +425,7 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
         confidence=table.get("confidence", "certain"), confidence_note=table.get("confidence_note", ""),
         rank_source=table.get("rank_source", ""), ranked=table.get("ranked", True),
         if_record=if_record, unless_record=unless_record, own_error=table.get("own_error", False),
+        retryable=table.get("retryable", True),
     )
 
 
@@ -479,14 +483,14 @@ def _build_advice(item: dict, n: int, known: set[str], fail, loc: _Locator, star
                   unless_record=unless_record, if_record=if_record, translations=translations)
 
 
-def _record_condition(item: dict, key: str, fail, loc: _Locator, line: int, end: int) -> regex.Pattern | None:
+def _record_condition(item: dict, key: str, fail, loc: _Locator, line: int, end: int, what: str = "advice ") -> regex.Pattern | None:
     """A rule's or an advice's ``unless_record``/``if_record`` regex (searched only in the
     finding's record), or any other advice condition's regex, compiled with its errors located."""
     if key not in item:
         return None
     raw = item[key]
     if not isinstance(raw, str):
-        raise fail(f"{key} must be a string", loc.key_line(key, line, end))
+        raise fail(f"{what}{key} must be a string", loc.key_line(key, line, end))
     try:
         return regex.compile(raw)
     except regex.error as exc:

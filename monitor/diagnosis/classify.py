@@ -55,6 +55,7 @@ class Match:
     advice: tuple[RuleAdvice, ...] = ()
     skipped_advice: frozenset[int] = frozenset()  # advice this record rules out (if/unless_record)
     own_error: bool = False  # ``Rule.own_error``
+    retryable: bool = True  # ``Rule.retryable``
 
 
 class Classifier(Protocol):
@@ -157,6 +158,7 @@ class RuleClassifier:
                 confidence=rule.confidence, confidence_note=rule.confidence_note,
                 confirmed_title=rule.confirmed_title, advice=rule.advice,
                 skipped_advice=self._advice_skipped_by_record(rule, record), own_error=rule.own_error,
+                retryable=rule.retryable,
             ))
         return found
 
@@ -243,7 +245,7 @@ class ExceptionClassifier:
         bare = record.kind == "line"
         exception = pyexc.parse_exception_line(record.bodies[0]) if bare else pyexc.parse_traceback(record.bodies)
         if exception is None:
-            cut = None if bare or records.is_ignored(record) else pyexc.cut_traceback(record.bodies)
+            cut = None if bare or records.is_ignored(record) else pyexc.cut_traceback(record.bodies, not record.followed_by)
             return [] if cut is None else [self._cut_match(record, cut)]
         positions = (exception.index,)
         evidence: tuple[int, ...] = positions

@@ -158,15 +158,19 @@ def parse_exception_line(body: str) -> PythonException | None:
     return PythonException(match["type"], match["message"].strip(), "", "", "", 0)
 
 
-def cut_traceback(bodies: list[str]) -> PythonException | None:
+def cut_traceback(bodies: list[str], ended_there: bool = False) -> PythonException | None:
     """A traceback with its header and frames but no exception line (``parse_traceback`` found
-    none): its user frame (else its last), with no type; None for anything else."""
+    none): its user frame (else its last), with no type; None for anything else. ``ended_there``:
+    nothing of its stream came after it, where frames without a header may be one too when
+    nothing but frames and their code follows them (the log's end)."""
     bodies = _without_group_gutter(bodies)
     header = next((i for i in range(len(bodies) - 1, -1, -1) if is_traceback_header(bodies[i].lstrip())), None)
-    if header is None and not _frame(bodies[0]):
+    if header is None and not (ended_there and _frame(bodies[0]) and all(b[:1] in (" ", "\t") for b in bodies)):
         return None
     # A paste that lost the header line (its rank prefix cut off with it, so the frames are another
-    # stream's) starts at its first frame; two frames at least, so one quoted frame is not a traceback.
+    # stream's) starts at its first frame; two frames at least, so one quoted frame is not a
+    # traceback, and only at the end of its stream: frames its process printed and went on from
+    # are a stack it logged (traceback.print_stack, logging's stack_info), no failure.
     first = 0 if header is None else header + 1
     frames = [(i, match) for i in range(first, len(bodies)) if (match := _frame(bodies[i]))]
     if not frames or (header is None and len(frames) < 2):

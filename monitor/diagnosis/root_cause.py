@@ -226,7 +226,7 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
     if root.rank is None and (waited := _not_ready(root, evidence)) is not None:
         return waited
     if root.rank is None and (named := _named_by_its_kin(root, findings)) is not None:
-        return replace(root, rank=named, ranks=list(root.ranks) or [named], rank_source="message")
+        return replace(root, rank=named, ranks=list(root.ranks) or [named], rank_source="related")
     summary = next((f for f in chronological(findings) if _launcher_saw_fail(f)), None)
     if summary is not None:
         assert summary.rank is not None  # picked for its rank

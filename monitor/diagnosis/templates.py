@@ -39,9 +39,10 @@ def human_size(count: str) -> str | None:
 
 # Rank phrases and their rank-less forms, tried in order (the first ones are the longer ones).
 _RANK_PHRASES = [
-    # The Chinese texts (``*_zh``) name a rank in these two ways.
+    # The Chinese texts (``*_zh``) name a rank in these three ways.
     (regex.compile(r"（rank \{rank\}(?:，|）)"), lambda m: "（" if m.group(0).endswith("，") else ""),
     (regex.compile(r"第 \{rank\} 号 rank"), "某个 rank"),
+    (regex.compile(r"\brank \{rank\} (?=[上的])"), "某个 rank "),
     (regex.compile(r" on rank \{rank\}'s GPU"), " on a GPU"),
     (regex.compile(r" \((?:on )?rank \{rank\}\)"), ""),
     (regex.compile(r" (?:on|from) rank \{rank\}"), ""),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from monitor.model import STOPPED, TIMEOUT_CATEGORIES, Diagnosis, is_timeout
+from monitor.model import STOPPED, Diagnosis
 
 RETRYABLE = {
     "nccl_error": "NCCL reported a communication error (flaky link or a peer that went away)",
@@ -43,7 +43,7 @@ NOT_RETRYABLE = {
 # Retried once only: a second timeout in a row means a hang in the program, not the network.
 ONCE = {"nccl_timeout", "gloo_timeout"}
 # Scheduler reasons that a retry in place cannot fix.
-_FINAL_SLURM_REASONS = ("TIME LIMIT", "CANCELLED BY")
+_FINAL_SLURM_REASONS = ("TIME LIMIT", "CANCELLED BY", "TIMED-OUT")
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,8 @@ def decide(diagnosis: Diagnosis, exit_code: int, attempt: int, max_restarts: int
         if any(reason in why for reason in _FINAL_SLURM_REASONS):
             return RestartDecision(False, f"{title}: a retry in place does not give more time "
                                           "or undo a cancellation")
-    if root.category in TIMEOUT_CATEGORIES and not is_timeout(root):
-        return RestartDecision(False, f"{title}: not retried, the rank could not set up its connections "
-                                      "(its own configuration, not a peer); a retry meets the same")
+    if not root.retryable:
+        return RestartDecision(False, f"{title}: not retried, a retry meets the same cause")
     if root.category in ONCE and previous_category == root.category:
         return RestartDecision(False, f"{title}: the same timeout ended the previous attempt too; "
                                       "a hang that repeats is in the program, not the network")
