@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 from monitor.diagnosis.catalogue import load_catalogue
@@ -156,3 +159,13 @@ WATCHDOG_LINE = (
     "operation timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
     "ran for 600010 milliseconds before timing out."
 )
+
+
+def diagnosed_root(tmp_path: Path, text: str) -> dict | None:
+    """The root cause `monitor diagnose --json` reports for a log holding ``text``."""
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(log)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout)["root_cause"]

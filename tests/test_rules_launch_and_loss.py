@@ -4,19 +4,9 @@ Lightning), with the remedy line that fits the case and not the others."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-
-def _root(tmp_path: Path, text: str) -> dict:
-    log = tmp_path / "job.log"
-    log.write_text(text)
-    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(log)],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode in (0, 1), out.stderr
-    return json.loads(out.stdout)["root_cause"]
+from diagnosis_helpers import diagnosed_root
 
 
 ORTE_BOX = ("--------------------------------------------------------------------------\n"
@@ -27,17 +17,17 @@ ORTE_BOX = ("-------------------------------------------------------------------
 
 
 def test_mpirun_that_could_not_start_its_daemons_says_which_cause_the_shell_printed(tmp_path: Path) -> None:
-    missing = _root(tmp_path, "bash: orted: command not found\n" + ORTE_BOX)
+    missing = diagnosed_root(tmp_path, "bash: orted: command not found\n" + ORTE_BOX)
     assert (missing["category"], missing["rule"], missing["rank"]) == ("launcher", "mpirun-daemons-not-started", None)
     assert "mpirun --prefix" in missing["remedy"] and "ssh -p" not in missing["remedy"]
-    refused = _root(tmp_path, "ssh: connect to host 10.0.0.12 port 50000: Connection refused\n\n" + ORTE_BOX)
+    refused = diagnosed_root(tmp_path, "ssh: connect to host 10.0.0.12 port 50000: Connection refused\n\n" + ORTE_BOX)
     assert "ssh -p <port> <host> hostname" in refused["remedy"] and "--prefix" not in refused["remedy"]
     assert "resolve" not in refused["remedy"]
 
 
 def test_an_ssh_failure_of_other_work_is_no_launch_failure(tmp_path: Path) -> None:
     # pip installing from git over ssh, with no mpirun in sight.
-    assert _root(tmp_path, "ssh: Could not resolve hostname github.com: Temporary failure in name resolution\n"
+    assert diagnosed_root(tmp_path, "ssh: Could not resolve hostname github.com: Temporary failure in name resolution\n"
                            "fatal: Could not read from remote repository.\nstep 10 loss 2.1\n") is None
 
 
@@ -46,26 +36,26 @@ def test_a_bare_keyboard_interrupt_is_a_stop_and_gives_way_to_an_earlier_error(t
                    '  File "/home/u/train.py", line 40, in <module>\n'
                    "    batch = next(loader)\n"
                    "KeyboardInterrupt\n")
-    root = _root(tmp_path, interrupted)
+    root = diagnosed_root(tmp_path, interrupted)
     assert (root["category"], root["rule"]) == ("stopped", "python-interrupted")
     assert "where it was waiting" in root["remedy"]
     # A rank that failed first stays the cause.
-    root = _root(tmp_path, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n" + interrupted)
+    root = diagnosed_root(tmp_path, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n" + interrupted)
     assert root["category"] == "cuda_oom"
 
 
 def test_a_scheduler_losing_a_workers_node_is_a_node_failure(tmp_path: Path) -> None:
     # mpi-operator's condition message and Determined's AgentFailed failure type.
-    evicted = _root(tmp_path, "  - lastTransitionTime: \"2024-05-01T10:00:00Z\"\n    message: 1/8 workers are evicted\n"
+    evicted = diagnosed_root(tmp_path, "  - lastTransitionTime: \"2024-05-01T10:00:00Z\"\n    message: 1/8 workers are evicted\n"
                               "    reason: MPIJobEvicted\n")
     assert (evicted["category"], evicted["rank"]) == ("node_failure", None)
     assert "1 of its 8 worker pods evicted" in evicted["remedy"] and "Determined" not in evicted["remedy"]
-    agent = _root(tmp_path, "allocation failed due to agent failure: agent failed while the container was running\n")
+    agent = diagnosed_root(tmp_path, "allocation failed due to agent failure: agent failed while the container was running\n")
     assert agent["category"] == "node_failure" and "max_restarts" in agent["remedy"]
 
 
 def test_lightning_refusing_a_process_strategy_in_a_notebook_is_a_launch_error(tmp_path: Path) -> None:
-    root = _root(tmp_path, "MisconfigurationException: `Trainer(strategy='ddp')` is not compatible with an interactive "
+    root = diagnosed_root(tmp_path, "MisconfigurationException: `Trainer(strategy='ddp')` is not compatible with an interactive "
                            "environment. Run your code as a script, or choose a notebook-compatible strategy: "
                            "`Trainer(strategy='ddp_notebook')`.\n")
     assert (root["category"], root["title"]) == (
@@ -74,30 +64,30 @@ def test_lightning_refusing_a_process_strategy_in_a_notebook_is_a_launch_error(t
 
 def test_an_agent_losing_the_rendezvous_store_mid_run_is_a_lost_node_not_a_rendezvous(tmp_path: Path) -> None:
     # torch dynamic_rendezvous.py _keep_alive: the store was reachable at the start.
-    root = _root(tmp_path, (
+    root = diagnosed_root(tmp_path, (
         "WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node 'worker-1_3427_0' has failed to "
         "send a keep-alive heartbeat to the rendezvous 'job7' due to an error of type RendezvousConnectionError.\n"
         "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 3494 closing signal SIGTERM\n"))
     assert (root["category"], root["rule"]) == ("node_failure", "rendezvous-store-lost")
     assert "--rdzv-endpoint host" in root["remedy"]
     # At the start, the same error type is the rendezvous failing.
-    root = _root(tmp_path, "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the "
+    root = diagnosed_root(tmp_path, "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the "
                            "C10d store has failed. See inner exception for details.\n")
     assert root["category"] == "rendezvous_timeout"
 
 
 def test_a_cuda_failure_inside_nccl_gives_the_advice_for_its_error_only(tmp_path: Path) -> None:
     # nccl src/include/checks.h CUDACHECK: WARN("Cuda failure '%s'", cudaGetErrorString(err)).
-    nvls = _root(tmp_path, "node1:812:812 [0] transport/nvls.cc:245 NCCL WARN Cuda failure 'operation not supported'\n")
+    nvls = diagnosed_root(tmp_path, "node1:812:812 [0] transport/nvls.cc:245 NCCL WARN Cuda failure 'operation not supported'\n")
     assert (nvls["category"], nvls["rule"]) == ("nccl_error", "nccl-cuda-failure")
     assert "NCCL_NVLS_ENABLE=0" in nvls["remedy"] and "driver is older" not in nvls["remedy"]
-    init = _root(tmp_path, "node1:812:812 [0] init.cc:426 NCCL WARN Cuda failure 2 'initialization error'\n")
+    init = diagnosed_root(tmp_path, "node1:812:812 [0] init.cc:426 NCCL WARN Cuda failure 2 'initialization error'\n")
     assert "driver is older" in init["remedy"] and "NCCL_NVLS_ENABLE" not in init["remedy"]
     assert '"initialization error"' in init["remedy"].splitlines()[0]
 
 
 def test_submitit_with_only_its_requeue_line_renders_a_whole_title(tmp_path: Path) -> None:
-    root = _root(tmp_path, "submitit INFO (2022-07-12 04:18:45,912) - Requeued job 60601445 (3 remaining timeouts)\n")
+    root = diagnosed_root(tmp_path, "submitit INFO (2022-07-12 04:18:45,912) - Requeued job 60601445 (3 remaining timeouts)\n")
     assert root["title"] == "SLURM stopped the job (signalled): submitit caught its signal on a node"
     assert "requeued job 60601445 (3 timeouts left)" in root["remedy"] and "?" not in root["title"]
 
@@ -119,7 +109,7 @@ def test_the_forwarded_stop_and_the_time_between_speak_chinese() -> None:
 
 def test_a_lost_store_gives_way_to_a_ranks_own_error(tmp_path: Path) -> None:
     # The agent holding the store can leave because its own worker failed: that failure is the cause.
-    root = _root(tmp_path, (
+    root = diagnosed_root(tmp_path, (
         "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
         "WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node 'worker-1_3427_0' has failed to "
         "send a keep-alive heartbeat to the rendezvous 'job7' due to an error of type RendezvousConnectionError.\n"))

@@ -5,24 +5,14 @@ format string (SLURM's slurmstepd/srun, wandb, XLA's coordination service, Tenso
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-
-def _root(tmp_path: Path, text: str) -> dict:
-    log = tmp_path / "job.log"
-    log.write_text(text)
-    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(log)],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode in (0, 1), out.stderr
-    return json.loads(out.stdout)["root_cause"]
+from diagnosis_helpers import diagnosed_root
 
 
 def test_a_time_limit_line_wrapped_at_80_columns_is_still_slurms_time_limit(tmp_path: Path) -> None:
     """slurmstepd's "*** %s ON %s CANCELLED AT %s DUE TO TIME LIMIT ***" cut by a terminal's wrap."""
-    root = _root(tmp_path, (
+    root = diagnosed_root(tmp_path, (
         "epoch 3 step 1200 loss 2.113\n"
         "slurmstepd: error: *** JOB 81234 ON gpu-node-12 CANCELLED AT 2024-03-02T10:00:0\n"
         "0 DUE TO TIME LIMIT ***\n"
@@ -34,7 +24,7 @@ def test_a_time_limit_line_wrapped_at_80_columns_is_still_slurms_time_limit(tmp_
 
 def test_a_cancellation_due_to_node_failure_is_a_node_failure(tmp_path: Path) -> None:
     """SIG_NODE_FAIL's text, before 15.08 with the printing node inside the reason."""
-    root = _root(tmp_path, (
+    root = diagnosed_root(tmp_path, (
         "srun: error: gpu-node-12: task 3: Killed\n"
         "slurmstepd: error: *** JOB 81234 CANCELLED AT 2014-11-02T10:00:00 DUE TO NODE gpu-node-03 FAILURE ***\n"
     ))
@@ -45,7 +35,7 @@ def test_a_cancellation_due_to_node_failure_is_a_node_failure(tmp_path: Path) ->
 
 def test_a_403_on_the_runs_entity_is_permission_not_login(tmp_path: Path) -> None:
     """wandb-core's upsert error at wandb.init, inside the traceback it ends."""
-    root = _root(tmp_path, (
+    root = diagnosed_root(tmp_path, (
         "Traceback (most recent call last):\n"
         '  File "/home/u/train.py", line 12, in <module>\n'
         '    wandb.init(project="llm", entity="my-team")\n'
@@ -59,14 +49,14 @@ def test_a_403_on_the_runs_entity_is_permission_not_login(tmp_path: Path) -> Non
 
 def test_a_short_key_in_the_new_wording_names_its_length(tmp_path: Path) -> None:
     """wbauth/validation.py check_api_key(): "API key must have 40+ characters, has {n}."."""
-    root = _root(tmp_path, "wandb.errors.errors.AuthenticationError: WANDB_API_KEY invalid: "
+    root = diagnosed_root(tmp_path, "wandb.errors.errors.AuthenticationError: WANDB_API_KEY invalid: "
                            "API key must have 40+ characters, has 38.\n")
     assert root["rule"] == "wandb-auth"
     assert "The key has 38 characters instead of 40" in root["remedy"]
 
 
 def test_the_wandb_service_timing_out_advises_a_longer_wait(tmp_path: Path) -> None:
-    root = _root(tmp_path, "wandb.sdk.service.service.ServiceStartTimeoutError: Timed out waiting for "
+    root = diagnosed_root(tmp_path, "wandb.sdk.service.service.ServiceStartTimeoutError: Timed out waiting for "
                            "wandb service to start after 30.0 seconds. Try increasing the timeout with "
                            "the `_service_wait` setting.\n")
     assert root["rule"] == "wandb-service-failed"
@@ -74,7 +64,7 @@ def test_the_wandb_service_timing_out_advises_a_longer_wait(tmp_path: Path) -> N
 
 
 def test_xla_names_the_task_that_stopped_its_heartbeats_as_the_rank(tmp_path: Path) -> None:
-    root = _root(tmp_path, (
+    root = diagnosed_root(tmp_path, (
         "I0301 09:59:00.000000  4242 coordination_service_agent.cc:100] Coordination agent has successfully connected.\n"
         "E0301 10:00:00.000000  4242 coordination_service.cc:500] UNAVAILABLE: Task /job:jax_worker/replica:0/task:5 "
         "heartbeat timeout. This indicates that the remote task has failed, got preempted, or crashed unexpectedly.\n"
@@ -84,7 +74,7 @@ def test_xla_names_the_task_that_stopped_its_heartbeats_as_the_rank(tmp_path: Pa
 
 def test_a_tasks_own_crash_wins_over_xla_reporting_it_lost(tmp_path: Path) -> None:
     """The heartbeat loss is a cascade: the crash the lost task logged is the root cause."""
-    root = _root(tmp_path, (
+    root = diagnosed_root(tmp_path, (
         "Traceback (most recent call last):\n"
         '  File "/home/u/train.py", line 40, in <module>\n'
         "    state = step(state, batch)\n"
@@ -95,29 +85,29 @@ def test_a_tasks_own_crash_wins_over_xla_reporting_it_lost(tmp_path: Path) -> No
 
 
 def test_ray_and_mpirun_say_a_node_where_the_line_names_none(tmp_path: Path) -> None:
-    ray = _root(tmp_path, "The node with client ID 5f0c9a has been marked dead because the monitor has "
+    ray = diagnosed_root(tmp_path, "The node with client ID 5f0c9a has been marked dead because the monitor has "
                           "missed too many heartbeats from it.\n")
     assert ray["title"] == "Ray lost a node"
     assert ray["remedy"].startswith("A node stopped answering Ray")
-    mpi = _root(tmp_path, "PRTE has lost communication with a remote daemon.\n")
+    mpi = diagnosed_root(tmp_path, "PRTE has lost communication with a remote daemon.\n")
     assert (mpi["rule"], mpi["title"]) == ("mpirun-lost-daemon", "mpirun lost a node")
     assert mpi["remedy"].startswith("mpirun lost its daemon on a node")
 
 
 def test_slurm_refusing_to_start_the_step_says_so_with_the_advice_for_its_reason(tmp_path: Path) -> None:
     # src/api/step_launch.c "Task launch for %ps failed on node %s: %m", %m = ESLURMD_CREDENTIAL_EXPIRED.
-    root = _root(tmp_path, "srun: error: Task launch for StepId=881.0 failed on node gpu-node-07: Job credential expired\n")
+    root = diagnosed_root(tmp_path, "srun: error: Task launch for StepId=881.0 failed on node gpu-node-07: Job credential expired\n")
     assert root["category"] == "slurm_event" and root["rule"] == "slurm-launch-failed" and root["rank"] is None
     assert "step StepId=881.0 on gpu-node-07" in root["remedy"] and "clocks" in root["remedy"]
     assert "SLURM_MEM_PER" not in root["remedy"] and "--overlap" not in root["remedy"]
     # src/common/slurm_opt.c: the allocation's variables beside srun's own option.
-    fatal = _root(tmp_path, "srun: fatal: SLURM_MEM_PER_CPU, SLURM_MEM_PER_GPU, and SLURM_MEM_PER_NODE are mutually exclusive.\n")
+    fatal = diagnosed_root(tmp_path, "srun: fatal: SLURM_MEM_PER_CPU, SLURM_MEM_PER_GPU, and SLURM_MEM_PER_NODE are mutually exclusive.\n")
     assert "which overrides them" in fatal["remedy"] and "clocks" not in fatal["remedy"]
 
 
 def test_submitit_catching_slurms_signal_says_preempted_or_timed_out_and_whether_it_requeued(tmp_path: Path) -> None:
     # submitit/core/job_environment.py checkpoint_and_try_requeue and slurm/slurm.py _requeue.
-    root = _root(tmp_path, (
+    root = diagnosed_root(tmp_path, (
         "submitit INFO (2024-01-02 03:04:05,000) - Job has timed out. Ran 54 minutes out of requested 60 minutes.\n"
         "submitit WARNING (2024-01-02 03:04:05,001) - Caught signal SIGUSR2 on gpu-node-03: this job is timed-out.\n"
         "submitit INFO (2024-01-02 03:04:05,100) - Job not requeued because: timed-out and not checkpointable.\n"
