@@ -106,6 +106,15 @@ def test_below_its_thresholds_the_model_says_nothing(tmp_path: Path) -> None:
     assert consult(diagnosis, model, {}).root_cause is None
 
 
+def test_a_log_where_nothing_says_something_went_wrong_gets_no_opinion(tmp_path: Path) -> None:
+    # The same words as the killed loader's, without its launcher killing anything: a run loading
+    # its checkpoint. A healthy run's setup resembles the failures that happen during setup.
+    model = load_model(_hand_model(tmp_path))
+    healthy = LOADER_KILLED.replace("Killing subprocess", "Started subprocess")
+    diagnosis = Diagnosis(root_cause=None, findings=[], files=[str(_job(tmp_path, healthy))])
+    assert consult(diagnosis, model, {"host_oom": "Host (CPU) memory ran out."}).root_cause is None
+
+
 def test_a_sure_rule_is_never_overruled(tmp_path: Path) -> None:
     log = _job(tmp_path, "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
     out = _monitor("diagnose", "--json", str(log))

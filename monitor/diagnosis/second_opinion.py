@@ -38,6 +38,15 @@ MAX_MODEL_BYTES = 8 * 1024 * 1024
 EVIDENCE_LINES = 3
 NEAREST_CASES = 3
 _TOKEN = regex.compile(r"[a-z_][a-z0-9_]{1,30}")
+# A log no rule found a failure in gets an opinion only where some line says something went wrong:
+# a healthy run's setup lines resemble the failures that happen during setup (wandb logging in
+# is most of a wandb failure's words).
+_SOMETHING_WRONG = regex.compile(
+    r"(?i)\b(?:error|exception|traceback|fail(?:ed|ure|s)?|fatal|abort(?:ed|ing)?|killed|kill(?:ing)? |"
+    r"terminat(?:ed|ing)|timed? ?out|refused|denied|cannot|can't|unable|not found|no space|"
+    r"out of memory|oom|nan\b|inf\b|segmentation|core dumped|signal|exit(?:ed)? (?:code|status|with))"
+    # rich's marker of the line a traceback's frame was at; NCCL's trace of an error code returned.
+    r"|❱|NCCL INFO \S+:\d+ -> [1-7]\b")
 _ZERO_DIGITS = str.maketrans("123456789", "000000000")
 
 
@@ -196,10 +205,13 @@ def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str])
     did not. ``remedies``: each category's remedy (its first rule's), shown with a caveat."""
     if model is None or not unsure(diagnosis):
         return diagnosis
-    said = opinion(read_lines(_files_by_evidence(diagnosis)), model)
+    lines = read_lines(_files_by_evidence(diagnosis))
+    root = diagnosis.root_cause
+    if root is None and not any(_SOMETHING_WRONG.search(line) for line in lines):
+        return diagnosis
+    said = opinion(lines, model)
     if said.confidence is None:
         return diagnosis
-    root = diagnosis.root_cause
     if root is not None and root.category == said.category:
         return diagnosis  # the rules already say so
     if root is not None and said.confidence != "likely" and _says_what_failed(root):
