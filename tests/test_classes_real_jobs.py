@@ -15,11 +15,11 @@ import io
 import json
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
+from monitor.commands.watch import RecordedJob
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.session.headless import watch_headless
 from tests.runner_helpers import monitor_cmd, only_log
@@ -63,10 +63,12 @@ def _diagnose(log: Path) -> dict:
 
 
 def _watch(log: Path) -> dict:
-    stop, out = threading.Event(), io.StringIO()
-    timer = threading.Timer(2.0, stop.set)  # the file is complete: its lines are read at once
-    timer.start()
-    watch_headless([str(log)], load_catalogue(include_user=False), as_json=True, out=out, stop=stop)
+    """`watch --headless` of the run's log, as the command does it: the job `monitor run` recorded
+    has ended, so the watch ends once it has read all of the log (it waited a fixed 2 s)."""
+    recorded = RecordedJob.among([str(log)])
+    assert recorded is not None and recorded.exit_code() is not None
+    out = io.StringIO()
+    watch_headless([str(log)], load_catalogue(include_user=False), as_json=True, out=out, recorded=recorded)
     return json.loads(out.getvalue().splitlines()[-1])["diagnosis"]
 
 
