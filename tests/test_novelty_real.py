@@ -154,8 +154,10 @@ def test_what_changed_since_the_good_run_is_listed_and_the_new_line_beats_the_ba
     assert _run(logs, sys.executable, str(JOB), "--fail", env={"PYTHONPATH": str(site), "NCCL_P2P_DISABLE": "1"}) == 1
     meta = json.loads(next(logs.glob("*.meta.json")).read_text())
     assert meta["environment"]["packages"]["accelerate"] in ("0.1.0", "0.2.0") and "python" in meta["environment"]
-    # `monitor run`'s own end report, saved beside the log.
-    saved = json.loads(sorted(logs.glob("*.diagnosis.json"))[-1].read_text())
+    # `monitor run`'s own end report of the failed run, saved beside its log (not the newest name:
+    # runs started in the same second are run-<stamp> and run-<stamp>-2, which sorts first).
+    (saved,) = [report for report in (json.loads(path.read_text()) for path in logs.glob("*.diagnosis.json"))
+                if report["run"]["exit_code"] == 1]
     assert "accelerate 0.1.0 -> 0.2.0" in saved["changes"] and "NCCL_P2P_DISABLE=1 new" in saved["changes"]
     assert saved["root_cause"]["rule"] == "new-since-good-run"  # not the bare "exited with code 1"
     assert sorted(p.suffix for p in logs.glob("*.templates")) == [".templates", ".templates"]
