@@ -112,8 +112,8 @@ class Rule:
     # CANCELLED ... ***"): a rank prefix on its line, or a rank in its text, names no rank of it.
     ranked: bool = True
     # The rule matches only in a record that holds / does not hold this regex in one of its lines:
-    # the same words mean another cause in another library's traceback (ENOSPC raised from
-    # multiprocessing's shared-memory heap is /dev/shm full, not a disk).
+    # the same words mean another cause in another library's traceback (ENOSPC raised making one of
+    # multiprocessing's semaphores is /dev/shm full, not a disk).
     if_record: regex.Pattern | None = None
     unless_record: regex.Pattern | None = None
     # In a timeout category: the rank's own error (a setup failure), not a wait on its peers.

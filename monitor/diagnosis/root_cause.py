@@ -7,9 +7,9 @@ a pure function of the findings and, among timeouts, the ranks' occurrences (``R
 In order:
 
 1. the earliest error with role ``root`` that is no timeout (``model.is_timeout``: a timeout is a
-   symptom of another rank's hang, even where a rule calls it a root), unless its own process went on to print a
-   surer one (an exception no rule names that a retry loop logged, then a library's own message
-   from the same rank: ``Finding.confidence``);
+   symptom of another rank's hang, even where a rule calls it a root), unless its own process went
+   on to print a surer one (an exception no rule names that a retry loop logged, then a library's
+   own message from the same rank: ``Finding.confidence``);
 2. with timeouts: the earliest stop from outside (``stopped``) when it came before every
    timeout (the ranks lost their peers to the stop; nobody hung), else the hang suspect: the
    rank a timeout's own message names (monitoredBarrier), or the rank that never reached, or
