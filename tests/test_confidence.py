@@ -99,3 +99,14 @@ def test_a_ranks_own_setup_error_in_a_timeout_category_is_certain_and_beats_late
         "[rank0]: ValueError: no peers\n")
     root = _root(log)
     assert (root["rule"], root["rank"], root["confidence"]) == ("gloo-device-address", 1, "certain")
+
+
+def test_the_hang_suspect_and_what_is_missing_are_said_in_chinese() -> None:
+    out = _diagnose(SAMPLES / "demo/hang-gloo-2ranks.log", "--lang", "zh", "--json")
+    root = json.loads(out.stdout)["root_cause"]
+    assert root["title"].startswith("rank 1 卡住了；其他 rank 等它等到了超时")
+    assert root["confidence_note"].startswith("只有超时")
+    assert root["remedy"].startswith("卡住：rank 1 没有报告其他 rank 遇到的超时") and "Hang:" not in root["remedy"]
+    english = json.loads(_diagnose(SAMPLES / "demo/hang-gloo-2ranks.log", "--json").stdout)["root_cause"]
+    assert english["title"].startswith("Rank 1 stalled; the others timed out waiting")
+    assert english["remedy"].startswith("Hang: rank 1 never reported the timeout the others hit")

@@ -238,12 +238,13 @@ class Engine:
         it where its own lines named none (``root_cause.with_rank``)."""
         findings = self.book.findings
         evidence = self.rank_evidence()
-        return with_rank(choose(findings, evidence, self.catalogue.lang), findings, evidence)
+        lang = self.catalogue.lang
+        return with_rank(choose(findings, evidence, lang), findings, evidence, lang)
 
     def diagnosis(self, files) -> Diagnosis:
         """The diagnosis so far (call ``flush()`` first to include records still in progress)."""
         root = self.root_cause()
-        level, note = confidence(root)
+        level, note = confidence(root, self.catalogue.lang)
         return Diagnosis(
             root_cause=root, findings=sorted(self.findings, key=lambda f: f.seq),
             files=list(files), problems=list(self.problems), confidence=level, confidence_note=note,

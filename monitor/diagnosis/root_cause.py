@@ -68,7 +68,7 @@ _LAST_RESORTS = ("stall", "exit")
 def choose(findings: list[Finding], ranks: RankEvidence | None = None, lang: str = "en") -> Finding | None:
     """The root cause of ``findings`` (None: nothing failed and nothing stalled); with only
     timeouts, ``ranks`` names the rank that hung (``hang_suspect``)."""
-    return _hung_after_finishing(_choose(findings, ranks), findings, lang)
+    return _hung_after_finishing(_choose(findings, ranks, lang), findings, lang)
 
 
 # The hang at exit's words (``_hung_after_finishing``), in each output language: title, confidence
@@ -94,6 +94,43 @@ HUNG_TEXTS = {
            "或者训练后的慢操作（最后一次保存 checkpoint、一次评估）被时间限制打断。\n"
            "下次运行时，在训练完成后抓取每个 rank 的调用栈（py-spy dump --pid <pid>），看每个进程在等什么。"),
 }
+# The words this policy writes itself (the hang suspect, the rank a stall report leaves out, the
+# confidence it lowers), in each output language.
+TEXTS = {
+    "en": {
+        "fewest": "rank {rank} completed the fewest collectives (last completed work {low})",
+        "never_reached": "{ranks} never reported the timeout the others hit: it never reached the collective",
+        "rank": "rank {ranks}", "ranks": "ranks {ranks}",
+        "waited": "the others timed out waiting", "not_ready": "rank {rank} is not among the ranks that were ready ({ready})",
+        "waited_for": "the others waited for it",
+        "hang": "Hang: {reason}. Look at what rank {rank} was doing last (its final lines, a slow checkpoint or eval, "
+                "a data-loader stall, a code path the other ranks did not take).",
+        "stalled": "Rank {rank} stalled; {others} ({title})",
+        "only_timeouts": "only timeouts: no rank logged an error of its own, so the rank that hung is inferred "
+                         "from which rank the others waited for",
+        "only_report": "only {what}: the failing process's own error is not in the log",
+        "launcher_report": "a launcher's report", "category_report": "a {category} report",
+    },
+    "zh": {
+        "fewest": "rank {rank} 完成的集合通信最少（最后完成的工作 {low}）",
+        "never_reached": "{ranks} 没有报告其他 rank 遇到的超时：它从未进入那个集合通信",
+        "rank": "rank {ranks}", "ranks": "rank {ranks}",
+        "waited": "其他 rank 等它等到了超时", "not_ready": "rank {rank} 不在已就绪的 rank 中（{ready}）",
+        "waited_for": "其他 rank 在等它",
+        "hang": "卡住：{reason}。看看 rank {rank} 最后在做什么（它最后的几行、一次很慢的 checkpoint 或评估、"
+                "DataLoader 卡住、其他 rank 没有走的一条代码路径）。",
+        "stalled": "rank {rank} 卡住了；{others}（{title}）",
+        "only_timeouts": "只有超时：没有哪个 rank 记录了自己的错误，卡住的 rank 是根据其他 rank 在等谁推断出来的",
+        "only_report": "只有{what}：失败进程自己的错误不在日志里",
+        "launcher_report": "启动器的报告", "category_report": "一份 {category} 报告",
+    },
+}
+
+
+def _texts(lang: str) -> dict[str, str]:
+    return TEXTS.get(lang, TEXTS["en"])
+
+
 # ``_later`` in each output language: "{n} min later, " / "{n} s later, ".
 LATER_TEXTS = {"en": ("{n:.0f} min later, ", "{n:.0f} s later, "), "zh": ("在 {n:.0f} 分钟后", "在 {n:.0f} 秒后")}
 
@@ -125,7 +162,7 @@ def _later(first: Finding, then: Finding, lang: str = "en") -> str:
     return minutes.format(n=seconds / 60) if seconds >= 120 else secs.format(n=seconds)
 
 
-def _choose(findings: list[Finding], ranks: RankEvidence | None) -> Finding | None:
+def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en") -> Finding | None:
     weighed = [f for f in findings if f.origin not in _LAST_RESORTS]
     roots = [f for f in weighed
              if f.role == "root" and f.severity == "error" and not is_timeout(f)]
@@ -139,7 +176,7 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None) -> Finding | No
             first = chronological(stops + timeouts)[0]
             if first.category == STOPPED:
                 return first
-        return hang_suspect(timeouts, ranks) if ranks is not None else chronological(timeouts)[0]
+        return hang_suspect(timeouts, ranks, lang) if ranks is not None else chronological(timeouts)[0]
     errors = [f for f in weighed if f.severity == "error" and f.role != "confirm"]
     if errors:
         return chronological(errors)[0]
@@ -153,7 +190,7 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None) -> Finding | No
     return exits[-1] if exits else None
 
 
-def hang_suspect(timeouts: list[Finding], evidence: RankEvidence) -> Finding:
+def hang_suspect(timeouts: list[Finding], evidence: RankEvidence, lang: str = "en") -> Finding:
     """With only timeouts, the suspect is the rank that never reached (or never finished)
     the collective the others waited in: a timeout whose own message names it (role ``root``:
     rank 0's "Rank N failed to pass monitoredBarrier"), else ``timeouts[0]`` retitled to name the
@@ -184,16 +221,16 @@ def hang_suspect(timeouts: list[Finding], evidence: RankEvidence) -> Finding:
         laggards = [r for r, v in completed.items() if v == low]
         if len(laggards) == 1 and any(v > low for v in completed.values()):
             suspect = laggards[0]
-            reason = f"rank {suspect} completed the fewest collectives (last completed work {low:g})"
+            reason = _texts(lang)["fewest"].format(rank=suspect, low=f"{low:g}")
     if suspect is None and reporting:
         missing = _missing(known, reporting, evidence.world_size)
         if missing:
             suspect = missing[0]
-            others = ", ".join(map(str, missing))
-            reason = f"rank{'s' if len(missing) > 1 else ''} {others} never reported the timeout the others hit: it never reached the collective"
+            who = _texts(lang)["ranks" if len(missing) > 1 else "rank"].format(ranks=", ".join(map(str, missing)))
+            reason = _texts(lang)["never_reached"].format(ranks=who)
     if suspect is None:
         return first
-    return _suspected(first, suspect, reason, "the others timed out waiting")
+    return _suspected(first, suspect, reason, _texts(lang)["waited"], lang)
 
 
 def _missing(known: set[int], present: set[int], world: int | None) -> list[int]:
@@ -202,18 +239,17 @@ def _missing(known: set[int], present: set[int], world: int | None) -> list[int]
     return sorted(r for r in known - present if world is None or r < world)
 
 
-def _suspected(finding: Finding, rank: int, reason: str, others: str) -> Finding:
+def _suspected(finding: Finding, rank: int, reason: str, others: str, lang: str = "en") -> Finding:
     """``finding`` retitled to name the rank the others waited for, and why."""
-    remedy = (
-        f"Hang: {reason}. Look at what rank {rank} was doing last (its final lines, a slow "
-        f"checkpoint or eval, a data-loader stall, a code path the other ranks did not take).\n" + finding.remedy
-    )
-    return replace(finding, title=f"Rank {rank} stalled; {others} ({finding.title})", rank=rank,
+    texts = _texts(lang)
+    remedy = texts["hang"].format(reason=reason, rank=rank) + "\n" + finding.remedy
+    return replace(finding, title=texts["stalled"].format(rank=rank, others=others, title=finding.title), rank=rank,
                    fields=dict(finding.fields, suspect_rank=str(rank), suspect_reason=reason), remedy=remedy,
                    ranks=list(finding.ranks), evidence=list(finding.evidence), rank_source="hang")
 
 
-def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvidence | None = None) -> Finding | None:
+def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvidence | None = None,
+              lang: str = "en") -> Finding | None:
     """``root`` with the rank the launcher names where its own lines named none, or named only
     the rank that reported another's failure (a cascade: Horovod's "has been shut down", a peer's
     lost connection): the rank its summary saw fail first (``rank_source`` "summary"; or the
@@ -223,7 +259,7 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
     # A hang's suspect is already the rank the others waited for (``hang_suspect``).
     if root is None or (root.rank is not None and (root.role != "cascade" or root.rank_source == "hang")):
         return root
-    if root.rank is None and (waited := _not_ready(root, evidence)) is not None:
+    if root.rank is None and (waited := _not_ready(root, evidence, lang)) is not None:
         return waited
     if root.rank is None and (named := _named_by_its_kin(root, findings)) is not None:
         return replace(root, rank=named, ranks=list(root.ranks) or [named], rank_source="related")
@@ -262,7 +298,7 @@ def _launcher_saw_fail(finding: Finding) -> bool:
     return finding.rank_source == "summary" or (finding.rank_source == "launcher" and finding.severity == "error")
 
 
-def _not_ready(root: Finding, evidence: RankEvidence | None) -> Finding | None:
+def _not_ready(root: Finding, evidence: RankEvidence | None, lang: str = "en") -> Finding | None:
     """A stall report that lists the ranks that were ready (Horovod's "[ready ranks: 0, 1, 3]",
     field ``ready``) names the rank the others waited for: the lowest rank of the job missing
     from it (the job's ranks: those below the highest ready one, and those the log showed)."""
@@ -273,8 +309,8 @@ def _not_ready(root: Finding, evidence: RankEvidence | None) -> Finding | None:
     missing = _missing(known, ready, evidence.world_size if evidence is not None else None)
     if not missing:
         return None
-    reason = f"rank {missing[0]} is not among the ranks that were ready ({root.fields['ready']})"
-    return _suspected(root, missing[0], reason, "the others waited for it")
+    reason = _texts(lang)["not_ready"].format(rank=missing[0], ready=root.fields["ready"])
+    return _suspected(root, missing[0], reason, _texts(lang)["waited_for"], lang)
 
 
 # Fields in which a launcher names the local rank of a failed process: torchelastic's "failed
@@ -312,7 +348,7 @@ def _same_process(a: Finding, b: Finding) -> bool:
     return a.file == b.file
 
 
-def confidence(root: Finding | None) -> tuple[Confidence | None, str]:
+def confidence(root: Finding | None, lang: str = "en") -> tuple[Confidence | None, str]:
     """How sure ``root`` (``choose``'s answer) is as the cause, and when it is
     not ``certain``, one line on the evidence that is missing: the finding's own confidence,
     lowered where ``choose`` took it from what was left rather than from a rank's own error."""
@@ -323,12 +359,12 @@ def confidence(root: Finding | None) -> tuple[Confidence | None, str]:
         return level, note
     if is_timeout(root):
         inferred: tuple[Confidence, str]
-        inferred = ("likely", "only timeouts: no rank logged an error of its own, so the rank that hung "
-                              "is inferred from which rank the others waited for")
+        inferred = ("likely", _texts(lang)["only_timeouts"])
         return _weaker((level, note), inferred)
     if root.role != "root" or root.severity != "error":
-        what = "a launcher's report" if root.category == "launcher" else f"a {root.category} report"
-        return _weaker((level, note), ("weak", f"only {what}: the failing process's own error is not in the log"))
+        texts = _texts(lang)
+        what = texts["launcher_report"] if root.category == "launcher" else texts["category_report"].format(category=root.category)
+        return _weaker((level, note), ("weak", texts["only_report"].format(what=what)))
     return level, note
 
 
