@@ -30,17 +30,7 @@ SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 Confidence = Literal["certain", "likely", "weak"]
 CONFIDENCE_ORDER = {"certain": 0, "likely": 1, "weak": 2}
 # What named a finding's rank, in the report's words: the evidence behind it, surest first.
-RANK_SOURCES = {
-    "prefix": "its line's rank prefix",
-    "message": "the message itself",
-    "file": "its file's name",
-    "launcher": "the launcher's record of the failed process",
-    "summary": "the launcher's summary: the first failure it observed",
-    "local": "the launcher's local rank of the failed process (the global rank on one node)",
-    "hang": "the rank the others waited for",
-    "process": "NCCL's setup lines of the same process",
-    "related": "another report of the same failure that names it",
-}
+RANK_SOURCES = ("prefix", "message", "file", "launcher", "summary", "local", "hang", "process", "related")
 
 
 class Category(StrEnum):

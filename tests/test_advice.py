@@ -24,6 +24,8 @@ def test_every_advice_the_code_asks_for_exists_and_every_entry_is_used():
     asked |= set(explain._SIGNAL_ADVICE.values()) | {entry[3] for entry in signals.XID.values()}
     asked |= {entry[2] for entry in preflight.KNOBS.values()} | set(preflight._NO_GPU_REASONS.values())
     asked |= {advice_id for pair in preflight._DISK_ADVICE.values() for advice_id in pair}
+    from monitor.model import RANK_SOURCES
+    asked |= {f"rank-from-{source}" for source in RANK_SOURCES}  # the report asks by the finding's rank source
     for path in (ROOT / "monitor").rglob("*.py"):
         # advice("id", ...) and advice("id" if ... else "other", ...)
         for first in re.findall(r"""advice\((["'][a-z0-9-]+["'](?:\s+if\s[^,]+?\selse\s+["'][a-z0-9-]+["'])?)""",

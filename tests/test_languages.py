@@ -170,3 +170,19 @@ def test_metric_preflight_checkpoint_and_stacks_findings_speak_the_language_too(
     for name, finding in chinese.items():  # the same finding otherwise
         assert (finding.rule, finding.rank, finding.fields) == (english[name].rule, english[name].rank,
                                                                english[name].fields), name
+
+
+def test_the_reports_own_words_are_chinese_too(tmp_path):
+    """Its labels and what named the rank, beside the rules' Chinese texts (rules/advice.toml)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    log = Path(__file__).resolve().parent.parent / "sample_logs/demo/crash-2ranks.log"
+    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--lang", "zh", str(log)],
+                         capture_output=True, text=True, timeout=60).stdout
+    assert out.startswith("根本原因：ValueError（rank 1）")
+    assert "rank 1（来自它所在行的 rank 前缀）" in out and "可信度：likely" in out
+    assert "\n  证据：\n" in out and "\n  怎么办：\n" in out and "\n其他发现\n" in out and "\n时间线\n" in out
+    for english in ("Root cause", "What to do", "Evidence", "Other findings", "Timeline", "from its line"):
+        assert english not in out

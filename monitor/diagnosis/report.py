@@ -17,6 +17,7 @@ from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
+from monitor.diagnosis.advice import advice
 from monitor.model import RANK_SOURCES, STOPPED_RULE, Diagnosis, Finding, chronological, who
 from monitor.text import safe_text
 
@@ -52,22 +53,24 @@ def _where(finding: Finding) -> str:
 def _root_cause(finding: Finding, confidence: str | None, note: str) -> list[RenderableType]:
     rank = "" if finding.rank is None else f"rank {finding.rank}"
     if rank and finding.rank_source in RANK_SOURCES:
-        rank += f" (from {RANK_SOURCES[finding.rank_source]})"
+        rank += advice("report-rank-from", source=advice(f"rank-from-{finding.rank_source}"))
     node = f"node {finding.node}: " if finding.node else ""
-    header = Text.assemble(("Root cause: ", "bold red"), (node + finding.title, "bold"))
+    label = advice("report-root-cause")
+    # "Root cause: " and "根本原因：": a space after the ASCII colon only.
+    header = Text.assemble((label + (" " if label[-1:].isascii() else ""), "bold red"), (node + finding.title, "bold"))
     where = " · ".join(part for part in (finding.category, rank, _where(finding), f"rule {finding.rule}") if part)
     parts: list[RenderableType] = [header, _indented(Text(where, style="dim"), 2)]
     if finding.count > 1:
         on = f" on {who(finding)}" if who(finding) else ""
-        parts.append(_indented(Text(f"seen {finding.count} times{on}", style="dim"), 2))
+        parts.append(_indented(Text(advice("report-seen", count=str(finding.count)) + on, style="dim"), 2))
     if confidence is not None:
-        parts.append(_indented(Text(f"confidence: {confidence}" + (f" ({note})" if note else ""),
+        parts.append(_indented(Text(advice("report-confidence", level=confidence) + (f" ({note})" if note else ""),
                                     style="dim" if confidence == "certain" else "yellow"), 2))
     if finding.evidence:  # a job killed by a signal has no line to show
-        parts.append(Text("  Evidence:", style="bold"))
+        parts.append(Text("  " + advice("report-evidence"), style="bold"))
         parts.extend(_indented(Text(line, style="italic"), 4) for line in finding.evidence[:EVIDENCE_LINES])
     if finding.remedy:
-        parts.append(Text("  What to do:", style="bold"))
+        parts.append(Text("  " + advice("report-what-to-do"), style="bold"))
         parts.extend(_indented(Text(line), 4) for line in finding.remedy.splitlines())
     return parts
 
@@ -79,7 +82,7 @@ def _others(findings: list[Finding], root: Finding | None) -> list[RenderableTyp
     groups: dict[str, list[Finding]] = defaultdict(list)
     for finding in others:
         groups[finding.category].append(finding)
-    parts: list[RenderableType] = [Text(""), Text("Other findings", style="bold")]
+    parts: list[RenderableType] = [Text(""), Text(advice("report-other-findings"), style="bold")]
     for category, members in groups.items():
         parts.append(Text(f"  {category}", style="bold"))
         for finding in members:
@@ -122,7 +125,7 @@ def _timeline(findings: list[Finding]) -> list[RenderableType]:
     if len(findings) < 2:
         return []
     ordered = sorted(chronological(findings), key=_phase)[:TIMELINE_ENTRIES]  # stable: keeps the order within a phase
-    parts: list[RenderableType] = [Text(""), Text("Timeline", style="bold")]
+    parts: list[RenderableType] = [Text(""), Text(advice("report-timeline"), style="bold")]
     for finding in ordered:
         line = "  ".join(part for part in (_where(finding), who(finding), finding.rule, finding.title) if part)
         parts.append(_indented(Text(line), 2))
@@ -155,7 +158,7 @@ def build(diagnosis: Diagnosis, exit_code: int | None = None) -> Group:
     elif exit_code == 0:
         parts.append(Text("The job exited 0 and its log shows no failure.", style="bold green"))
     else:
-        parts.append(Text(f"No failure found in {len(diagnosis.files)} file(s).", style="bold green"))
+        parts.append(Text(advice("report-no-failure", files=str(len(diagnosis.files))), style="bold green"))
         if diagnosis.empty:
             every = "it is" if len(diagnosis.files) == 1 else f"{len(diagnosis.empty)} of them are"
             shown = ", ".join(safe_text(name) for name in diagnosis.empty[:3]) + (" ..." if len(diagnosis.empty) > 3 else "")
