@@ -34,11 +34,10 @@ SHOWN = ("ROOT CAUSE  ValueError on rank 2", "start there")
 
 def due_s(replayer: Replayer) -> float:
     """When (seconds after the start, at the replay's speed) the root cause's exception line is written."""
-    for lines in replayer.recording.streams.values():
-        for recorded, text in lines:
-            if text.startswith("[rank2]: ValueError"):
-                return replayer.replayed(recorded) / replayer.speed
-    raise SystemExit("the bundled recording has no rank 2 ValueError line")
+    due = replayer.written_at("[rank2]: ValueError")
+    if due is None:
+        raise SystemExit("the bundled recording has no rank 2 ValueError line")
+    return due
 
 
 async def one_run(target: str) -> tuple[float, float]:

@@ -135,6 +135,13 @@ class Replayer:
         cut = next((total for end, total in reversed(self._cuts) if end <= recorded), 0.0)
         return recorded - cut
 
+    def written_at(self, start: str) -> float | None:
+        """Seconds after the replay's start, at its speed, at which it writes the first line
+        beginning with ``start`` (None: the recording has none): when the screen can first show it."""
+        times = [recorded for lines in self.recording.streams.values() for recorded, text in lines
+                 if text.startswith(start)]
+        return self.replayed(min(times)) / self.speed if times else None
+
     def elapsed(self) -> float:
         """Seconds of the recording replayed so far (its own time: past a cut silence's end,
         the seconds cut count as gone)."""
