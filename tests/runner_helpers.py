@@ -78,27 +78,32 @@ def free_port() -> int:
 
 
 class MonitorRun:
-    """`monitor run --headless` of ``job`` with every stderr line timed as it comes (seconds since
-    the start): a test waits for a line and measures when it came."""
+    """`monitor run --headless` of ``job`` with every line timed as it comes (seconds since the
+    start): the monitor's own (stderr, ``lines``) and the job's it passes on (stdout,
+    ``job_lines``); a test waits for a line and measures when it came."""
 
     def __init__(self, log_dir: Path, *job: str, extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
         self.started = time.monotonic()
-        self.process = subprocess.Popen(monitor_cmd(log_dir, *job, extra=extra), stdout=subprocess.DEVNULL,
+        self.process = subprocess.Popen(monitor_cmd(log_dir, *job, extra=extra), stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
         self.lines: list[tuple[float, str]] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
+        self.job_lines: list[tuple[float, str]] = []
+        self._reader = threading.Thread(target=self._read, args=(self.process.stderr, self.lines), daemon=True)
         self._reader.start()
+        # Drained as it comes: a full pipe would hold the job's output back.
+        threading.Thread(target=self._read, args=(self.process.stdout, self.job_lines), daemon=True).start()
 
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for raw in self.process.stderr:
-            self.lines.append((time.monotonic() - self.started, raw.decode("utf-8", "replace").rstrip("\n")))
+    def _read(self, stream, lines: list[tuple[float, str]]) -> None:
+        for raw in stream:
+            lines.append((time.monotonic() - self.started, raw.decode("utf-8", "replace").rstrip("\n")))
 
-    def wait_line(self, pattern: str, timeout: float) -> tuple[float, str]:
-        """(when, the line) of the first stderr line ``pattern`` finds; fails after ``timeout``."""
+    def wait_line(self, pattern: str, timeout: float, job: bool = False) -> tuple[float, str]:
+        """(when, the line) of the first line ``pattern`` finds, the monitor's or (``job``) the
+        job's; fails after ``timeout``."""
+        lines = self.job_lines if job else self.lines
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for at, line in list(self.lines):
+            for at, line in list(lines):
                 if re.search(pattern, line):
                     return at, line
             time.sleep(0.1)

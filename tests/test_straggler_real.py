@@ -1,5 +1,5 @@
 """Straggler scores on real torchrun jobs (gloo, CPU, 2 ranks) under `monitor run --headless`:
-the slow rank named within 60 s of the job's start, on the finding line, the Prometheus gauge,
+the slow rank named within 60 s of the job's first step, on the finding line, the Prometheus gauge,
 the end report and its JSON; a balanced job never named.
 
 - rank 1 does twice the work of rank 0 each step (tests/jobs/straggler_job.py: a real straggler);
@@ -67,11 +67,13 @@ def wait_fractions(metrics: str) -> dict[int, float]:
 def test_a_rank_doing_twice_the_work_is_named_within_a_minute(tmp_path):
     run = Monitored(tmp_path, SLOW_RANK="1", EXTRA="1.0", STEPS="3000")
     try:
+        first_step, _ = run.wait_line(r"^\[rank1\]: step 1 ", timeout=90, job=True)
         at, line = run.wait_line(r"WARNING +rank 1 is slow: rank 0 waits for it \d+ % of each step", timeout=VERDICT_S + 30)
         waits = wait_fractions(run.scrape())
     finally:
         report = run.stop()
-    assert at <= VERDICT_S, f"named after {at:.0f} s"
+    # From the first step: torch's import and the rendezvous before it take 5-20 s on a busy VM.
+    assert at - first_step <= VERDICT_S, f"named {at - first_step:.0f} s after the first step"
     assert waits[1] < waits[0] - 0.2, waits
     assert "is slow" not in "\n".join(l for _, l in run.lines if "rank 0 is slow" in l)
     assert re.search(r"straggler scores \(in a collective, last \d+ looks over \d+ s\): rank 0 \d+ %, rank 1 \d+ %; "
@@ -102,12 +104,14 @@ def test_a_rank_held_back_from_outside_is_named(tmp_path):
         pid = run.rank_pid(1)
         cycler = threading.Thread(target=duty_cycle, args=(pid,), daemon=True)
         cycler.start()
+        first_step, _ = run.wait_line(r"^\[rank1\]: step 1 ", timeout=90, job=True)
         at, _ = run.wait_line(r"WARNING +rank 1 is slow: rank 0 waits for it", timeout=VERDICT_S + 30)
     finally:
         stop.set()
         os.kill(pid, signal.SIGCONT)
         run.stop()
-    assert at <= VERDICT_S, f"named after {at:.0f} s"
+    # From the first step: torch's import and the rendezvous before it take 5-20 s on a busy VM.
+    assert at - first_step <= VERDICT_S, f"named {at - first_step:.0f} s after the first step"
 
 
 @needs_ptrace
