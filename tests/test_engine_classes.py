@@ -939,3 +939,97 @@ def test_two_ranks_named_by_the_same_failure_leave_a_rankless_root_without_one(t
         "AssertionError: Rank 9: found NaN in local forward loss calculation. Device: 1, node: b\n"
     ))["root_cause"]
     assert root["category"] == "nan_loss" and root["rank"] is None
+
+
+def test_an_oom_kill_explains_the_ray_actor_that_died_of_it(tmp_path: Path) -> None:
+    """SLURM's task/cgroup plugin ("Detected %lu oom-kill event(s) in %s") beside Ray's
+    RayActorError default message ("The actor died unexpectedly before finishing this task.") and
+    Tune's TuneError("Trials did not complete", ...): both report a process that died, the kill
+    says of what."""
+    root = _diagnose(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/tune_run.py", line 40, in <module>\n'
+        "    tune.run(trainable, num_samples=4)\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/ray/tune/tune.py", line 272, in run\n'
+        '    raise TuneError("Trials did not complete", errored_trials)\n'
+        "ray.tune.error.TuneError: ('Trials did not complete', [trainable_3f2a1_00001])\n"
+        "slurmstepd: error: Detected 3 oom-kill event(s) in StepId=4412.0. Some of your processes may have been "
+        "killed by the cgroup out-of-memory handler.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/ray/_private/worker.py", line 2524, in get\n'
+        "    raise value\n"
+        "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n"
+    ))["root_cause"]
+    assert (root["rule"], root["category"]) == ("host-oom-kill", "host_oom")
+
+
+def test_a_named_nccl_error_outranks_the_exception_that_only_wraps_it(tmp_path: Path) -> None:
+    """DistBackendError is torch's wrapper of any NCCL failure (a report of another failure); a
+    paste wrapped at 100 columns cut its "NCCL error in: {file}:{line}, {reason}" line, and the
+    ncclGetLastError text after it ("ncclInternalError: Internal check failed.") names the failure."""
+    root = _diagnose(tmp_path, (
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp\n"
+        ":1331, internal error - please report this issue to the NCCL developers, NCCL version 2.18.1\n"
+        "ncclInternalError: Internal check failed.\n"
+        "Last error:\n"
+        "Attribute busid of node nic not found\n"
+    ))["root_cause"]
+    assert (root["rule"], root["category"]) == ("nccl-error", "nccl_error")
+
+
+def test_an_exception_raised_in_the_launchers_own_code_is_a_failed_launch(tmp_path: Path) -> None:
+    """accelerate's CLI reads its config before it starts anything (commands/config/config_args.py,
+    from_yaml_file: ``cls(**config_dict)``): a key of another version's config is a TypeError there."""
+    result = _diagnose(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/bin/accelerate", line 8, in <module>\n'
+        "    sys.exit(main())\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/accelerate/commands/accelerate_cli.py", line 48, in main\n'
+        "    args.func(args)\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/accelerate/commands/launch.py", line 1071, in launch_command\n'
+        "    defaults = load_config_from_file(args.config_file)\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/accelerate/commands/config/config_args.py", line 63, in load_config_from_file\n'
+        "    config_class.from_yaml_file(yaml_file=config_file)\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/accelerate/commands/config/config_args.py", line 171, in from_yaml_file\n'
+        "    return cls(**config_dict)\n"
+        "TypeError: ClusterConfig.__init__() got an unexpected keyword argument 'fsdp_sync_module_states'\n"
+    ))
+    root = result["root_cause"]
+    assert (root["rule"], root["category"], root["fields"]["launcher"]) == ("python-exception", "launcher", "accelerate")
+    assert root["title"] == "accelerate failed before the training started: TypeError"
+    assert root["fields"]["frame_func"] == "from_yaml_file" and root["fields"]["frame_line"] == "171"
+    assert "`accelerate config` writes a new one" in root["remedy"]
+
+
+def test_the_launcher_reraising_its_childs_exit_status_is_no_failed_launch(tmp_path: Path) -> None:
+    """accelerate's simple_launcher: ``raise subprocess.CalledProcessError(returncode=..., cmd=cmd)``
+    after the training process failed: the child's error (above it) is the cause."""
+    result = _diagnose(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 30, in <module>\n'
+        '    raise ValueError("labels must be int64")\n'
+        "ValueError: labels must be int64\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/bin/accelerate", line 8, in <module>\n'
+        "    sys.exit(main())\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/accelerate/commands/launch.py", line 597, in simple_launcher\n'
+        "    raise subprocess.CalledProcessError(returncode=process.returncode, cmd=cmd)\n"
+        "subprocess.CalledProcessError: Command '['/opt/venv/bin/python', 'train.py']' returned non-zero exit status 1.\n"
+    ))
+    root = result["root_cause"]
+    assert (root["category"], root["fields"]["exc_type"]) == ("python_exception", "ValueError")
+    assert not [f for f in result["findings"] if f["category"] == "launcher" and f["role"] == "root"]
+
+
+def test_the_ncclwatchdogs_own_hang_is_a_hang(tmp_path: Path) -> None:
+    """ProcessGroupNCCL's heartbeat monitor: "ProcessGroupNCCL's watchdog got stuck for {} seconds
+    without making progress in monitoring enqueued collectives. This typically indicates a NCCL/CUDA
+    API hang blocking the watchdog, ..." (no collective timed out)."""
+    root = _diagnose(tmp_path, (
+        "[rank3]:[E1126 10:41:02.000000000 ProcessGroupNCCL.cpp:1746] [PG ID 0 PG GUID 0(default_pg) Rank 3] "
+        "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+        "collectives. This typically indicates a NCCL/CUDA API (e.g., CudaEventDestroy) hang blocking the watchdog, "
+        "and could be triggered by another thread holding the GIL inside a CUDA api (for example, CudaEventDestroy), "
+        "or other deadlock-prone behaviors.\n"
+    ))["root_cause"]
+    assert (root["rule"], root["category"], root["rank"]) == ("nccl-watchdog-stuck", "hang", 3)

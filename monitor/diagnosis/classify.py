@@ -238,6 +238,8 @@ class ExceptionClassifier:
         self._retried = pyexc.RETRIED_TEXTS.get(lang, pyexc.RETRIED_TEXTS["en"])
         self._handled = pyexc.HANDLED_TEXTS.get(lang, pyexc.HANDLED_TEXTS["en"])
         self._cut = pyexc.CUT_TEXTS.get(lang, pyexc.CUT_TEXTS["en"])
+        self._launcher = pyexc.LAUNCHER_TEXTS.get(lang, pyexc.LAUNCHER_TEXTS["en"])
+        self._launcher_hints = pyexc.LAUNCHER_HINTS.get(lang, pyexc.LAUNCHER_HINTS["en"])
 
     def classify(self, record: Record) -> list[Match]:
         if record.kind not in ("traceback", "line"):
@@ -266,14 +268,20 @@ class ExceptionClassifier:
             return [self._went_on(record, exception, "retried", "warning", self._retried, evidence)]
         cascade = exception.is_cascade
         title, cascade_title, remedy, cascade_remedy, *_ = self._texts
+        category: str = pyexc.CATEGORY
+        fields = exception.fields()
+        if exception.launcher and not cascade:
+            category, (title, remedy) = "launcher", self._launcher
+            fields["launcher"] = exception.launcher
+            fields["hint"] = self._launcher_hints[exception.launcher]
         return [Match(
             key=(pyexc.RULE_ID, exception.exc_type, exception.frame_file, exception.frame_line),
-            rule=pyexc.RULE_ID, category=pyexc.CATEGORY,
+            rule=pyexc.RULE_ID, category=category,
             severity="warning" if exception.short_type in pyexc.WARNING_TYPES else "error",
             role="cascade" if cascade else "root",
             title=cascade_title if cascade else title, remedy=cascade_remedy if cascade else remedy,
             record=record, positions=positions, rank=record.rank, rank_source=record_rank_source(record),
-            fields=exception.fields(), evidence=evidence,
+            fields=fields, evidence=evidence,
             confidence="weak" if bare else "likely",
             confidence_note=self._texts[6 if bare else 5].format(type=exception.short_type),
         )]

@@ -30,6 +30,14 @@ _EXCEPTION_NAME = regex.compile(r"(?:Error|Exception|Interrupt|Exit)$")
 _LIBRARY = regex.compile(
     r"(?:^|[\\/])(?:site-packages|dist-packages|torch|lib[\\/]python\d(?:\.\d+)?)[\\/]|^<frozen |^<string>$"
 )
+# The launchers' own code, which runs before any training process does (the command line, the
+# config it reads, the processes it starts): an exception raised there is the launch failing (a
+# wrong argument, a config file another version wrote), not the training code.
+_LAUNCHER_CODE = regex.compile(
+    r"[\\/](?:(?P<accelerate>accelerate[\\/]commands[\\/])|(?P<deepspeed>deepspeed[\\/]launcher[\\/])"
+    r"|(?P<horovodrun>horovod[\\/]runner[\\/])"
+    r"|(?P<torchrun>torch[\\/]distributed[\\/](?:run|launch)\.py$|torch[\\/]distributed[\\/]launcher[\\/]))"
+)
 # Exceptions that report another failure rather than being one: a peer died or timed out
 # (DistBackendError from the watchdog), torchrun's summary of a child's failure, the SIGTERM
 # torchrun sends the surviving ranks.
@@ -42,7 +50,18 @@ CASCADE_TYPES = {
 # Exceptions of a generic type whose message says they report another rank's failure: Horovod's
 # SHUT_DOWN_ERROR (horovod/common/common.h), raised on every rank as a RuntimeError, or by
 # TensorFlow as UnknownError/AbortedError, after one rank's exception.
-CASCADE_MESSAGES = ("Horovod has been shut down. This was caused by an exception on one of the ranks",)
+CASCADE_MESSAGES = (
+    "Horovod has been shut down. This was caused by an exception on one of the ranks",
+    # Ray (ray/exceptions.py) in the driver, when the process behind an actor or a task died
+    # (killed, crashed, its node lost): RayActorError/ActorDiedError's default message,
+    # WorkerCrashedError's, LocalRayletDiedError's; Tune's TuneError when trials failed.
+    "The actor died unexpectedly before finishing this task",
+    "The worker died unexpectedly while executing this task",
+    "The task's local raylet died",
+    "Trials did not complete", "('Trials did not complete'",
+)
+# A launcher's own code re-raising its child's exit status: the child failed, not the launch.
+LAUNCHER_CASCADE_TYPES = {"CalledProcessError"}
 # Shown as warnings: stopping by signal is not in itself a failure of the program.
 WARNING_TYPES = {"KeyboardInterrupt", "SignalException", "SystemExit"}
 
@@ -105,6 +124,33 @@ CUT_TEXTS = {
            "它在你的代码中的最后一帧：{frame_file}:{frame_line} 的 {frame_func}。"
            "去看这个 rank 其余的输出（它后面的行、更长的粘贴、这个 rank 自己的日志文件）。"),
 }
+# An exception the launcher's own code raised (``PythonException.launcher``): the launch failed.
+LAUNCHER_TEXTS = {
+    "en": ("{launcher} failed before the training started: {exc_type}",
+           "{launcher}'s own code raised this ({frame_file}:{frame_line} in {frame_func}) before any training "
+           "process ran: the launch itself failed, not your script. {exc_type}: {message}\n"
+           "Its command line or its config is the cause: {hint}"),
+    "zh": ("{launcher} 在训练开始之前就失败了：{exc_type}",
+           "这是 {launcher} 自己的代码抛出的（{frame_file}:{frame_line} 的 {frame_func}），那时还没有任何训练进程在运行："
+           "失败的是启动本身，不是你的脚本。{exc_type}: {message}\n"
+           "原因在它的命令行或配置里：{hint}"),
+}
+LAUNCHER_HINTS = {
+    "en": {
+        "accelerate": "`accelerate env` shows the config file it read; `accelerate config` writes a new one (a file "
+                      "written by another version of accelerate can hold keys this one does not know, or lack ones it needs).",
+        "deepspeed": "check the hostfile and the arguments given to deepspeed (its help lists them).",
+        "horovodrun": "check the process count and the hosts given to horovodrun (its help lists them).",
+        "torchrun": "check the node and process counts and the rendezvous arguments given to torchrun (its help lists them).",
+    },
+    "zh": {
+        "accelerate": "`accelerate env` 显示它读取的配置文件；`accelerate config` 会写一个新的（另一个版本的 accelerate "
+                      "写的文件可能有这个版本不认识的键，或缺少它需要的键）。",
+        "deepspeed": "检查 hostfile 和传给 deepspeed 的参数（它的帮助里列出了这些参数）。",
+        "horovodrun": "检查传给 horovodrun 的进程数和主机（它的帮助里列出了这些参数）。",
+        "torchrun": "检查传给 torchrun 的节点数、进程数和 rendezvous 参数（它的帮助里列出了这些参数）。",
+    },
+}
 # The same in Chinese (``--lang zh``): the same fields.
 TEXTS = {
     "en": (TITLE, CASCADE_TITLE, REMEDY, CASCADE_REMEDY, "the other ranks",
@@ -134,6 +180,8 @@ class PythonException:
     frame_func: str
     # Index (in the record) of the exception line, for evidence.
     index: int
+    # The launcher whose own code raised it (its frame is then the raise site), else "".
+    launcher: str = ""
 
     @property
     def short_type(self) -> str:
@@ -141,7 +189,8 @@ class PythonException:
 
     @property
     def is_cascade(self) -> bool:
-        return self.short_type in CASCADE_TYPES or self.message.lstrip().startswith(CASCADE_MESSAGES)
+        return (self.short_type in CASCADE_TYPES or self.message.lstrip().startswith(CASCADE_MESSAGES)
+                or bool(self.launcher) and self.short_type in LAUNCHER_CASCADE_TYPES)
 
     def fields(self) -> dict[str, str]:
         return {
@@ -256,6 +305,16 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
                 exception = (match["type"], (match["message"] or "").strip(), index)
     if exception is None:
         return None
-    user = _user_frame(frames, [f[0] for f in frames], ("", "", ""))
     exc_type, message, index = exception
+    launcher = _launcher(frames[-1][0]) if frames else ""
+    if launcher:
+        # No frame of the user's code to point at (the entry script is the launcher's): where it raised.
+        return PythonException(exc_type, message, *frames[-1], index, launcher)
+    user = _user_frame(frames, [f[0] for f in frames], ("", "", ""))
     return PythonException(exc_type, message, user[0], user[1], user[2], index)
+
+
+def _launcher(file: str) -> str:
+    """The launcher whose own code ``file`` is, else ""."""
+    match = _LAUNCHER_CODE.search(file)
+    return next((name for name, found in match.groupdict().items() if found), "") if match else ""

@@ -14,9 +14,10 @@ In order:
    timeout (the ranks lost their peers to the stop; nobody hung), else the hang suspect: the
    rank a timeout's own message names (monitoredBarrier), or the rank that never reached, or
    never finished, the collective the others waited in;
-3. the earliest other error that is not a confirmation (only cascades: a SIGKILL before the
-   peers' lost connections), else the earliest confirmation a log line made (the kernel's OOM
-   kill of a process, SLURM's oom-kill event, with nothing else failing: weak, not nothing);
+3. with only reports of failures left (cascades), the earliest confirmation a log line made (the
+   kernel's OOM kill of a process, SLURM's oom-kill event: what killed the process the reports
+   say died), else the earliest report a rule names (NCCL's error, torchrun's summary), else
+   the earliest exception that only wraps another failure (DistBackendError);
 4. a stall (the job went silent while nothing failed);
 5. how the job exited (a bare "exited with 1" says less than any of the above).
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from monitor.diagnosis.pyexc import RULE_ID as PYTHON_EXCEPTION_RULE
 from monitor.model import CONFIDENCE_ORDER, STOPPED, Category, Confidence, Finding, chronological, is_timeout
 
 # Fields (named groups) that hold a rank's last completed collective, as rules name them.
@@ -177,12 +179,15 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
             if first.category == STOPPED:
                 return first
         return hang_suspect(timeouts, ranks, lang) if ranks is not None else chronological(timeouts)[0]
-    errors = [f for f in weighed if f.severity == "error" and f.role != "confirm"]
-    if errors:
-        return chronological(errors)[0]
     confirms = [f for f in weighed if f.severity == "error" and f.role == "confirm" and f.origin == "log"]
     if confirms:
         return chronological(confirms)[0]
+    errors = [f for f in weighed if f.severity == "error" and f.role != "confirm"]
+    # An exception that only reports another failure (DistBackendError, ChildFailedError) says less
+    # than a rule's name for that failure (NCCL's own error, torchrun's summary), whichever came first.
+    named = [f for f in errors if f.rule != PYTHON_EXCEPTION_RULE]
+    if named or errors:
+        return chronological(named or errors)[0]
     stalls = [f for f in findings if f.origin == "stall" and f.role == "root"]  # not one that passed
     if stalls:
         return stalls[-1]
