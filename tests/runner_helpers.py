@@ -107,7 +107,7 @@ class MonitorRun:
                 if re.search(pattern, line):
                     return at, line
             time.sleep(0.1)
-        raise AssertionError(f"no line matching {pattern!r} in:\n" + self.text())
+        raise AssertionError(f"no line matching {pattern!r} in:\n" + "\n".join(line for _, line in lines))
 
     def text(self) -> str:
         return "\n".join(line for _, line in self.lines)

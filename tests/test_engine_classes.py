@@ -1033,3 +1033,61 @@ def test_the_ncclwatchdogs_own_hang_is_a_hang(tmp_path: Path) -> None:
         "or other deadlock-prone behaviors.\n"
     ))["root_cause"]
     assert (root["rule"], root["category"], root["rank"]) == ("nccl-watchdog-stuck", "hang", 3)
+
+
+def test_waits_that_passed_are_no_failure(tmp_path: Path) -> None:
+    """XLA's rendezvous warning followed by its own "Thread is unstuck!", srun's step-create retry
+    followed by the step created, and DeepSpeed's scale "reduced" to itself on the first overflow
+    under hysteresis (then lowered for real): a run that went on, exit 0 and no error."""
+    result = _diagnose(tmp_path, (
+        "E1126 10:00:10.000000 rendezvous.cc:38] This thread has been waiting for `initialize clique for rank 2; "
+        "clique=devices=[0,1,2,3]; stream=0; run_id=17` for 10 seconds and may be stuck. Expected 4 threads to join "
+        "the rendezvous, but not all of them arrived on time.\n"
+        "E1126 10:00:14.000000 rendezvous.cc:110] Thread is unstuck! Warning above was a false-positive. Perhaps the "
+        "timeout is too short.\n"
+        "srun: Job 4411 step creation temporarily disabled, retrying (Requested nodes are busy)\n"
+        "srun: Job 4411 step creation still disabled, retrying (Requested nodes are busy)\n"
+        "srun: Step created for StepId=4411.1\n"
+        "[2024-03-02 10:00:00,000] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping "
+        "step. Attempted loss scale: 65536, reducing to 65536\n"
+        "[2024-03-02 10:00:01,000] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping "
+        "step. Attempted loss scale: 65536, reducing to 32768\n"
+        "step 2000 loss 1.7731\n"
+    ))
+    assert result["root_cause"] is None
+    assert not [f for f in result["findings"] if f["severity"] == "error"]
+
+
+def test_horovodrun_reporting_its_workers_exit_is_no_failed_launch(tmp_path: Path) -> None:
+    """horovod/runner/mpi_run.py: RuntimeError("mpirun failed with exit code {exit_code}") after a
+    worker failed: a report of the worker's failure, raised in the launcher's own code."""
+    result = _diagnose(tmp_path, (
+        "[1,1]<stderr>:Traceback (most recent call last):\n"
+        '[1,1]<stderr>:  File "/home/u/train.py", line 51, in <module>\n'
+        "[1,1]<stderr>:    loss = step(batch)\n"
+        "[1,1]<stderr>:ValueError: expected 3 channels, got 1\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/bin/horovodrun", line 8, in <module>\n'
+        "    sys.exit(run_commandline())\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/horovod/runner/mpi_run.py", line 257, in mpi_run\n'
+        '    raise RuntimeError("mpirun failed with exit code {exit_code}".format(exit_code=exit_code))\n'
+        "RuntimeError: mpirun failed with exit code 1\n"
+    ))
+    root = result["root_cause"]
+    assert (root["category"], root["rank"], root["fields"]["exc_type"]) == ("python_exception", 1, "ValueError")
+    assert not [f for f in result["findings"] if f["category"] == "launcher" and f["role"] == "root"]
+
+
+def test_an_old_oom_kill_in_dmesg_does_not_outrank_a_stop_from_outside(tmp_path: Path) -> None:
+    """The kernel's "Out of memory: Killed process {pid} ({comm})" explains reports of processes
+    that died, not a SIGTERM someone sent (torchrun's "Received 15 death signal")."""
+    root = _diagnose(tmp_path, (
+        "[Wed Nov 26 06:10:02 2026] Out of memory: Killed process 4120 (jupyter-lab) total-vm:9841116kB, "
+        "anon-rss:8234520kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:13204kB oom_score_adj:0\n"
+        "W1126 10:12:00.000000 2546 torch/distributed/elastic/agent/server/api.py:704] Received 15 death signal, "
+        "shutting down workers\n"
+        "W1126 10:12:00.001000 2546 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 2717 "
+        "closing signal SIGTERM\n"
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 2546 got signal: 15\n"
+    ))["root_cause"]
+    assert root["category"] == "stopped"

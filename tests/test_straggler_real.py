@@ -67,12 +67,13 @@ def wait_fractions(metrics: str) -> dict[int, float]:
 def test_a_rank_doing_twice_the_work_is_named_within_a_minute(tmp_path):
     run = Monitored(tmp_path, SLOW_RANK="1", EXTRA="1.0", STEPS="3000")
     try:
-        first_step, _ = run.wait_line(r"^\[rank1\]: step 1 ", timeout=90, job=True)
+        first_step, _ = run.wait_line(r"^\[rank1\]: step \d+ ", timeout=90, job=True)
         at, line = run.wait_line(r"WARNING +rank 1 is slow: rank 0 waits for it \d+ % of each step", timeout=VERDICT_S + 30)
         waits = wait_fractions(run.scrape())
     finally:
         report = run.stop()
-    # From the first step: torch's import and the rendezvous before it take 5-20 s on a busy VM.
+    # From the first step passed on (the terminal copy may skip lines when behind; the log never
+    # does): torch's import and the rendezvous before it take 5-20 s on a busy VM.
     assert at - first_step <= VERDICT_S, f"named {at - first_step:.0f} s after the first step"
     assert waits[1] < waits[0] - 0.2, waits
     assert "is slow" not in "\n".join(l for _, l in run.lines if "rank 0 is slow" in l)
@@ -104,13 +105,14 @@ def test_a_rank_held_back_from_outside_is_named(tmp_path):
         pid = run.rank_pid(1)
         cycler = threading.Thread(target=duty_cycle, args=(pid,), daemon=True)
         cycler.start()
-        first_step, _ = run.wait_line(r"^\[rank1\]: step 1 ", timeout=90, job=True)
+        first_step, _ = run.wait_line(r"^\[rank1\]: step \d+ ", timeout=90, job=True)
         at, _ = run.wait_line(r"WARNING +rank 1 is slow: rank 0 waits for it", timeout=VERDICT_S + 30)
     finally:
         stop.set()
         os.kill(pid, signal.SIGCONT)
         run.stop()
-    # From the first step: torch's import and the rendezvous before it take 5-20 s on a busy VM.
+    # From the first step passed on (the terminal copy may skip lines when behind; the log never
+    # does): torch's import and the rendezvous before it take 5-20 s on a busy VM.
     assert at - first_step <= VERDICT_S, f"named {at - first_step:.0f} s after the first step"
 
 

@@ -59,6 +59,9 @@ CASCADE_MESSAGES = (
     "The worker died unexpectedly while executing this task",
     "The task's local raylet died",
     "Trials did not complete", "('Trials did not complete'",
+    # horovodrun re-raising its workers' exit (horovod/runner/gloo_run.py, mpi_run.py, js_run.py).
+    "Horovod detected that one or more processes exited with non-zero", "mpirun failed with exit code",
+    "jsrun failed with exit code",
 )
 # A launcher's own code re-raising its child's exit status: the child failed, not the launch.
 LAUNCHER_CASCADE_TYPES = {"CalledProcessError"}

@@ -16,8 +16,9 @@ In order:
    never finished, the collective the others waited in;
 3. with only reports of failures left (cascades), the earliest confirmation a log line made (the
    kernel's OOM kill of a process, SLURM's oom-kill event: what killed the process the reports
-   say died), else the earliest report a rule names (NCCL's error, torchrun's summary), else
-   the earliest exception that only wraps another failure (DistBackendError);
+   say died) unless a stop from outside is among them, else the earliest report a rule names
+   (NCCL's error, torchrun's summary), else the earliest exception that only wraps another
+   failure (DistBackendError), else the confirmation;
 4. a stall (the job went silent while nothing failed);
 5. how the job exited (a bare "exited with 1" says less than any of the above).
 
@@ -180,14 +181,17 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
                 return first
         return hang_suspect(timeouts, ranks, lang) if ranks is not None else chronological(timeouts)[0]
     confirms = [f for f in weighed if f.severity == "error" and f.role == "confirm" and f.origin == "log"]
-    if confirms:
-        return chronological(confirms)[0]
     errors = [f for f in weighed if f.severity == "error" and f.role != "confirm"]
+    # A kill explains reports of processes that died; a stop sent from outside is no such report.
+    if confirms and not any(f.category == STOPPED for f in errors):
+        return chronological(confirms)[0]
     # An exception that only reports another failure (DistBackendError, ChildFailedError) says less
     # than a rule's name for that failure (NCCL's own error, torchrun's summary), whichever came first.
     named = [f for f in errors if f.rule != PYTHON_EXCEPTION_RULE]
     if named or errors:
         return chronological(named or errors)[0]
+    if confirms:
+        return chronological(confirms)[0]
     stalls = [f for f in findings if f.origin == "stall" and f.role == "root"]  # not one that passed
     if stalls:
         return stalls[-1]

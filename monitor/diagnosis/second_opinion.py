@@ -214,6 +214,11 @@ def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str])
         return diagnosis
     if root is not None and root.category == said.category:
         return diagnosis  # the rules already say so
+    if said.category == Category.STOPPED and any(
+            f.category == Category.STOPPED and f.origin != "model" for f in diagnosis.findings):
+        # Whether a stop is a failure is who sent it (a user's Ctrl-C, `monitor run` forwarding its
+        # own stop, or a scheduler): the rules read that; the model sees only the same signal lines.
+        return diagnosis
     if root is not None and said.confidence != "likely" and _says_what_failed(root):
         return diagnosis  # a weak guess never replaces what a line says
     if root is not None and _says_what_failed(root) and any(
