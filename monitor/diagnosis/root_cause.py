@@ -187,9 +187,8 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
         return chronological(confirms)[0]
     # An exception that only reports another failure (DistBackendError, ChildFailedError) says less
     # than a rule's name for that failure (NCCL's own error, torchrun's summary), whichever came first.
-    named = [f for f in errors if f.rule != PYTHON_EXCEPTION_RULE]
-    if named or errors:
-        return chronological(named or errors)[0]
+    if errors:
+        return chronological([f for f in errors if f.rule != PYTHON_EXCEPTION_RULE] or errors)[0]
     if confirms:
         return chronological(confirms)[0]
     stalls = [f for f in findings if f.origin == "stall" and f.role == "root"]  # not one that passed
