@@ -50,6 +50,7 @@ class FakeGpu:
     utilization_memory: int = 40
     memory_used: int = 40 * GIB
     memory_total: int = 80 * GIB
+    memory_reserved: int = 0  # the driver's own (v2's reserved; v1 counts it as used)
     temperature: int = 65
     power_mw: int = 550_000
     power_limit_mw: int = 700_000
@@ -89,6 +90,7 @@ def make_gpus(count: int, **fields) -> list[FakeGpu]:
 
 class FakeNvml:
     NVMLError = pynvml.NVMLError
+    nvmlMemory_v2 = pynvml.nvmlMemory_v2
 
     def __init__(
         self,
@@ -116,6 +118,8 @@ class FakeNvml:
             if name in object.__getattribute__(self, "absent"):
                 raise AttributeError(name)
             fn = object.__getattribute__(self, name)
+            if not callable(fn):  # a constant (nvmlMemory_v2)
+                return fn
             calls = object.__getattribute__(self, "calls")
             not_found = object.__getattribute__(self, "not_found")
 
@@ -197,11 +201,18 @@ class FakeNvml:
             raise pynvml.NVMLError_NotSupported()
         return SimpleNamespace(gpu=gpu.utilization_gpu, memory=gpu.utilization_memory)
 
-    def nvmlDeviceGetMemoryInfo(self, handle):
+    def nvmlDeviceGetMemoryInfo(self, handle, version=None):
+        """As nvidia-ml-py: v1 (``c_nvmlMemory_t``) counts the driver's reserved memory as used;
+        with ``version=nvmlMemory_v2`` (``c_nvmlMemory_v2_t``, nvmlDeviceGetMemoryInfo_v2) it is
+        apart, and ``used`` is what nvidia-smi shows."""
         gpu = self._gpu(handle, "nvmlDeviceGetMemoryInfo")
-        if handle.mig:
-            return SimpleNamespace(used=handle.mig.memory_used, total=handle.mig.memory_total)
-        return SimpleNamespace(used=gpu.memory_used, total=gpu.memory_total, free=gpu.memory_total - gpu.memory_used)
+        if version and "nvmlDeviceGetMemoryInfo_v2" in self.not_found:
+            raise pynvml.NVMLError_FunctionNotFound()
+        used, total = (handle.mig.memory_used, handle.mig.memory_total) if handle.mig else (gpu.memory_used, gpu.memory_total)
+        reserved = 0 if handle.mig else gpu.memory_reserved
+        if version:
+            return SimpleNamespace(version=version, total=total, reserved=reserved, free=total - used - reserved, used=used)
+        return SimpleNamespace(total=total, free=total - used - reserved, used=used + reserved)
 
     def nvmlDeviceGetTemperature(self, handle, sensor):
         return self._gpu(handle, "nvmlDeviceGetTemperature").temperature

@@ -263,7 +263,7 @@ def test_a_lost_gpu_the_job_would_use():
 
 def test_a_gpu_lost_while_it_is_read():
     class FallsOff(FakeNvml):
-        def nvmlDeviceGetMemoryInfo(self, handle):
+        def nvmlDeviceGetMemoryInfo(self, handle, version=None):
             raise pynvml.NVMLError_GpuIsLost()
 
     [lost] = gpus_of(FallsOff(make_gpus(2)), torchrun(1), "1")
@@ -273,7 +273,7 @@ def test_a_gpu_lost_while_it_is_read():
 
 def test_a_broken_binding_is_contained():
     class Broken(FakeNvml):
-        def nvmlDeviceGetMemoryInfo(self, handle):
+        def nvmlDeviceGetMemoryInfo(self, handle, version=None):
             raise TypeError("argument 1: wrong type")  # what a binding/driver mix-up looks like
 
     [info] = gpus_of(Broken(make_gpus(2)), torchrun(2), None)

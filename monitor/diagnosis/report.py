@@ -43,10 +43,18 @@ def _phase(finding: Finding) -> int:
     return {"preflight": 0, "exit": 2}.get(finding.origin, 1)
 
 
+# Where a finding that no log line made came from, during the job and without a file of its own.
+_SOURCES = {"metrics": "the GPU and host metrics", "stall": "the job's silence", "stacks": "the ranks' stacks",
+            "flight-recorder": "the flight recorder", "straggler": "the ranks' step times", "model": "the model",
+            "checkpoint": "the checkpoint check", "node": "the nodes' records"}
+
+
 def _where(finding: Finding) -> str:
     """``file:line``, or for a finding no log line made, when it happened or its file."""
     if finding.line > 0:
         return f"{finding.file}:{finding.line}"
+    if _phase(finding) == 1 and not finding.file:
+        return f"during the job, from {_SOURCES.get(finding.origin, 'the monitor')}"
     return ("before the job started", finding.file, "at exit")[_phase(finding)]
 
 
@@ -182,7 +190,7 @@ def verdict(diagnosis: Diagnosis) -> list[str]:
         return ["errors found, but none is a root cause on its own (the report above lists them)"] if diagnosis.failed else []
     ranks = who(root)
     named = root.title if not ranks or "rank" in root.title else f"{root.title} ({ranks})"
-    lines = [f"root cause: {named} at {_where(root)}"]
+    lines = [f"root cause: {named} " + (f"at {_where(root)}" if root.line > 0 else f"({_where(root)})")]
     if first := next((line.strip() for line in root.remedy.splitlines() if line.strip()), ""):
         lines.append(f"what to do first: {first}")
     return lines

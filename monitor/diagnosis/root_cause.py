@@ -180,7 +180,9 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
             if first.category == STOPPED:
                 return first
         return hang_suspect(timeouts, ranks, lang) if ranks is not None else chronological(timeouts)[0]
-    confirms = [f for f in weighed if f.severity == "error" and f.role == "confirm" and f.origin == "log"]
+    # What the system saw happen to a process (the kernel's OOM kill in the log, an application's
+    # Xid from NVML) explains the reports of its death where no rank logged an error of its own.
+    confirms = [f for f in weighed if f.severity == "error" and f.role == "confirm" and f.origin in ("log", "metrics")]
     errors = [f for f in weighed if f.severity == "error" and f.role != "confirm"]
     # A kill explains reports of processes that died; a stop sent from outside is no such report.
     if confirms and not any(f.category == STOPPED for f in errors):

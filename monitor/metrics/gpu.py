@@ -74,6 +74,8 @@ class _Device:
     counters: dict[str, int] = field(default_factory=dict)
     throttling: frozenset[str] = frozenset()
     slow: dict[str, Any] = field(default_factory=dict)
+    # Whether this device answers NVML's memory query v2 (R510 drivers on); False after it did not.
+    memory_v2: bool = True
 
 
 def decode_clock_reasons(mask: int) -> list[str]:
@@ -184,7 +186,7 @@ class GpuReader:
             source = device.parent if device.parent is not None and device.parent.status == "lost" else device
             if source.status == "ok":
                 try:
-                    self._read_memory(device.handle, sample)
+                    self._read_memory(device, sample)
                     if not device.mig_enabled:  # with MIG on, processes are listed per MIG device
                         sample.processes = self._read_processes(device.handle)
                 except GpuLost as exc:
@@ -229,7 +231,7 @@ class GpuReader:
         util = call("nvmlDeviceGetUtilizationRates", h)
         if util is not None:
             s.utilization_gpu_percent, s.utilization_memory_percent = float(util.gpu), float(util.memory)
-        self._read_memory(h, s)
+        self._read_memory(device, s)
         s.temperature_c = _num(call("nvmlDeviceGetTemperature", h, _TEMPERATURE_GPU), float)
         s.power_w = _milli(call("nvmlDeviceGetPowerUsage", h))
         s.power_limit_w = _milli(self.nvml.call_versioned("power_limit", _POWER_LIMIT_SYMBOLS, h))
@@ -268,11 +270,22 @@ class GpuReader:
         }
 
     def _read_mig(self, device: _Device, s: GpuSample) -> None:
-        self._read_memory(device.handle, s)
+        self._read_memory(device, s)
         s.processes = self._read_processes(device.handle)
 
-    def _read_memory(self, h: Any, s: GpuSample) -> None:
-        memory = self.nvml.call("nvmlDeviceGetMemoryInfo", h)
+    def _read_memory(self, device: _Device, s: GpuSample) -> None:
+        # "Used" as nvidia-smi, nvitop and DCGM's FB_USED count it: the v2 query keeps the driver's
+        # reserved memory apart; v1 counts it as used (615 MiB of an idle H200, read on one).
+        h, memory = device.handle, None
+        version = getattr(self.nvml.lib, "nvmlMemory_v2", None)
+        if device.memory_v2 and version is not None:
+            memory = self.nvml.call("nvmlDeviceGetMemoryInfo", h, version)
+            if memory is None:
+                device.memory_v2 = False
+                # The driver lacks only v2: not worth a "driver older than the binding" note.
+                self.nvml.missing_functions.discard("nvmlDeviceGetMemoryInfo")
+        if memory is None:
+            memory = self.nvml.call("nvmlDeviceGetMemoryInfo", h)
         if memory is not None:
             s.memory_used_bytes, s.memory_total_bytes = int(memory.used), int(memory.total)
 

@@ -51,9 +51,12 @@ class Thresholds:
 # The advice (rules/advice.toml) for each: "gpu-hardware" or "gpu-app-fault".
 _HW_ADVICE, _APP_ADVICE = "gpu-hardware", "gpu-app-fault"
 XID: dict[int, tuple[Severity, Role, str, str]] = {
-    13: ("error", "root", "graphics engine exception", _APP_ADVICE),
-    31: ("error", "root", "GPU memory page fault", _APP_ADVICE),
-    43: ("error", "root", "GPU stopped processing (the application hit a fault)", _APP_ADVICE),
+    # The application's own faults: the CUDA error its process prints (a device-side assert, an
+    # illegal address) names the cause, these confirm it (seen on an H200: an embedding index out of
+    # range gave Xid 43 within a second of the assert); alone, they still name it.
+    13: ("error", "confirm", "graphics engine exception", _APP_ADVICE),
+    31: ("error", "confirm", "GPU memory page fault", _APP_ADVICE),
+    43: ("error", "confirm", "GPU stopped processing (the application hit a fault)", _APP_ADVICE),
     45: ("info", "cascade", "preemptive cleanup: the driver ended a process (usually after it was killed)",
          "gpu-process-ended"),
     48: ("error", "root", "double-bit ECC error", _HW_ADVICE),
