@@ -137,3 +137,10 @@ def test_no_gpu_no_job():
 
     host = HostSample(0.0, [], 1, 0, 1, 0, 0, None, None, None)
     assert rank_gpus(Sample(0.0, host, "no_driver", "no NVIDIA driver")) == {}
+
+
+def test_a_job_of_one_rank_gets_no_scores_line():
+    """Seen on a one-GPU machine: "rank 0 17 %; no rank is slower than the others" said nothing."""
+    alone = Steadiness(Rule(hold=1)).judge(score(rounds({0: 0.17}, 10)))
+    assert summary(alone) == ""
+    assert summary(Steadiness(Rule(hold=1)).judge(score(rounds({0: 0.3, 1: 0.3}, 10)))).endswith("no rank is slower than the others")

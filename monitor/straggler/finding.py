@@ -82,9 +82,10 @@ def ranks_words(ranks: tuple[int, ...] | list[int]) -> str:
 
 
 def summary(scores: Scores) -> str:
-    """One line of the scores for the end of a run ("" when no rank was seen twice)."""
+    """One line of the scores for the end of a run ("" when fewer than two ranks were seen twice:
+    a rank alone is slower than no other)."""
     ranks = [r for r in scores.ranks if r.wait_fraction is not None and r.looks > 1]
-    if not ranks:
+    if len(ranks) < 2:
         return ""
     each = ", ".join(f"rank {r.rank} {percent(r.wait_fraction)}" for r in ranks)
     named = f"; rank {scores.slow.rank} is slow" if scores.slow is not None else "; no rank is slower than the others"

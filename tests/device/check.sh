@@ -24,6 +24,16 @@ timeout 20 python3 -m monitor metrics --serve 9477 --count 8 --interval 1 > "$wo
 sleep 5
 python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9477/metrics', timeout=5).read().decode())" > "$work/prometheus.txt" 2>&1
 wait
+# The watch screen's GPU panel on the real sampler, while the GPU works (tui_gpu_panel.py).
+python3 -c "
+import time, torch
+held = torch.empty(20 << 30, dtype=torch.uint8, device='cuda'); a = torch.randn(8192, 8192, device='cuda'); start = time.time()
+while time.time() - start < 20: a @ a; torch.cuda.synchronize()
+" > "$work/gpu_load.txt" 2>&1 &
+sleep 8
+timeout 120 python3 tests/device/tui_gpu_panel.py sample_logs/gpu/oom-1rank.log "$work/tui" > "$work/tui.txt" 2>&1
+nvidia-smi --format=csv --query-gpu=utilization.gpu,memory.used,power.draw,temperature.gpu >> "$work/tui.txt" 2>&1
+wait
 launcher=(torchrun)
 command -v torchrun > /dev/null || launcher=(python3 -m torch.distributed.run)
 for scenario in "${scenarios[@]}"; do
