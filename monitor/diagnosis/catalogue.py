@@ -33,7 +33,7 @@ LANGUAGES = ("en", "zh")
 TRANSLATED_KEYS = ("title", "confirmed_title", "remedy")
 RULE_KEYS = {
     "id", "category", "severity", "role", "title", "confirmed_title", "patterns", "prefilter", "remedy",
-    "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", "if_record", "unless_record", "own_error", "retryable", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
+    "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", "if_record", "unless_record", "own_error", "retryable", "waits", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
 }
 REQUIRED_KEYS = ("id", "category", "severity", "role", "title", "patterns")
 ADVICE_KEYS = {"text", "when", "unless_log", "if_log", "unless_record", "if_record",
@@ -121,6 +121,10 @@ class Rule:
     # False: `monitor run --max-restarts` does not retry a job this rule explains, whatever its
     # category's policy (a retry meets the same cause: SLURM refusing the step, a rank's CUDA setup).
     retryable: bool = True
+    # A message a process prints while it waits for others (a worker for its chief, a host for the
+    # rest of its slice): a warning while the job runs; the log of a finished job that ends with it
+    # ended waiting there (``conclude.ended_waiting``).
+    waits: bool = False
     compiled: tuple[regex.Pattern, ...] | None = None
 
     @property
@@ -347,9 +351,12 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
         raise fail(f"severity must be one of {', '.join(SEVERITIES)}", loc.key_line("severity", start, end))
     if table["role"] not in ROLES:
         raise fail(f"role must be one of {', '.join(ROLES)}", loc.key_line("role", start, end))
-    for key, default in (("ranked", True), ("own_error", False), ("retryable", True)):
+    for key, default in (("ranked", True), ("own_error", False), ("retryable", True), ("waits", False)):
         if not isinstance(table.get(key, default), bool):
             raise fail(f"{key!r} must be true or false", loc.key_line(key, start, end))
+    if table.get("waits") and table["severity"] != "warning":
+        raise fail("a rule that waits is a warning: waiting is no failure until the log ends there",
+                   loc.key_line("waits", start, end))
     if table.get("own_error") and table["category"] not in TIMEOUT_CATEGORIES:
         raise fail("own_error marks a rank's own error in a timeout category "
                    f"({', '.join(TIMEOUT_CATEGORIES)}): every other category's error is its own",
@@ -425,7 +432,7 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
         confidence=table.get("confidence", "certain"), confidence_note=table.get("confidence_note", ""),
         rank_source=table.get("rank_source", ""), ranked=table.get("ranked", True),
         if_record=if_record, unless_record=unless_record, own_error=table.get("own_error", False),
-        retryable=table.get("retryable", True),
+        retryable=table.get("retryable", True), waits=table.get("waits", False),
     )
 
 

@@ -15,24 +15,57 @@ from dataclasses import replace
 from monitor.diagnosis.novelty import Against, compare
 from monitor.diagnosis.second_opinion import review
 from monitor.diagnosis.secrets import mask
-from monitor.logs.decode import LineAssembler
+from monitor.diagnosis.tail import last_line, tail_lines
 from monitor.logs.ranks import FileRanks
-from monitor.logs.reader import make_line
 from monitor.model import Diagnosis
 
-# What is read for the last line of the rank that hung: each file's end, and at most this much in
-# all (a folder of a thousand nodes' files costs what a few do); the rank's own file first.
-TAIL_BYTES = 256 * 1024
+# What is read for the last line of the rank that hung: each file's end (``tail.TAIL_BYTES``), and
+# at most this much in all (a folder of a thousand nodes' files costs what a few do); the rank's
+# own file first.
 MAX_READ_BYTES = 8 << 20
 
 
-def conclude(diagnosis: Diagnosis, catalogue, against: Against | None = None) -> Diagnosis:
+def conclude(diagnosis: Diagnosis, catalogue, against: Against | None = None, *, finished: bool = False) -> Diagnosis:
     """``diagnosis`` with the second opinion where the rules were unsure, then compared with
     ``against`` (the last good run) when there is one; a rank named as the one that hung gets
-    its last line quoted."""
+    its last line quoted. ``finished``: the files are read post-mortem (``diagnose``), so one
+    that ends in a wait ended there (``ended_waiting``)."""
+    if finished:
+        diagnosis = ended_waiting(diagnosis, catalogue)
     diagnosis = review(diagnosis, catalogue)
     diagnosis = compared(diagnosis, against) if against is not None else diagnosis
     return with_last_line(diagnosis)
+
+
+# What the wait of a log that ends with one is said to be, in each output language.
+ENDED_WAITING = {
+    "en": ("the log ends while it waits: the job hung there, or the log was cut there",
+           "The log ends here, still waiting: the job hung at this point (or the excerpt stops here)."),
+    "zh": ("日志在等待中结束：作业卡在了这里，或者日志在这里被截断",
+           "日志在这里结束，仍在等待：作业卡在了这一步（或者摘录到这里就停了）。"),
+}
+
+
+def ended_waiting(diagnosis: Diagnosis, catalogue) -> Diagnosis:
+    """Where nothing failed and a file's last line is a wait (a rule with ``waits``: a worker
+    waiting for its chief, a TPU host for the rest of its slice), the wait as the root cause,
+    ``weak``: the process never got past it. While a job runs such a line is only a warning; the
+    live session has its stall detector for silences."""
+    if diagnosis.root_cause is not None or diagnosis.failed:
+        return diagnosis
+    waits = [f for f in diagnosis.findings
+             if f.origin == "log" and (rule := catalogue.by_id.get(f.rule)) is not None and rule.waits]
+    for finding in waits:
+        last = last_line(finding.file)
+        rule = catalogue.by_id[finding.rule]
+        if last is None or not any(pattern.search(last.text) for pattern in rule.patterns):
+            continue
+        note, said = ENDED_WAITING.get(catalogue.lang, ENDED_WAITING["en"])
+        root = replace(finding, severity="error", role="root", confidence="weak", confidence_note=note,
+                       remedy=f"{said}\n{finding.remedy}")
+        findings = [root if f.seq == finding.seq else f for f in diagnosis.findings]
+        return replace(diagnosis, root_cause=root, findings=findings, confidence="weak", confidence_note=note)
+    return diagnosis
 
 
 def with_last_line(diagnosis: Diagnosis) -> Diagnosis:
@@ -52,29 +85,16 @@ def with_last_line(diagnosis: Diagnosis) -> Diagnosis:
 
 def _last_line(rank: int, files: list[str]) -> str | None:
     """The last line of ``rank`` in the end of the first of ``files`` (its own file first) that has one."""
-    found = None
     budget = MAX_READ_BYTES
     ordered = sorted(files, key=lambda path: FileRanks(path).file_rank != rank)  # its own file first
     for path in ordered:
-        if budget <= 0 or found is not None:
+        if budget <= 0:
             break
-        try:
-            with open(path, "rb") as stream:
-                size = stream.seek(0, 2)
-                stream.seek(max(0, size - TAIL_BYTES))
-                tail = stream.read(TAIL_BYTES)
-        except OSError:
-            continue
-        budget -= len(tail)
-        ranks = FileRanks(path)
-        for raw in reversed(tail.split(b"\n")[1 if size > TAIL_BYTES else 0:]):
-            if not raw.strip():
-                continue
-            line = make_line(path, 0, LineAssembler().feed(raw + b"\n")[0], ranks)
-            if line.rank == rank:
-                found = line.text
-                break
-    return found
+        lines, read = tail_lines(path)
+        budget -= read
+        if (found := next((line.text for line in lines if line.rank == rank), None)) is not None:
+            return found
+    return None
 
 
 def compared(diagnosis: Diagnosis, against: Against) -> Diagnosis:

@@ -35,7 +35,7 @@ _LIBRARY = regex.compile(
 # wrong argument, a config file another version wrote), not the training code.
 _LAUNCHER_CODE = regex.compile(
     r"[\\/](?:(?P<accelerate>accelerate[\\/]commands[\\/])|(?P<deepspeed>deepspeed[\\/]launcher[\\/])"
-    r"|(?P<horovodrun>horovod[\\/]runner[\\/])"
+    r"|(?P<horovodrun>horovod[\\/]run(?:ner)?[\\/])"
     r"|(?P<torchrun>torch[\\/]distributed[\\/](?:run|launch)\.py$|torch[\\/]distributed[\\/]launcher[\\/]))"
 )
 # Exceptions that report another failure rather than being one: a peer died or timed out

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import regex
 
+from monitor.diagnosis.tail import last_line
 from monitor.files import read_at_most
 from monitor.model import Category, Confidence, Diagnosis, Finding
+from monitor.progress.parse import parse_progress
 
 FORMAT = "monitor-second-opinion/1"
 RULE_ID = "learned-opinion"
@@ -207,7 +209,7 @@ def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str])
         return diagnosis
     lines = read_lines(_files_by_evidence(diagnosis))
     root = diagnosis.root_cause
-    if root is None and not any(_SOMETHING_WRONG.search(line) for line in lines):
+    if root is None and (not any(_SOMETHING_WRONG.search(line) for line in lines) or _still_training(diagnosis.files)):
         return diagnosis
     said = opinion(lines, model)
     if said.confidence is None:
@@ -234,6 +236,17 @@ def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str])
             f"{said.category} cases (score {said.score:.2f})")
     return replace(diagnosis, root_cause=finding, findings=[*diagnosis.findings, finding],
                    confidence=said.confidence, confidence_note=note)
+
+
+def _still_training(files: list[str]) -> bool:
+    """Whether a file of the job ends with a line of training progress (a step, a loss): the job
+    went on past whatever it warned of, and words alone must not name a failure the rules did not
+    see (a rendezvous's warning that passed, srun retrying a step it then created)."""
+    for path in files[:MAX_FILES]:
+        last = last_line(path)
+        if last is not None and (progress := parse_progress(last.text)) is not None and progress.step is not None:
+            return True
+    return False
 
 
 def _says_what_failed(root: Finding) -> bool:

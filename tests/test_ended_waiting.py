@@ -1,0 +1,76 @@
+"""A log read post-mortem that ends in a wait (a rule with ``waits``) ended there: the wait is the
+root cause, ``weak``; the same wait with the job going on after it, or seen live, is a warning."""
+
+from __future__ import annotations
+
+import pytest
+
+from monitor.diagnosis.catalogue import RuleError, load_catalogue
+from monitor.diagnosis.diagnose import diagnose_paths
+from monitor.session.job_session import JobSession
+from tests.diagnosis_helpers import write_rules
+
+# TensorFlow 1.x's SessionManager.wait_for_session, every 30 s on a worker (its format string).
+WAIT = ("INFO:tensorflow:Waiting for model to be ready.  Ready_for_local_init_op:  None, ready: "
+        "Variables not initialized: global_step, dense/kernel, dense/bias\n")
+START = "I1122 10:00:00.000000 140 master_session.cc:1017] Start master session 3f2a with config:\n"
+
+
+@pytest.fixture(scope="module")
+def catalogue():
+    return load_catalogue(include_user=False)
+
+
+def test_a_log_that_ends_waiting_for_the_chief_hung_there(tmp_path, catalogue):
+    log = tmp_path / "worker1.log"
+    log.write_text(START + WAIT * 3 + "\n`\n")  # a paste's closing mark and blanks after it
+    diagnosis = diagnose_paths([str(log)], catalogue)
+    root = diagnosis.root_cause
+    assert root is not None and (root.rule, root.category, root.severity) == ("tf-waiting-for-model", "hang", "error")
+    assert (root.confidence, diagnosis.confidence) == ("weak", "weak")
+    assert root.remedy.startswith("The log ends here, still waiting")
+    assert "chief" in root.remedy and diagnosis.failed
+    assert [f.severity for f in diagnosis.findings if f.rule == root.rule] == ["error"]  # one finding, promoted
+
+
+def test_a_wait_the_job_got_past_is_a_warning(tmp_path, catalogue):
+    log = tmp_path / "worker1.log"
+    log.write_text(START + WAIT * 2 + "INFO:tensorflow:global_step/sec: 4.2\nINFO:tensorflow:loss = 0.31, step = 200\n")
+    diagnosis = diagnose_paths([str(log)], catalogue)
+    assert diagnosis.root_cause is None and not diagnosis.failed
+    assert [f.severity for f in diagnosis.findings if f.rule == "tf-waiting-for-model"] == ["warning"]
+
+
+def test_an_error_before_the_wait_stays_the_cause(tmp_path, catalogue):
+    log = tmp_path / "worker1.log"
+    log.write_text("Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
+                   "ValueError: bad batch\n" + WAIT)
+    assert diagnose_paths([str(log)], catalogue).root_cause.rule == "python-exception"
+
+
+def test_a_running_job_that_waits_now_is_not_called_hung(tmp_path, catalogue):
+    log = tmp_path / "worker1.log"
+    log.write_text(START + WAIT)
+    session = JobSession([str(log)], catalogue)
+    try:
+        session.step(timeout=0.5)
+        diagnosis = session.diagnosis()
+    finally:
+        session.close()
+    assert diagnosis.root_cause is None
+    assert any(f.rule == "tf-waiting-for-model" and f.severity == "warning" for f in diagnosis.findings)
+
+
+def test_a_rule_that_waits_must_be_a_warning(tmp_path):
+    rules = write_rules(tmp_path / "rules", """
+[[rule]]
+id = "my-wait"
+category = "hang"
+severity = "error"
+role = "cascade"
+waits = true
+title = "waiting"
+patterns = ['waiting for the others']
+""")
+    with pytest.raises(RuleError, match=r"rules\.toml:7: rule my-wait: a rule that waits is a warning"):
+        load_catalogue([rules.parent], include_user=False, include_shipped=False)
