@@ -16,6 +16,7 @@ import pytest
 
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.corpus import load_corpus
+from monitor.diagnosis.diagnose import diagnose_paths
 from monitor.diagnosis.second_opinion import consult, load_model, ModelError
 from monitor.model import Diagnosis, Finding
 from tests.clock_helpers import FakeClock
@@ -148,11 +149,15 @@ def test_a_lone_exception_then_a_watchdog_timeout_names_the_exception(tmp_path: 
     assert (root["category"], root["rank"], root["origin"]) == ("python_exception", 1, "log")
 
 
-def test_clean_logs_of_the_corpus_stay_clean_with_the_model(tmp_path: Path) -> None:
-    for case in load_corpus(REAL):
-        if case.category == "clean":
-            out = _monitor("diagnose", "--json", str(case.log))
-            assert json.loads(out.stdout)["root_cause"] is None, case.name
+def test_clean_logs_of_the_corpus_stay_clean_with_the_model() -> None:
+    # In one process (a `monitor diagnose` per log took 75 s for 80 logs); the shipped catalogue
+    # brings the shipped model as the command's does.
+    catalogue = load_catalogue(include_user=False)
+    assert catalogue.model_path is not None and Path(catalogue.model_path).name == "model.json"
+    clean = [case for case in load_corpus(REAL) if case.category == "clean"]
+    assert len(clean) >= 80
+    for case in clean:
+        assert diagnose_paths([str(case.log)], catalogue).root_cause is None, case.name
 
 
 @pytest.mark.parametrize(("content", "says"), [
