@@ -195,6 +195,30 @@ async def test_help_screen_and_theme():
         assert app.theme != before
 
 
+async def test_titles_are_fitted_again_when_the_table_alone_changes_width():
+    """Seen at 80x24 under load: the table got its width a refresh after its panel, no resize of
+    the panel followed, and the titles stayed cut to a few characters ("CUDA")."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        panel = app.query_one(FindingsPanel)
+        table = panel.table
+
+        def titles() -> list[str]:
+            return [str(table.get_row_at(index)[-1]) for index in range(table.row_count)]
+
+        full = titles()
+        width = table.styles.width
+        table.styles.width = 16  # the table alone: the panel keeps its size
+        await pilot.pause()
+        await pilot.pause()
+        assert all(len(title) <= 12 for title in titles()), titles()
+        table.styles.width = width
+        await pilot.pause()
+        await pilot.pause()
+        assert titles() == full
+
+
 class FakeJob:
     command = ["torchrun", "--nproc-per-node", "4", "train.py"]
 

@@ -96,6 +96,18 @@ def describe(finding: Finding, is_root: bool, first: str) -> Text:
     return text
 
 
+class FindingsTable(DataTable):
+    """The findings' table. It says when its own width changed: its titles are cut to that width,
+    and the table can get its width after its panel got its own (a busy machine lays it out a
+    refresh later), when no resize of the panel follows."""
+
+    class Resized(Message):
+        """The table's size changed."""
+
+    def on_resize(self) -> None:
+        self.post_message(self.Resized())
+
+
 class FindingsPanel(Container):
     """A table of findings above (or beside) the selected finding's detail."""
 
@@ -129,7 +141,7 @@ class FindingsPanel(Container):
         self._detail_key: str | None = None  # the finding the detail shows
 
     def compose(self):
-        table = DataTable(cursor_type="row", zebra_stripes=False, id="finding-table")
+        table = FindingsTable(cursor_type="row", zebra_stripes=False, id="finding-table")
         self._add_columns(table)
         yield table
         with VerticalScroll(id="finding-detail"):
@@ -154,6 +166,9 @@ class FindingsPanel(Container):
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._fit_text)  # once the table and the detail have their sizes
+
+    def on_findings_table_resized(self) -> None:
+        self._fit_text()
 
     def _fit_text(self) -> None:
         if self.findings and self._room(self._rows_of(self.findings)) != self._title_room:
