@@ -19,7 +19,7 @@ from pathlib import Path
 
 import regex
 
-from monitor.diagnosis.tail import last_line
+from monitor.diagnosis import tail
 from monitor.files import read_at_most
 from monitor.model import Category, Confidence, Diagnosis, Finding
 from monitor.progress.parse import parse_progress
@@ -242,8 +242,9 @@ def _still_training(files: list[str]) -> bool:
     """Whether a file of the job ends with a line of training progress (a step, a loss): the job
     went on past whatever it warned of, and words alone must not name a failure the rules did not
     see (a rendezvous's warning that passed, srun retrying a step it then created)."""
-    for path in files[:MAX_FILES]:
-        last = last_line(path)
+    # Within the reading budget of the model itself: a few files' ends, however many there are.
+    for path in files[:max(1, MAX_READ_BYTES // tail.TAIL_BYTES)]:
+        last = tail.last_line(path)
         if last is not None and (progress := parse_progress(last.text)) is not None and progress.step is not None:
             return True
     return False
