@@ -74,3 +74,38 @@ patterns = ['waiting for the others']
 """)
     with pytest.raises(RuleError, match=r"rules\.toml:7: rule my-wait: a rule that waits is a warning"):
         load_catalogue([rules.parent], include_user=False, include_shipped=False)
+
+
+def test_any_file_of_the_job_may_be_the_one_that_ended_waiting(tmp_path, catalogue):
+    went_on = tmp_path / "worker1.log"
+    went_on.write_text(START + WAIT + "INFO:tensorflow:loss = 0.31, step = 200\n")
+    stuck = tmp_path / "worker2.log"
+    stuck.write_text(START + WAIT * 2)
+    for order in ([went_on, stuck], [stuck, went_on]):
+        root = diagnose_paths([str(path) for path in order], catalogue).root_cause
+        assert root is not None and root.rule == "tf-waiting-for-model", order
+
+
+def test_pythons_warning_source_line_after_the_wait_is_still_its_end(tmp_path, catalogue):
+    """warnings.warn prints the message, then the line of source that warned."""
+    log = tmp_path / "host0.log"
+    log.write_text("/usr/lib/python3.10/site-packages/jax/_src/xla_bridge.py:172: UserWarning: TPU backend "
+                   "initialization is taking more than 60.0 seconds. Did you run your code on all TPU hosts? See "
+                   "https://jax.readthedocs.io/en/latest/multi_process.html for more information.\n"
+                   "  warnings.warn(\n")
+    root = diagnose_paths([str(log)], catalogue).root_cause
+    assert root is not None and (root.rule, root.confidence) == ("jax-tpu-init-slow", "weak")
+
+
+def test_a_compressed_log_or_a_crashed_nodes_padding_is_no_last_line(tmp_path):
+    import gzip
+
+    from monitor.diagnosis.tail import last_line
+
+    packed = tmp_path / "worker.log.gz"
+    packed.write_bytes(gzip.compress(WAIT.encode()))
+    assert last_line(str(packed)) is None
+    padded = tmp_path / "worker.log"
+    padded.write_bytes(WAIT.encode() + b"\x00" * 4096)
+    line = last_line(str(padded))
+    assert line is not None and "Waiting for model to be ready" in line.text

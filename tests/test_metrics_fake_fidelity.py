@@ -134,6 +134,10 @@ def test_an_application_xid_confirms_the_cuda_error_its_process_printed():
     # With no CUDA error in the log (only the launcher's report of the exit), the Xid names it.
     reports = [f for f in log.findings if f.category == "launcher"]
     assert reports and choose([early, *reports]).rule == "metrics-gpu-xid"
+    # Nor when the other ranks only timed out waiting for the rank whose GPU faulted.
+    timeout = diagnose_paths([str(SAMPLES / "nccl-timeout-1rank.log")], load_catalogue()).root_cause
+    assert timeout is not None and timeout.category == "nccl_timeout"
+    assert choose([replace(timeout, rank=1, seq=20_000), early]).rule == "metrics-gpu-xid"
 
 
 def test_nccls_own_flight_recorder_dump_is_read():

@@ -160,6 +160,22 @@ def test_clean_logs_of_the_corpus_stay_clean_with_the_model() -> None:
         assert diagnose_paths([str(case.log)], catalogue).root_cause is None, case.name
 
 
+def test_a_peer_still_training_does_not_hide_the_rank_that_failed(tmp_path: Path) -> None:
+    """The model is kept quiet only where every file ends in training progress: a rank's memory
+    summary beside a peer whose log ends on a step line still gets the model's reading."""
+    catalogue = load_catalogue(include_user=False)
+    failed = tmp_path / "rank0.log"
+    failed.write_bytes((REAL / "cuda_oom" / "qv-facebookresearch-fairseq-4352.log").read_bytes())
+    alone = diagnose_paths([str(failed)], catalogue).root_cause
+    assert alone is not None and (alone.origin, alone.category) == ("model", "cuda_oom")
+    peer = tmp_path / "rank1.log"
+    peer.write_text("epoch 001:  12%|#2        | 120/1000 [00:41<05:02, 2.91it/s, loss=7.412, ppl=170.3]\n")
+    both = diagnose_paths([str(failed), str(peer)], catalogue).root_cause
+    assert both is not None and (both.origin, both.category) == ("model", "cuda_oom")
+    # (Where every file ends in progress the model stays quiet: test_engine_classes's
+    # test_waits_that_passed_are_no_failure.)
+
+
 @pytest.mark.parametrize(("content", "says"), [
     ("{not json", "not a usable model"),
     (json.dumps({"format": "something-else/2"}), "not a monitor model"),

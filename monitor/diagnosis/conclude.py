@@ -15,7 +15,7 @@ from dataclasses import replace
 from monitor.diagnosis.novelty import Against, compare
 from monitor.diagnosis.second_opinion import review
 from monitor.diagnosis.secrets import mask
-from monitor.diagnosis.tail import last_line, tail_lines
+from monitor.diagnosis.tail import tail_lines
 from monitor.logs.ranks import FileRanks
 from monitor.model import Diagnosis
 
@@ -23,6 +23,10 @@ from monitor.model import Diagnosis
 # at most this much in all (a folder of a thousand nodes' files costs what a few do); the rank's
 # own file first.
 MAX_READ_BYTES = 8 << 20
+# Where a log that ends in a wait is looked for: the first this many of the job's files, the last
+# this many bytes of each.
+WAIT_FILES = 16
+WAIT_TAIL_BYTES = 64 * 1024
 
 
 def conclude(diagnosis: Diagnosis, catalogue, against: Against | None = None, *, finished: bool = False) -> Diagnosis:
@@ -49,23 +53,39 @@ ENDED_WAITING = {
 def ended_waiting(diagnosis: Diagnosis, catalogue) -> Diagnosis:
     """Where nothing failed and a file's last line is a wait (a rule with ``waits``: a worker
     waiting for its chief, a TPU host for the rest of its slice), the wait as the root cause,
-    ``weak``: the process never got past it. While a job runs such a line is only a warning; the
-    live session has its stall detector for silences."""
+    ``weak``: the process never got past it. Any of the job's files (the first ``WAIT_FILES``)
+    may be the one that ended waiting. While a job runs such a line is only a warning; the live
+    session has its stall detector for silences."""
     if diagnosis.root_cause is not None or diagnosis.failed:
         return diagnosis
     waits = [f for f in diagnosis.findings
              if f.origin == "log" and (rule := catalogue.by_id.get(f.rule)) is not None and rule.waits]
     for finding in waits:
-        last = last_line(finding.file)
         rule = catalogue.by_id[finding.rule]
-        if last is None or not any(pattern.search(last.text) for pattern in rule.patterns):
+        ended = next((path for path in dict.fromkeys([finding.file, *diagnosis.files[:WAIT_FILES]])
+                      if _ends_in(path, rule)), None)
+        if ended is None:
             continue
         note, said = ENDED_WAITING.get(catalogue.lang, ENDED_WAITING["en"])
+        evidence = finding.evidence if ended == finding.file else [*finding.evidence, f"{ended} ends here"]
         root = replace(finding, severity="error", role="root", confidence="weak", confidence_note=note,
-                       remedy=f"{said}\n{finding.remedy}")
+                       remedy=f"{said}\n{finding.remedy}", evidence=evidence)
         findings = [root if f.seq == finding.seq else f for f in diagnosis.findings]
         return replace(diagnosis, root_cause=root, findings=findings, confidence="weak", confidence_note=note)
     return diagnosis
+
+
+def _ends_in(path: str, rule) -> bool:
+    """Whether ``path``'s last line is ``rule``'s wait; or its line before, where the last is the
+    indented source line Python's warnings print after a warning ("  warnings.warn(")."""
+    lines, _ = tail_lines(path, WAIT_TAIL_BYTES)
+    last = next(lines, None)
+    if last is None:
+        return False
+    if any(pattern.search(last.text) for pattern in rule.patterns):
+        return True
+    before = next(lines, None) if last.text[:1].isspace() else None
+    return before is not None and any(pattern.search(before.text) for pattern in rule.patterns)
 
 
 def with_last_line(diagnosis: Diagnosis) -> Diagnosis:

@@ -172,6 +172,9 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
     if roots:
         ordered = chronological(roots)
         return next(f for i, f in enumerate(ordered) if not _outlived(f, ordered[i + 1:]))
+    # What the system saw happen to a process (the kernel's OOM kill in the log, an application's
+    # Xid from NVML) explains the reports of its death where no rank logged an error of its own.
+    confirms = [f for f in weighed if f.severity == "error" and f.role == "confirm" and f.origin in ("log", "metrics")]
     timeouts = [f for f in weighed if is_timeout(f) and f.severity == "error"]
     if timeouts:
         stops = [f for f in weighed if f.category == STOPPED and f.severity == "error"]
@@ -179,10 +182,10 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
             first = chronological(stops + timeouts)[0]
             if first.category == STOPPED:
                 return first
+        # A GPU that faulted under a rank (its Xid) is why the others waited for it.
+        if faulted := [f for f in confirms if f.origin == "metrics"]:
+            return chronological(faulted)[0]
         return hang_suspect(timeouts, ranks, lang) if ranks is not None else chronological(timeouts)[0]
-    # What the system saw happen to a process (the kernel's OOM kill in the log, an application's
-    # Xid from NVML) explains the reports of its death where no rank logged an error of its own.
-    confirms = [f for f in weighed if f.severity == "error" and f.role == "confirm" and f.origin in ("log", "metrics")]
     errors = [f for f in weighed if f.severity == "error" and f.role != "confirm"]
     # A kill explains reports of processes that died; a stop sent from outside is no such report.
     if confirms and not any(f.category == STOPPED for f in errors):

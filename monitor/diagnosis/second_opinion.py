@@ -239,15 +239,18 @@ def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str])
 
 
 def _still_training(files: list[str]) -> bool:
-    """Whether a file of the job ends with a line of training progress (a step, a loss): the job
-    went on past whatever it warned of, and words alone must not name a failure the rules did not
-    see (a rendezvous's warning that passed, srun retrying a step it then created)."""
+    """Whether every file of the job ends with a line of training progress (a step, a loss): the
+    job went on past whatever it warned of, and words alone must not name a failure the rules did
+    not see (a rendezvous's warning that passed, srun retrying a step it then created). One file
+    that ends otherwise (a rank's traceback beside a peer's progress) may hold the failure."""
     # Within the reading budget of the model itself: a few files' ends, however many there are.
-    for path in files[:max(1, MAX_READ_BYTES // tail.TAIL_BYTES)]:
-        last = tail.last_line(path)
-        if last is not None and (progress := parse_progress(last.text)) is not None and progress.step is not None:
-            return True
-    return False
+    read = files[:max(1, MAX_READ_BYTES // tail.TAIL_BYTES)]
+    return bool(read) and len(read) == len(files) and all(_ends_training(path) for path in read)
+
+
+def _ends_training(path: str) -> bool:
+    last = tail.last_line(path)
+    return last is not None and (progress := parse_progress(last.text)) is not None and progress.step is not None
 
 
 def _says_what_failed(root: Finding) -> bool:

@@ -12,27 +12,32 @@ from monitor.model import LogLine
 
 # How much of a file's end is read for its last lines.
 TAIL_BYTES = 256 * 1024
+# What a line left out as empty may hold: blanks, a paste's closing backticks, the NUL bytes a
+# crashed node leaves at a file's end.
+_EMPTY = b" \t\r`\x00"
 
 
-def tail_lines(path: str) -> tuple[Iterator[LogLine], int]:
-    """The complete lines in the last ``TAIL_BYTES`` of ``path``, last first, blank ones and a
-    paste's lone closing marks (a line of backticks) left out, each read as the engine reads it
-    (prefixes and leads taken off, its rank known) as it is asked for; and the bytes read.
-    Nothing, when it cannot be read."""
+def tail_lines(path: str, size: int = TAIL_BYTES) -> tuple[Iterator[LogLine], int]:
+    """The complete lines in the last ``size`` bytes of ``path``, last first, empty ones left
+    out, each read as the engine reads it (prefixes and leads taken off, its rank known) as it is
+    asked for; and the bytes read. Nothing, when it cannot be read or is compressed (a gzip's end
+    is no text)."""
     try:
         with open(path, "rb") as stream:
-            size = stream.seek(0, 2)
-            stream.seek(max(0, size - TAIL_BYTES))
-            tail = stream.read(TAIL_BYTES)
+            if stream.read(2) == b"\x1f\x8b":
+                return iter(()), 0
+            end = stream.seek(0, 2)
+            stream.seek(max(0, end - size))
+            tail = stream.read(size)
     except OSError:
         return iter(()), 0
     ranks = FileRanks(path)
-    raws = tail.split(b"\n")[1 if size > TAIL_BYTES else 0:]
+    raws = tail.split(b"\n")[1 if end > size else 0:]
     return (make_line(path, 0, LineAssembler().feed(raw + b"\n")[0], ranks)
-            for raw in reversed(raws) if raw.strip(b" \t\r`")), len(tail)
+            for raw in reversed(raws) if raw.strip(_EMPTY)), len(tail)
 
 
-def last_line(path: str) -> LogLine | None:
+def last_line(path: str, size: int = TAIL_BYTES) -> LogLine | None:
     """The last line of ``path`` that holds anything (see ``tail_lines``), or None."""
-    lines, _ = tail_lines(path)
+    lines, _ = tail_lines(path, size)
     return next(lines, None)

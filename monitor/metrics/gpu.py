@@ -74,7 +74,7 @@ class _Device:
     counters: dict[str, int] = field(default_factory=dict)
     throttling: frozenset[str] = frozenset()
     slow: dict[str, Any] = field(default_factory=dict)
-    # Whether this device answers NVML's memory query v2 (R510 drivers on); False after it did not.
+    # Whether to ask NVML's memory query v2 (R510 drivers on); False once the driver showed it lacks it.
     memory_v2: bool = True
 
 
@@ -279,11 +279,10 @@ class GpuReader:
         h, memory = device.handle, None
         version = getattr(self.nvml.lib, "nvmlMemory_v2", None)
         if device.memory_v2 and version is not None:
-            memory = self.nvml.call("nvmlDeviceGetMemoryInfo", h, version)
-            if memory is None:
-                device.memory_v2 = False
-                # The driver lacks only v2: not worth a "driver older than the binding" note.
-                self.nvml.missing_functions.discard("nvmlDeviceGetMemoryInfo")
+            outcome, memory = self.nvml.call_outcome("nvmlDeviceGetMemoryInfo", h, version)
+            # A driver before R510 lacks v2: v1 from now on. Any other failure is this sample's
+            # alone (v1 would count the reserve as used from then on).
+            device.memory_v2 = outcome != "missing"
         if memory is None:
             memory = self.nvml.call("nvmlDeviceGetMemoryInfo", h)
         if memory is not None:

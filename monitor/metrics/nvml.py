@@ -83,6 +83,15 @@ class Nvml:
         outcome, result = self._try(name, args)
         return _decode(result) if outcome == "ok" else None
 
+    def call_outcome(self, name: str, *args: Any) -> tuple[str, Any]:
+        """``("ok", result)``, ``("missing", None)`` when this driver or binding lacks the symbol
+        (FunctionNotFound; not noted as missing: the caller has another way), or ``("error",
+        None)``; GpuIsLost raises ``GpuLost``."""
+        outcome, result = self._try(name, args)
+        if outcome == "missing":
+            self.missing_functions.discard(name)
+        return outcome, _decode(result) if outcome == "ok" else None
+
     def call_ok(self, name: str, *args: Any) -> bool:
         """Call a function run for its effect; True when it succeeded."""
         fn = getattr(self.lib, name, None)
