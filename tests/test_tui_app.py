@@ -219,6 +219,28 @@ async def test_titles_are_fitted_again_when_the_table_alone_changes_width():
         assert titles() == full
 
 
+async def test_rows_drawn_before_the_tables_idle_show_their_titles_and_stay_right():
+    """CI and tmux under load: a frame drawn between the rows' adding and the table's next idle
+    (where DataTable measures its columns) showed the titles cut to the header's width ("Value",
+    "gloo", "torch"), and the table kept those rows cached after it measured them."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        panel = app.query_one(FindingsPanel)
+        table = panel.table
+
+        def drawn_titles() -> list[str]:
+            return [table.render_line(y).text[3:].strip() for y in range(len(panel.findings))]
+
+        settled = drawn_titles()
+        assert settled[0] == "ValueError on rank 2" and settled[1] == "gloo connection closed by peer"
+        panel.fit(200)
+        panel.fit(80)  # every column and row built again, then drawn at once
+        assert drawn_titles() == settled
+        await pilot.pause()
+        assert drawn_titles() == settled
+
+
 class FakeJob:
     command = ["torchrun", "--nproc-per-node", "4", "train.py"]
 

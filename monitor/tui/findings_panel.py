@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.containers import Container, VerticalScroll
 from textual.message import Message
@@ -137,23 +138,18 @@ class FindingsPanel(Container):
         self._keys: list[str] = []
         self._shown: dict[str, tuple] = {}
         self._columns = COLUMNS
+        self._widths: dict[str, int] = {}  # each shown column's width, as the table was built with it
         self._title_room: int | None = None  # the title column's width, when titles are cut to it
         self._detail_key: str | None = None  # the finding the detail shows
 
     def compose(self):
-        table = FindingsTable(cursor_type="row", zebra_stripes=False, id="finding-table")
-        self._add_columns(table)
-        yield table
+        yield FindingsTable(cursor_type="row", zebra_stripes=False, id="finding-table")
         with VerticalScroll(id="finding-detail"):
             yield Static(Text("no findings yet", style="dim"), id="finding-text")
 
     @property
     def table(self) -> DataTable:
         return self.query_one(DataTable)
-
-    def _add_columns(self, table: DataTable) -> None:
-        for key in self._columns:
-            table.add_column(LABELS[key], key=key, width=WIDTHS[key])
 
     def fit(self, screen_width: int) -> None:
         """Fewer columns on a narrower screen, so the title shows."""
@@ -162,7 +158,7 @@ class FindingsPanel(Container):
             return
         self._columns = columns
         self.table.show_header = columns != NARROW_COLUMNS
-        self._rebuild()
+        self.show(self.findings, self.root)
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._fit_text)  # once the table and the detail have their sizes
@@ -172,18 +168,9 @@ class FindingsPanel(Container):
 
     def _fit_text(self) -> None:
         if self.findings and self._room(self._rows_of(self.findings)) != self._title_room:
-            self._rebuild()  # the titles are cut to another width
+            self.show(self.findings, self.root)  # the titles are cut to another width
         else:
             self._show_detail()  # its paths are broken for another width
-
-    def _rebuild(self) -> None:
-        """Every column and row added again: a column's width only grows as its cells change."""
-        selected = self.selected_key()
-        table = self.table
-        table.clear(columns=True)
-        self._add_columns(table)
-        self._keys = []
-        self.show(self.findings, self.root, selected)
 
     def show(self, findings: list[Finding], root: Finding | None, selected: str | None = None) -> None:
         table = self.table
@@ -211,16 +198,24 @@ class FindingsPanel(Container):
             title = self._columns.index("title")
             rows = [(key, cells[:title] + (Text(fmt.fit_words(cells[title].plain, self._title_room)),) + cells[title + 1:])
                     for key, cells in rows]
-        if [key for key, _ in rows] == self._keys:
-            # The same findings in the same order (counts grew): change only the cells that differ.
+        widths = self._column_widths(rows)
+        if [key for key, _ in rows] == self._keys and widths == self._widths:
+            # The same findings in the same order, in columns as wide as before (counts grew):
+            # change only the cells that differ.
             for key, cells in rows:
                 for column, cell, old in zip(self._columns, cells, self._shown[key]):
                     if _plain(cell) != _plain(old):
                         table.update_cell(key, column, cell)
         else:
-            table.clear()
+            # Every column is given its width here: the table's own widths come on its next idle,
+            # and rows it draws before that stay cached at the header's width (titles cut to a
+            # word) until some other change redraws them.
+            table.clear(columns=True)
+            for key, width in widths.items():
+                table.add_column(LABELS[key], key=key, width=width)
             for key, cells in rows:
                 table.add_row(*cells, key=key)
+            self._widths = widths
         if selected in self._by_key and selected != self.selected_key():
             table.move_cursor(row=table.get_row_index(selected), animate=False)
         self._keys = [key for key, _ in rows]
@@ -231,6 +226,14 @@ class FindingsPanel(Container):
         root_key = self.root.id if self.root else None
         return [(f.id, self._cells(f, f.id == root_key)) for f in findings]
 
+    def _column_widths(self, rows: list[tuple[str, tuple]]) -> dict[str, int]:
+        return {key: self._content_width(key, [cells[i] for _, cells in rows]) for i, key in enumerate(self._columns)}
+
+    def _content_width(self, key: str, cells: list) -> int:
+        """A column's width: its fixed one, else its widest cell's or its header's."""
+        header = [cell_len(LABELS[key])] if self.table.show_header else []
+        return WIDTHS[key] or max(header + [cell_len(_plain(cell)) for cell in cells] or [1])
+
     def _room(self, rows: list[tuple[str, tuple]]) -> int | None:
         """The width the title column has when it is the last (narrow and medium screens), so that
         a long title ends in "…" at a word instead of being cut by the panel's edge; None when the
@@ -240,9 +243,8 @@ class FindingsPanel(Container):
         if title != len(self._columns) - 1 or not table.size.width:
             return None
         padding = 2 * table.cell_padding
-        others = sum(
-            (WIDTHS[key] or max([len(LABELS[key])] + [len(_plain(cells[i])) for _, cells in rows])) + padding
-            for i, key in enumerate(self._columns[:title]))
+        others = sum(self._content_width(key, [cells[i] for _, cells in rows]) + padding
+                     for i, key in enumerate(self._columns[:title]))
         shown = table.size.height if self._columns == NARROW_COLUMNS else MAX_TABLE_ROWS
         scrollbar = table.styles.scrollbar_size_vertical if len(rows) > shown - table.show_header else 0
         return max(table.size.width - scrollbar - others - padding, 8)
