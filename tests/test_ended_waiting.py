@@ -61,7 +61,7 @@ def test_a_running_job_that_waits_now_is_not_called_hung(tmp_path, catalogue):
     assert any(f.rule == "tf-waiting-for-model" and f.severity == "warning" for f in diagnosis.findings)
 
 
-def test_a_rule_that_waits_must_be_a_warning(tmp_path):
+def test_a_rule_that_waits_is_never_an_error(tmp_path):
     rules = write_rules(tmp_path / "rules", """
 [[rule]]
 id = "my-wait"

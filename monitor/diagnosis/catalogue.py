@@ -354,8 +354,10 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
     for key, default in (("ranked", True), ("own_error", False), ("retryable", True), ("waits", False)):
         if not isinstance(table.get(key, default), bool):
             raise fail(f"{key!r} must be true or false", loc.key_line(key, start, end))
-    if table.get("waits") and table["severity"] != "warning":
-        raise fail("a rule that waits is a warning: waiting is no failure until the log ends there",
+    if table.get("waits") and table["severity"] == "error":
+        # A warning, or information where every healthy run prints the wait (Lightning's "Initializing
+        # distributed" on each rank).
+        raise fail("a rule that waits is a warning or information: waiting is no failure until the log ends there",
                    loc.key_line("waits", start, end))
     if table.get("own_error") and table["category"] not in TIMEOUT_CATEGORIES:
         raise fail("own_error marks a rank's own error in a timeout category "
