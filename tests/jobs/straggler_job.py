@@ -3,7 +3,12 @@ all-reduce their "gradients"; rank ``SLOW_RANK`` does ``EXTRA`` times more work 
 straggler: more data on one rank). ``SLOW_RANK=-1``: a balanced job. Each rank prints its step
 and loss, as training scripts do; ``STEPS`` steps, then a clean exit.
 
-Environment: SLOW_RANK (-1), EXTRA (1.0: twice the work), WORK (matmuls a step, 40), STEPS (300).
+A unit of work is a small matmul and a wait of ``UNIT_S`` (as for data or a device): the ranks'
+time is what the straggler scores measure, and a job that keeps every core busy for a minute
+would instead measure the machine's other load (two cores, the suite's other tests beside it).
+
+Environment: SLOW_RANK (-1), EXTRA (1.0: twice the work), WORK (units a step, 40), UNIT_S (0.0005),
+STEPS (300).
 """
 import os
 import time
@@ -18,8 +23,9 @@ slow_rank = int(os.environ.get("SLOW_RANK", "-1"))
 extra = float(os.environ.get("EXTRA", "1.0"))
 work = int(os.environ.get("WORK", "40"))
 steps = int(os.environ.get("STEPS", "300"))
-weights = torch.randn(256, 256)
-batch = torch.randn(256, 256)
+unit_s = float(os.environ.get("UNIT_S", "0.0005"))
+weights = torch.randn(64, 64)
+batch = torch.randn(64, 64)
 gradient = torch.zeros(1 << 16)
 
 
@@ -27,6 +33,7 @@ def compute(count: int) -> float:
     out = batch
     for _ in range(count):
         out = torch.tanh(out @ weights)
+        time.sleep(unit_s)
     return float(out.mean())
 
 
