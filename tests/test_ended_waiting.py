@@ -109,3 +109,20 @@ def test_a_compressed_log_or_a_crashed_nodes_padding_is_no_last_line(tmp_path):
     padded.write_bytes(WAIT.encode() + b"\x00" * 4096)
     line = last_line(str(padded))
     assert line is not None and "Waiting for model to be ready" in line.text
+
+
+def test_a_progress_bar_longer_than_the_window_ends_in_its_last_redraw(tmp_path):
+    """tqdm redraws its bar with "\\r" alone: a stream of them longer than the bytes read from the
+    file's end is one cut line, and what follows its last "\\r" is what the terminal showed last."""
+    from monitor.diagnosis.tail import TAIL_BYTES, last_line
+
+    bars = "".join(f"\rEpoch 0:  {step}/99999 [00:{step % 60:02d}<12:00, 1.2it/s]" for step in range(12_000))
+    log = tmp_path / "rank0.log"
+    log.write_text("[rank0]: starting\n" + bars)
+    assert log.stat().st_size > TAIL_BYTES
+    line = last_line(str(log))
+    assert line is not None and line.text == "Epoch 0:  11999/99999 [00:59<12:00, 1.2it/s]"
+    # A line cut at the window's start with no "\r" in it is still no line.
+    plain = tmp_path / "rank1.log"
+    plain.write_text("x" * (TAIL_BYTES + 10))
+    assert last_line(str(plain)) is None

@@ -32,7 +32,13 @@ def tail_lines(path: str, size: int = TAIL_BYTES) -> tuple[Iterator[LogLine], in
     except OSError:
         return iter(()), 0
     ranks = FileRanks(path)
-    raws = tail.split(b"\n")[1 if end > size else 0:]
+    raws = tail.split(b"\n")
+    if end > size:
+        # The first line is cut at its start, except what follows its last carriage return: a
+        # progress bar redrawn with "\r" alone (tqdm) is one line longer than the window, and the
+        # text after its last "\r" is the whole of what the terminal showed last.
+        cut = raws[0]
+        raws[0] = cut[cut.rfind(b"\r") + 1:] if b"\r" in cut else b""
     return (make_line(path, 0, LineAssembler().feed(raw + b"\n")[0], ranks)
             for raw in reversed(raws) if raw.strip(_EMPTY)), len(tail)
 
