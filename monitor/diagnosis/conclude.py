@@ -10,14 +10,18 @@ screen, ``watch --headless``, the Prometheus root-cause series, ``run``'s end re
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
+import regex
+
 from monitor.diagnosis.novelty import Against, compare
+from monitor.diagnosis.root_cause import choose, confidence
 from monitor.diagnosis.second_opinion import review
 from monitor.diagnosis.secrets import mask
 from monitor.diagnosis.tail import tail_lines
 from monitor.logs.ranks import FileRanks
-from monitor.model import Diagnosis
+from monitor.model import Category, Diagnosis
 
 # What is read for the last line of the rank that hung: each file's end (``tail.TAIL_BYTES``), and
 # at most this much in all (a folder of a thousand nodes' files costs what a few do); the rank's
@@ -27,15 +31,18 @@ MAX_READ_BYTES = 8 << 20
 # this many bytes of each.
 WAIT_FILES = 16
 WAIT_TAIL_BYTES = 64 * 1024
+# Where the last value of a metric that went non-finite is looked for: its file's last this many bytes.
+METRIC_TAIL_BYTES = 64 * 1024
 
 
 def conclude(diagnosis: Diagnosis, catalogue, against: Against | None = None, *, finished: bool = False) -> Diagnosis:
     """``diagnosis`` with the second opinion where the rules were unsure, then compared with
     ``against`` (the last good run) when there is one; a rank named as the one that hung gets
     its last line quoted. ``finished``: the files are read post-mortem (``diagnose``), so one
-    that ends in a wait ended there (``ended_waiting``)."""
+    that ends in a wait ended there (``ended_waiting``), and a metric whose last value is finite
+    again did not end the run (``came_back_finite``)."""
     if finished:
-        diagnosis = ended_waiting(diagnosis, catalogue)
+        diagnosis = ended_waiting(came_back_finite(diagnosis, catalogue), catalogue)
     diagnosis = review(diagnosis, catalogue)
     diagnosis = compared(diagnosis, against) if against is not None else diagnosis
     return with_last_line(diagnosis)
@@ -48,6 +55,55 @@ ENDED_WAITING = {
     "zh": ("日志在等待中结束：作业卡在了这里，或者日志在这里被截断",
            "日志在这里结束，仍在等待：作业卡在了这一步（或者摘录到这里就停了）。"),
 }
+
+
+# The gradient norm as training logs name it ("grad_norm", "grad norm").
+_GRAD_NORM = regex.compile(r"(?i)grad[_ ]norm")
+# A training metric that went non-finite and then finite again, in each output language: the
+# title's addition, the remedy's first line.
+CAME_BACK_FINITE = {
+    "en": (" (finite again later)",
+           "The log's last value of {metric} is finite ({value}): training went on past this step (a step the fp16 loss "
+           "scaler skipped is the usual case), so this is no failure by itself; a value that stays non-finite is one."),
+    "zh": ("（之后又恢复为有限值）",
+           "日志中 {metric} 的最后一个值是有限的（{value}）：训练越过了这一步继续进行（通常是 fp16 的 loss scaler "
+           "跳过了一步），所以它本身不是故障；一直保持非有限值才是。"),
+}
+
+
+def came_back_finite(diagnosis: Diagnosis, catalogue) -> Diagnosis:
+    """Where the root cause is a gradient norm gone NaN or inf (``nan_loss`` with a grad-norm
+    ``metric``) and the last value its file gives that norm is finite, the run went on past it:
+    that is how a step the fp16 loss scaler skipped looks in mmcv's and the HF Trainer's logs (the
+    scaler found inf in the gradients, and the loss stays finite). The finding becomes a warning
+    and the root cause is chosen again from the others (none, in a run that went on). A loss that
+    went NaN stays the failure even where later losses are finite: no scaler makes those. Post-
+    mortem only: while the job runs, what comes next is not known yet."""
+    root = diagnosis.root_cause
+    metric = root.fields.get("metric", "") if root is not None else ""
+    if root is None or root.category != Category.NAN_LOSS or not _GRAD_NORM.fullmatch(metric) or not root.file:
+        return diagnosis
+    value = _last_value(root.file, metric)
+    if value is None or not math.isfinite(float(value)):
+        return diagnosis
+    added, said = CAME_BACK_FINITE.get(catalogue.lang, CAME_BACK_FINITE["en"])
+    went_on = replace(root, severity="warning", role="cascade", title=root.title + added,
+                      remedy=f"{said.format(metric=metric, value=value)}\n{root.remedy}")
+    findings = [went_on if f.seq == root.seq else f for f in diagnosis.findings]
+    chosen = choose(findings, lang=catalogue.lang)
+    sure, note = confidence(chosen, catalogue.lang)
+    return replace(diagnosis, root_cause=chosen, findings=findings, confidence=sure, confidence_note=note)
+
+
+def _last_value(path: str, metric: str) -> str | None:
+    """The last value ``path`` gives ``metric`` ("loss: 0.42", "'grad_norm': nan") within its end."""
+    value = regex.compile(r"(?i)(?<![a-z0-9_])" + regex.escape(metric)
+                          + r"['\"]?\s*[:=]\s*['\"]?(?:tensor\()?([-+]?(?:nan|inf|\d+(?:\.\d*)?(?:e[-+]?\d+)?))(?![a-z0-9_])")
+    lines, _ = tail_lines(path, METRIC_TAIL_BYTES)
+    for line in lines:
+        if found := value.findall(line.text):
+            return found[-1]
+    return None
 
 
 def ended_waiting(diagnosis: Diagnosis, catalogue) -> Diagnosis:

@@ -1,0 +1,78 @@
+"""A gradient norm that went NaN or inf and whose last value in its log is finite again (a step
+the fp16 loss scaler skipped; mmcv and HF Trainer log such a step's grad_norm as nan) did not end
+the run: read post-mortem, it is a warning and the root cause is chosen from the rest; a norm that
+stays non-finite, a log that ends on it, or a loss that went NaN is still the failure; live it
+stays an error."""
+
+from __future__ import annotations
+
+import pytest
+
+from monitor.diagnosis.catalogue import load_catalogue
+from monitor.diagnosis.diagnose import diagnose_paths
+
+# mmcv's TextLoggerHook line (mmcv/runner/hooks/logger/text.py: "Epoch [{epoch}][{iter}/{len}]\t" then
+# "name: value" pairs joined by ", "), with Fp16OptimizerHook's grad_norm.
+LINE = ("2021-11-22 01:{minute:02d}:34,502 - mmocr - INFO - Epoch [1][{step}/62598]\tlr: 1.000e-03, time: 0.539, "
+        "loss_ce: 1.2757, loss: {loss}, grad_norm: {norm}\n")
+
+
+@pytest.fixture(scope="module")
+def catalogue():
+    return load_catalogue(include_user=False)
+
+
+def write(tmp_path, *rows: tuple[str, str]) -> str:
+    log = tmp_path / "train.log"
+    log.write_text("".join(LINE.format(minute=n, step=100 * (n + 1), loss=loss, norm=norm)
+                           for n, (loss, norm) in enumerate(rows)))
+    return str(log)
+
+
+def test_a_grad_norm_nan_followed_by_finite_ones_is_a_warning_and_no_root_cause(tmp_path, catalogue):
+    diagnosis = diagnose_paths([write(tmp_path, ("1.9091", "nan"), ("0.9186", "3.9772"), ("0.8812", "2.1040"))], catalogue)
+    assert diagnosis.root_cause is None and not diagnosis.failed
+    (finding,) = [f for f in diagnosis.findings if f.rule == "nan-loss"]
+    assert (finding.severity, finding.role) == ("warning", "cascade")
+    assert finding.title == "grad_norm became nan (finite again later)"
+    assert finding.remedy.startswith("The log's last value of grad_norm is finite (2.1040)")
+
+
+def test_a_metric_that_stays_non_finite_is_still_the_failure(tmp_path, catalogue):
+    diagnosis = diagnose_paths([write(tmp_path, ("1.9091", "2.5"), ("nan", "nan"), ("nan", "nan"))], catalogue)
+    root = diagnosis.root_cause
+    assert root is not None and (root.rule, root.severity) == ("nan-loss", "error")
+    assert "finite again" not in root.title
+
+
+def test_a_nan_loss_is_the_failure_even_when_later_losses_are_finite(tmp_path, catalogue):
+    root = diagnose_paths([write(tmp_path, ("1.9091", "2.5"), ("nan", "2.1"), ("0.9186", "2.0"))], catalogue).root_cause
+    assert root is not None and (root.rule, root.severity, root.fields["metric"]) == ("nan-loss", "error", "loss")
+
+
+def test_a_log_that_ends_on_the_nan_is_still_the_failure(tmp_path, catalogue):
+    diagnosis = diagnose_paths([write(tmp_path, ("1.9091", "2.5"), ("0.9186", "nan"))], catalogue)
+    root = diagnosis.root_cause
+    assert root is not None and (root.rule, root.category) == ("nan-loss", "nan_loss")
+
+
+def test_another_failure_after_a_recovered_nan_becomes_the_root_cause(tmp_path, catalogue):
+    log = write(tmp_path, ("1.9091", "nan"), ("0.9186", "3.9772"))
+    with open(log, "a") as stream:
+        stream.write("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total capacity; "
+                     "13.10 GiB already allocated; 1.02 GiB free; 13.60 GiB reserved in total by PyTorch)\n")
+    root = diagnose_paths([log], catalogue).root_cause
+    assert root is not None and root.category == "cuda_oom"
+
+
+def test_live_the_nan_is_an_error_until_the_run_says_more(tmp_path, catalogue):
+    from monitor.diagnosis.conclude import conclude
+    from monitor.diagnosis.engine import Engine
+    from monitor.diagnosis.scan import scan_file
+
+    log = write(tmp_path, ("1.9091", "nan"), ("0.9186", "3.9772"))
+    engine = Engine(catalogue)
+    scan_file(log, engine)
+    engine.flush(log)
+    root = conclude(engine.diagnosis([log]), catalogue).root_cause  # not finished: the job still runs
+    assert root is not None and (root.rule, root.severity) == ("nan-loss", "error")
