@@ -1001,6 +1001,36 @@ def test_an_exception_raised_in_the_launchers_own_code_is_a_failed_launch(tmp_pa
     assert "`accelerate config` writes a new one" in root["remedy"]
 
 
+def test_an_exception_wandbs_own_code_raised_under_the_users_call_is_wandb(tmp_path: Path) -> None:
+    """wandb 0.10-0.12 (sdk/wandb_init.py, init): ``six.raise_from(Exception("problem"), error_seen)``
+    when its backend failed; the user's frame calls into wandb and the exception rises from there.
+    An exception the user's own code raised, with wandb's callback frames above it, stays the user's."""
+    prefix = "[1,3]<stderr>:"
+    root = _diagnose(tmp_path, "".join(prefix + line + "\n" for line in (
+        "Traceback (most recent call last):",
+        '  File "train.py", line 75, in <module>',
+        '    group="DDP",',
+        '  File "/opt/conda/lib/python3.6/site-packages/wandb/sdk/wandb_init.py", line 846, in init',
+        '    six.raise_from(Exception("problem"), error_seen)',
+        '  File "<string>", line 3, in raise_from',
+        "Exception: problem",
+    )))["root_cause"]
+    assert (root["rule"], root["category"], root["rank"]) == ("python-exception", "wandb", 3)
+    assert root["title"] == "wandb failed: Exception"
+    assert "the experiment tracker failed, not the training" in root["remedy"] and "WANDB_MODE=offline" in root["remedy"]
+    own = _diagnose(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 40, in <module>\n'
+        "    trainer.fit(model)\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/wandb/integration/lightning/fabric/logger.py", line 88, in log\n'
+        "    self.metric_fn(metrics)\n"
+        '  File "/home/u/metrics.py", line 12, in metric_fn\n'
+        "    raise KeyError(name)\n"
+        "KeyError: 'val_acc'\n"
+    ))["root_cause"]
+    assert (own["category"], own["fields"]["frame_file"]) == ("python_exception", "/home/u/metrics.py")
+
+
 def test_the_launcher_reraising_its_childs_exit_status_is_no_failed_launch(tmp_path: Path) -> None:
     """accelerate's simple_launcher: ``raise subprocess.CalledProcessError(returncode=..., cmd=cmd)``
     after the training process failed: the child's error (above it) is the cause."""

@@ -240,6 +240,7 @@ class ExceptionClassifier:
         self._cut = pyexc.CUT_TEXTS.get(lang, pyexc.CUT_TEXTS["en"])
         self._launcher = pyexc.LAUNCHER_TEXTS.get(lang, pyexc.LAUNCHER_TEXTS["en"])
         self._launcher_hints = pyexc.LAUNCHER_HINTS.get(lang, pyexc.LAUNCHER_HINTS["en"])
+        self._service = pyexc.SERVICE_TEXTS.get(lang, pyexc.SERVICE_TEXTS["en"])
 
     def classify(self, record: Record) -> list[Match]:
         if record.kind not in ("traceback", "line"):
@@ -274,6 +275,8 @@ class ExceptionClassifier:
             category, (title, remedy) = "launcher", self._launcher
             fields["launcher"] = exception.launcher
             fields["hint"] = self._launcher_hints[exception.launcher]
+        elif exception.service and not cascade:
+            category, (title, remedy) = exception.service, self._service
         return [Match(
             key=(pyexc.RULE_ID, exception.exc_type, exception.frame_file, exception.frame_line),
             rule=pyexc.RULE_ID, category=category,

@@ -38,6 +38,10 @@ _LAUNCHER_CODE = regex.compile(
     r"|(?P<horovodrun>horovod[\\/]run(?:ner)?[\\/])"
     r"|(?P<torchrun>torch[\\/]distributed[\\/](?:run|launch)\.py$|torch[\\/]distributed[\\/]launcher[\\/]))"
 )
+# The experiment tracker's own code (the wandb package, installed or a checkout of its client): an
+# exception that the user's code called into it and that rose from there is the tracker failing (its
+# login, its server, a run it cannot create or sync), not the training.
+_WANDB_CODE = regex.compile(r"(?:^|[\\/])wandb[\\/]")
 # Exceptions that report another failure rather than being one: a peer died or timed out
 # (DistBackendError from the watchdog), torchrun's summary of a child's failure, the SIGTERM
 # torchrun sends the surviving ranks.
@@ -154,6 +158,19 @@ LAUNCHER_HINTS = {
         "torchrun": "检查传给 torchrun 的节点数、进程数和 rendezvous 参数（它的帮助里列出了这些参数）。",
     },
 }
+# An exception wandb's own code raised under the user's call (``PythonException.service``).
+SERVICE_TEXTS = {
+    "en": ("wandb failed: {exc_type}",
+           "wandb's own code raised this under your call at {frame_file}:{frame_line} ({frame_func}): the experiment "
+           "tracker failed, not the training. {exc_type}: {message}\n"
+           "Check its login (`wandb login`, WANDB_API_KEY) and its connection to the wandb server; WANDB_MODE=offline "
+           "trains without it (`wandb sync` uploads the run later)."),
+    "zh": ("wandb 失败了：{exc_type}",
+           "这是 wandb 自己的代码在你的调用（{frame_file}:{frame_line} 的 {frame_func}）之下抛出的：失败的是实验跟踪工具，"
+           "不是训练。{exc_type}: {message}\n"
+           "检查它的登录（`wandb login`、WANDB_API_KEY）和到 wandb 服务器的连接；WANDB_MODE=offline 可以不依赖它训练"
+           "（之后用 `wandb sync` 上传这次运行）。"),
+}
 # The same in Chinese (``--lang zh``): the same fields.
 TEXTS = {
     "en": (TITLE, CASCADE_TITLE, REMEDY, CASCADE_REMEDY, "the other ranks",
@@ -185,6 +202,8 @@ class PythonException:
     index: int
     # The launcher whose own code raised it (its frame is then the raise site), else "".
     launcher: str = ""
+    # The service whose own code the user's frame called into and it rose from ("wandb"), else "".
+    service: str = ""
 
     @property
     def short_type(self) -> str:
@@ -314,7 +333,16 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
         # No frame of the user's code to point at (the entry script is the launcher's): where it raised.
         return PythonException(exc_type, message, *frames[-1], index, launcher)
     user = _user_frame(frames, [f[0] for f in frames], ("", "", ""))
-    return PythonException(exc_type, message, user[0], user[1], user[2], index)
+    return PythonException(exc_type, message, user[0], user[1], user[2], index, service=_service(frames, user))
+
+
+def _service(frames: list[tuple[str, str, str]], user: tuple[str, str, str]) -> str:
+    """"wandb" where the user's innermost frame, or the frame it called, is wandb's own code (a
+    checkout of wandb's client is no installed package), else ""."""
+    if user not in frames:
+        return ""
+    at = len(frames) - 1 - frames[::-1].index(user)
+    return "wandb" if any(_WANDB_CODE.search(file) for file, _, _ in frames[at:at + 2]) else ""
 
 
 def _launcher(file: str) -> str:
