@@ -76,3 +76,45 @@ def test_live_the_nan_is_an_error_until_the_run_says_more(tmp_path, catalogue):
     engine.flush(log)
     root = conclude(engine.diagnosis([log]), catalogue).root_cause  # not finished: the job still runs
     assert root is not None and (root.rule, root.severity) == ("nan-loss", "error")
+
+
+def test_a_hang_after_a_recovered_nan_still_names_the_rank_that_stalled(tmp_path, catalogue):
+    """The root cause chosen again weighs the engine's rank evidence, as the engine's own choice
+    does: three of four ranks time out, so rank 1 is the one they waited for."""
+    log = tmp_path / "job.log"
+    steps = "".join(f"[rank0]: {LINE.format(minute=n, step=100 * (n + 1), loss=loss, norm=norm)}"
+                    for n, (loss, norm) in enumerate([("1.9091", "nan"), ("0.9186", "3.9772")]))
+    log.write_text(
+        "".join(f"[rank{r}]: Initialized process group, world_size=4\n" for r in range(4)) + steps
+        + "".join(f"[rank{r}]:[E ProcessGroupNCCL.cpp:1250] [Rank {r}] Watchdog caught collective operation timeout: "
+                  "WorkNCCL(SeqNum=4412, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800562 milliseconds before "
+                  "timing out.\n" for r in (0, 2, 3)))
+    root = diagnose_paths([str(log)], catalogue).root_cause
+    assert root is not None and (root.category, root.rank) == ("nccl_timeout", 1)
+
+
+def test_infinity_as_json_writes_it_and_a_later_nan_loss_keep_the_failure(tmp_path, catalogue):
+    """Python's json writes inf as Infinity (the HF Trainer's log_history, JSON-lines loggers)."""
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"loss": 2.31, "grad_norm": NaN, "epoch": 0.01}\n{"loss": 2.12, "grad_norm": 3.1, "epoch": 0.02}\n'
+                   '{"loss": 14.2, "grad_norm": Infinity, "epoch": 0.03}\n')
+    root = diagnose_paths([str(log)], catalogue).root_cause
+    assert root is not None and root.rule == "nan-loss" and root.severity == "error"
+    log.write_text('{"loss": 2.31, "grad_norm": NaN, "epoch": 0.01}\n{"loss": NaN, "grad_norm": 3.1, "epoch": 0.02}\n')
+    root = diagnose_paths([str(log)], catalogue).root_cause
+    assert root is not None and root.rule == "nan-loss" and root.severity == "error"
+
+
+def test_apex_below_one_then_finite_losses_recovered_and_without_them_is_the_failure(tmp_path, catalogue):
+    """apex/amp/handle.py: "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to
+    {}": a scale below 1 is a failure unless the loss the log prints later is finite."""
+    overflows = "".join(f"Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to {2.0 ** (15 - n)}\n"
+                        for n in range(17))
+    log = tmp_path / "train.log"
+    log.write_text(overflows)
+    root = diagnose_paths([str(log)], catalogue).root_cause
+    assert root is not None and (root.rule, root.confidence) == ("apex-loss-scale-below-one", "likely")
+    log.write_text(overflows + "".join(f"Epoch 1 step {s} Loss: 2.{s:03d}\n" for s in range(5)))
+    diagnosis = diagnose_paths([str(log)], catalogue)
+    assert diagnosis.root_cause is None
+    assert [f.severity for f in diagnosis.findings if f.rule == "apex-loss-scale-below-one"] == ["warning"]

@@ -126,3 +126,41 @@ def test_a_progress_bar_longer_than_the_window_ends_in_its_last_redraw(tmp_path)
     plain = tmp_path / "rank1.log"
     plain.write_text("x" * (TAIL_BYTES + 10))
     assert last_line(str(plain)) is None
+    # A bar drawn as "bar\r", or its stream's end through a pty ("\r\n"): the same last redraw.
+    for end in ("\r", "\r\n"):
+        log.write_text("[rank0]: starting\n" + bars + end)
+        line = last_line(str(log))
+        assert line is not None and line.text == "Epoch 0:  11999/99999 [00:59<12:00, 1.2it/s]", end
+
+
+LIGHTNING_RANK0 = (
+    "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2\n"
+    "----------------------------------------------------------------------------------------------------\n"
+    "distributed_backend=gloo\n"
+    "All distributed processes registered. Starting with 2 processes\n"
+    "----------------------------------------------------------------------------------------------------\n"
+    "Epoch 0: 100%|##########| 32/32 [00:01<00:00, 20.11it/s, v_num=0]\n"
+    "`Trainer.fit` stopped: `max_epochs=2` reached.\n"
+)
+
+
+def test_an_information_wait_ends_the_job_only_where_every_file_ends_on_it(tmp_path, catalogue):
+    """Lightning prints "Initializing distributed" on every rank and little else on the others
+    (rank_zero_only): rank 1's own file ends on it in a healthy run."""
+    (tmp_path / "rank0.log").write_text(LIGHTNING_RANK0)
+    (tmp_path / "rank1.log").write_text("Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2\n")
+    diagnosis = diagnose_paths([str(tmp_path)], catalogue)
+    assert diagnosis.root_cause is None and not diagnosis.failed
+    hung = tmp_path / "hung"
+    hung.mkdir()
+    (hung / "job.log").write_text("".join(f"[rank: {r}] Global seed set to 0\nInitializing distributed: GLOBAL_RANK: {r}, "
+                                          f"MEMBER: {r + 1}/4\n" for r in range(4)))
+    root = diagnose_paths([str(hung)], catalogue).root_cause
+    assert root is not None and (root.rule, root.confidence) == ("lightning-joining-process-group", "weak")
+
+
+def test_a_job_whose_training_loop_finished_did_not_end_waiting(tmp_path, catalogue):
+    log = tmp_path / "worker1.log"
+    log.write_text(START + "INFO:tensorflow:loss = 0.31, step = 200\n"
+                   "\n\nTraining completed. Do not forget to share your model on huggingface.co/models =)\n\n\n" + WAIT)
+    assert diagnose_paths([str(log)], catalogue).root_cause is None

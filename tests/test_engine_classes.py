@@ -1029,6 +1029,20 @@ def test_an_exception_wandbs_own_code_raised_under_the_users_call_is_wandb(tmp_p
         "KeyError: 'val_acc'\n"
     ))["root_cause"]
     assert (own["category"], own["fields"]["frame_file"]) == ("python_exception", "/home/u/metrics.py")
+    # A user's own folder named wandb is no wandb package; a tensor of the wrong shape given to
+    # wandb.Image fails in its data types: the user's data, not the tracker.
+    for frames, exception in (
+        (['  File "/home/alice/wandb/sweeps/train.py", line 12, in <module>', '    raise ValueError(opt)'],
+         "ValueError: unknown optimizer adamw8"),
+        (['  File "/home/u/train.py", line 50, in <module>', "    wandb.log({'img': wandb.Image(x)})",
+          '  File "/opt/venv/lib/python3.10/site-packages/wandb/sdk/data_types/image.py", line 160, in __init__',
+          "    self._initialize_from_data(data_or_path, mode, file_type)",
+          '  File "/opt/venv/lib/python3.10/site-packages/torch/_tensor.py", line 40, in wrapped',
+          "    return f(*args, **kwargs)"],
+         "RuntimeError: permute(sparse_coo): number of dimensions in the tensor input does not match"),
+    ):
+        root = _diagnose(tmp_path, "Traceback (most recent call last):\n" + "\n".join(frames) + "\n" + exception + "\n")["root_cause"]
+        assert root["category"] == "python_exception", exception
 
 
 def test_the_launcher_reraising_its_childs_exit_status_is_no_failed_launch(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from dataclasses import replace
 import regex
 
 from monitor.diagnosis.novelty import Against, compare
-from monitor.diagnosis.root_cause import choose, confidence
+from monitor.diagnosis.root_cause import RankEvidence, choose, confidence, with_rank
 from monitor.diagnosis.second_opinion import review
 from monitor.diagnosis.secrets import mask
 from monitor.diagnosis.tail import tail_lines
@@ -35,14 +35,16 @@ WAIT_TAIL_BYTES = 64 * 1024
 METRIC_TAIL_BYTES = 64 * 1024
 
 
-def conclude(diagnosis: Diagnosis, catalogue, against: Against | None = None, *, finished: bool = False) -> Diagnosis:
+def conclude(diagnosis: Diagnosis, catalogue, against: Against | None = None, *, finished: bool = False,
+             ranks: RankEvidence | None = None) -> Diagnosis:
     """``diagnosis`` with the second opinion where the rules were unsure, then compared with
     ``against`` (the last good run) when there is one; a rank named as the one that hung gets
     its last line quoted. ``finished``: the files are read post-mortem (``diagnose``), so one
     that ends in a wait ended there (``ended_waiting``), and a metric whose last value is finite
-    again did not end the run (``came_back_finite``)."""
+    again did not end the run (``came_back_finite``; ``ranks``: the engine's rank evidence, for
+    the root cause chosen again)."""
     if finished:
-        diagnosis = ended_waiting(came_back_finite(diagnosis, catalogue), catalogue)
+        diagnosis = ended_waiting(came_back_finite(diagnosis, catalogue, ranks), catalogue)
     diagnosis = review(diagnosis, catalogue)
     diagnosis = compared(diagnosis, against) if against is not None else diagnosis
     return with_last_line(diagnosis)
@@ -59,8 +61,12 @@ ENDED_WAITING = {
 
 # The gradient norm as training logs name it ("grad_norm", "grad norm").
 _GRAD_NORM = regex.compile(r"(?i)grad[_ ]norm")
-# A training metric that went non-finite and then finite again, in each output language: the
-# title's addition, the remedy's first line.
+# The rule of apex's loss scale fallen below 1, whose run may still have recovered.
+APEX_BELOW_ONE = "apex-loss-scale-below-one"
+# A metric's value as training logs write it: a number, or NaN/inf as Python, numpy and JSON spell them.
+_VALUE = r"['\"]?\s*[:=]\s*['\"]?(?:tensor\()?([-+]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:e[-+]?\d+)?))(?![a-z0-9_])"
+# A run that went on past a non-finite step, in each output language: the title's addition, the
+# remedy's first line.
 CAME_BACK_FINITE = {
     "en": (" (finite again later)",
            "The log's last value of {metric} is finite ({value}): training went on past this step (a step the fp16 loss "
@@ -71,55 +77,75 @@ CAME_BACK_FINITE = {
 }
 
 
-def came_back_finite(diagnosis: Diagnosis, catalogue) -> Diagnosis:
+def came_back_finite(diagnosis: Diagnosis, catalogue, ranks: RankEvidence | None = None) -> Diagnosis:
     """Where the root cause is a gradient norm gone NaN or inf (``nan_loss`` with a grad-norm
-    ``metric``) and the last value its file gives that norm is finite, the run went on past it:
-    that is how a step the fp16 loss scaler skipped looks in mmcv's and the HF Trainer's logs (the
-    scaler found inf in the gradients, and the loss stays finite). The finding becomes a warning
-    and the root cause is chosen again from the others (none, in a run that went on). A loss that
-    went NaN stays the failure even where later losses are finite: no scaler makes those. Post-
-    mortem only: while the job runs, what comes next is not known yet."""
+    ``metric``), or apex's loss scale fallen below 1, and the log's last values of that norm and
+    of the loss are finite, the run went on past it: that is how a step the fp16 loss scaler
+    skipped looks in mmcv's and the HF Trainer's logs (the scaler found inf in the gradients, the
+    loss stays finite). The finding becomes a warning and the root cause is chosen again from the
+    others, with the engine's rank evidence (none, in a run that went on). A loss that went NaN is
+    still the failure: no scaler makes those. Post-mortem only: while the job runs, what comes next
+    is not known yet."""
     root = diagnosis.root_cause
-    metric = root.fields.get("metric", "") if root is not None else ""
-    if root is None or root.category != Category.NAN_LOSS or not _GRAD_NORM.fullmatch(metric) or not root.file:
+    if root is None or root.category != Category.NAN_LOSS or not root.file:
         return diagnosis
-    value = _last_value(root.file, metric)
-    if value is None or not math.isfinite(float(value)):
+    metric = root.fields.get("metric", "")
+    norm = bool(_GRAD_NORM.fullmatch(metric))
+    if not norm and root.rule != APEX_BELOW_ONE:
         return diagnosis
+    last = _last_values(root.file, [metric, "loss"] if norm else ["loss"])
+    if any(value is not None and not math.isfinite(float(value)) for value in last.values()):
+        return diagnosis
+    said_of = metric if norm else "loss"
+    if last.get(said_of) is None:
+        return diagnosis  # nothing later says the run went on
     added, said = CAME_BACK_FINITE.get(catalogue.lang, CAME_BACK_FINITE["en"])
     went_on = replace(root, severity="warning", role="cascade", title=root.title + added,
-                      remedy=f"{said.format(metric=metric, value=value)}\n{root.remedy}")
+                      remedy=f"{said.format(metric=said_of, value=last[said_of])}\n{root.remedy}")
     findings = [went_on if f.seq == root.seq else f for f in diagnosis.findings]
-    chosen = choose(findings, lang=catalogue.lang)
+    chosen = with_rank(choose(findings, ranks, catalogue.lang), findings, ranks, catalogue.lang)
     sure, note = confidence(chosen, catalogue.lang)
     return replace(diagnosis, root_cause=chosen, findings=findings, confidence=sure, confidence_note=note)
 
 
-def _last_value(path: str, metric: str) -> str | None:
-    """The last value ``path`` gives ``metric`` ("loss: 0.42", "'grad_norm': nan") within its end."""
-    value = regex.compile(r"(?i)(?<![a-z0-9_])" + regex.escape(metric)
-                          + r"['\"]?\s*[:=]\s*['\"]?(?:tensor\()?([-+]?(?:nan|inf|\d+(?:\.\d*)?(?:e[-+]?\d+)?))(?![a-z0-9_])")
+def _last_values(path: str, metrics: list[str]) -> dict[str, str | None]:
+    """The last value ``path`` gives each of ``metrics`` ("loss: 0.42", "'grad_norm': NaN") within
+    its end; None for one it does not give there."""
+    patterns = {metric: regex.compile(r"(?i)(?<![a-z0-9_])" + regex.escape(metric) + _VALUE) for metric in metrics}
+    found: dict[str, str | None] = dict.fromkeys(metrics)
     lines, _ = tail_lines(path, METRIC_TAIL_BYTES)
     for line in lines:
-        if found := value.findall(line.text):
-            return found[-1]
-    return None
+        for metric, pattern in patterns.items():
+            if found[metric] is None and (values := pattern.findall(line.text)):
+                found[metric] = values[-1]
+        if all(value is not None for value in found.values()):
+            break
+    return found
 
 
 def ended_waiting(diagnosis: Diagnosis, catalogue) -> Diagnosis:
     """Where nothing failed and a file's last line is a wait (a rule with ``waits``: a worker
     waiting for its chief, a TPU host for the rest of its slice), the wait as the root cause,
     ``weak``: the process never got past it. Any of the job's files (the first ``WAIT_FILES``)
-    may be the one that ended waiting. While a job runs such a line is only a warning; the live
+    may be the one that ended waiting; for a wait of severity info, every one must. Not in a job
+    whose training loop said it finished. While a job runs such a line is only a warning; the live
     session has its stall detector for silences."""
     if diagnosis.root_cause is not None or diagnosis.failed:
         return diagnosis
+    if any(f.fields.get("finished") for f in diagnosis.findings):
+        return diagnosis  # the training loop said it finished: whatever ends waiting came after
     waits = [f for f in diagnosis.findings
              if f.origin == "log" and (rule := catalogue.by_id.get(f.rule)) is not None and rule.waits]
     for finding in waits:
         rule = catalogue.by_id[finding.rule]
-        ended = next((path for path in dict.fromkeys([finding.file, *diagnosis.files[:WAIT_FILES]])
-                      if _ends_in(path, rule)), None)
+        files = list(dict.fromkeys([finding.file, *diagnosis.files[:WAIT_FILES]]))
+        if rule.severity == "info":
+            # A wait every healthy run prints (Lightning's on each rank): a rank's own file can end
+            # on it while rank 0's goes on (the rest is printed on rank 0 alone), so the job ended
+            # there only where every file does.
+            ended = files[0] if all(_ends_in(path, rule) for path in files) else None
+        else:
+            ended = next((path for path in files if _ends_in(path, rule)), None)
         if ended is None:
             continue
         note, said = ENDED_WAITING.get(catalogue.lang, ENDED_WAITING["en"])

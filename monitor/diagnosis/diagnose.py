@@ -72,7 +72,7 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
                 engine.flush(name)
     for finding in evidence:
         engine.add_external(finding)
-    diagnosis = conclude(engine.diagnosis(files), catalogue, finished=True)
+    diagnosis = conclude(engine.diagnosis(files), catalogue, finished=True, ranks=engine.rank_evidence())
     diagnosis.problems = problems + diagnosis.problems
     diagnosis.unread = unread
     diagnosis.empty = empty

@@ -38,10 +38,11 @@ _LAUNCHER_CODE = regex.compile(
     r"|(?P<horovodrun>horovod[\\/]run(?:ner)?[\\/])"
     r"|(?P<torchrun>torch[\\/]distributed[\\/](?:run|launch)\.py$|torch[\\/]distributed[\\/]launcher[\\/]))"
 )
-# The experiment tracker's own code (the wandb package, installed or a checkout of its client): an
-# exception that the user's code called into it and that rose from there is the tracker failing (its
-# login, its server, a run it cannot create or sync), not the training.
-_WANDB_CODE = regex.compile(r"(?:^|[\\/])wandb[\\/]")
+# The experiment tracker's own code (the installed wandb package): an exception that the user's code
+# called into it and that rose from there is the tracker failing (its login, its server, a run it
+# cannot create or sync), not the training. Not its data types (wandb.Image of a tensor of the wrong
+# shape: the user's data), and not a user's own folder that happens to be named wandb.
+_WANDB_CODE = regex.compile(r"(?:site|dist)-packages[\\/]wandb[\\/](?!(?:sdk[\\/])?data_types)")
 # Exceptions that report another failure rather than being one: a peer died or timed out
 # (DistBackendError from the watchdog), torchrun's summary of a child's failure, the SIGTERM
 # torchrun sends the surviving ranks.
@@ -337,12 +338,11 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
 
 
 def _service(frames: list[tuple[str, str, str]], user: tuple[str, str, str]) -> str:
-    """"wandb" where the user's innermost frame, or the frame it called, is wandb's own code (a
-    checkout of wandb's client is no installed package), else ""."""
+    """"wandb" where the frame the user's innermost frame called is wandb's own code, else ""."""
     if user not in frames:
         return ""
-    at = len(frames) - 1 - frames[::-1].index(user)
-    return "wandb" if any(_WANDB_CODE.search(file) for file, _, _ in frames[at:at + 2]) else ""
+    called = frames[len(frames) - frames[::-1].index(user):][:1]
+    return "wandb" if called and _WANDB_CODE.search(called[0][0]) else ""
 
 
 def _launcher(file: str) -> str:

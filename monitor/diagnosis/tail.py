@@ -37,7 +37,7 @@ def tail_lines(path: str, size: int = TAIL_BYTES) -> tuple[Iterator[LogLine], in
         # The first line is cut at its start, except what follows its last carriage return: a
         # progress bar redrawn with "\r" alone (tqdm) is one line longer than the window, and the
         # text after its last "\r" is the whole of what the terminal showed last.
-        cut = raws[0]
+        cut = raws[0].rstrip(b"\r")  # a bar drawn as "bar\r", or a pty's "\r\n"
         raws[0] = cut[cut.rfind(b"\r") + 1:] if b"\r" in cut else b""
     return (make_line(path, 0, LineAssembler().feed(raw + b"\n")[0], ranks)
             for raw in reversed(raws) if raw.strip(_EMPTY)), len(tail)
