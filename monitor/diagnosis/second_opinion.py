@@ -216,7 +216,7 @@ def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str])
         return diagnosis
     lines = read_lines(_files_by_evidence(diagnosis))
     root = diagnosis.root_cause
-    if root is None and (not any(_SOMETHING_WRONG.search(line) for line in lines) or _still_training(diagnosis.files)):
+    if root is None and (not _unexplained_alarm(lines, diagnosis) or _still_training(diagnosis.files)):
         return diagnosis
     said = opinion(lines, model)
     if said.confidence is None:
@@ -258,6 +258,18 @@ def _still_training(files: list[str]) -> bool:
 def _ends_training(path: str) -> bool:
     last = tail.last_line(path)
     return last is not None and (progress := parse_progress(last.text)) is not None and progress.step is not None
+
+
+def _unexplained_alarm(lines: list[str], diagnosis: Diagnosis) -> bool:
+    """Whether a line says something went wrong that no rule already read as a warning or a note
+    (c10d's "client socket has failed to connect" while it retries, NCCL's fallback warnings): the
+    words of a known, harmless line are no reason to look further."""
+    explained = {_key(line) for f in diagnosis.findings if f.severity != "error" for line in f.evidence}
+    return any(_SOMETHING_WRONG.search(line) and _key(line) not in explained for line in lines)
+
+
+def _key(line: str) -> str:
+    return line.translate(_ZERO_DIGITS).strip()
 
 
 def _says_what_failed(root: Finding) -> bool:
