@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from contextlib import asynccontextmanager
 
 import pytest
 from textual.geometry import Region
@@ -195,13 +196,19 @@ async def test_help_screen_and_theme():
         assert app.theme != before
 
 
-async def test_titles_are_fitted_again_when_the_table_alone_changes_width():
-    """Seen at 80x24 under load: the table got its width a refresh after its panel, no resize of
-    the panel followed, and the titles stayed cut to a few characters ("CUDA")."""
+@asynccontextmanager
+async def crash_at_80x24():
+    """The crash feed read whole on an 80x24 screen: (the pilot, the findings panel)."""
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app, len(crash_lines()))
-        panel = app.query_one(FindingsPanel)
+        yield pilot, app.query_one(FindingsPanel)
+
+
+async def test_titles_are_fitted_again_when_the_table_alone_changes_width():
+    """Seen at 80x24 under load: the table got its width a refresh after its panel, no resize of
+    the panel followed, and the titles stayed cut to a few characters ("CUDA")."""
+    async with crash_at_80x24() as (pilot, panel):
         table = panel.table
 
         def titles() -> list[str]:
@@ -223,10 +230,7 @@ async def test_rows_drawn_before_the_tables_idle_show_their_titles_and_stay_righ
     """CI and tmux under load: a frame drawn between the rows' adding and the table's next idle
     (where DataTable measures its columns) showed the titles cut to the header's width ("Value",
     "gloo", "torch"), and the table kept those rows cached after it measured them."""
-    app = make_app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot, app, len(crash_lines()))
-        panel = app.query_one(FindingsPanel)
+    async with crash_at_80x24() as (pilot, panel):
         table = panel.table
 
         def drawn_titles() -> list[str]:
