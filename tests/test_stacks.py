@@ -183,6 +183,37 @@ def test_every_rank_in_one_collective_points_at_other_nodes_when_ranks_are_missi
     assert "monitor stacks --run LOG" in finding.remedy
 
 
+def test_a_rank_held_by_an_nccl_collective_waits_for_its_gpu_not_in_the_collective():
+    """Recorded on an H200 (tests/device/check.sh, scenario timeout): NCCL's all-reduce held behind
+    a spinning kernel, the watchdog timed out, and py-spy found the rank in torch.cuda.synchronize:
+    NCCL's Python call had returned. Read before as "none waits in a collective"."""
+    recorded = Path(__file__).parent / "device" / "recorded" / "stacks-nccl-timeout-h200.json"
+    [(capture, _)] = files.read(recorded)
+    finding = compare.analyse(capture)
+    assert finding.title == "every rank waits for the GPU in torch.cuda.synchronize at main (gpu_job.py:50)"
+    assert (finding.severity, finding.fields["kind"], finding.fields["gpu_wait"]) == ("warning", "all-wait",
+                                                                                    "torch.cuda.synchronize")
+    assert "a collective's Python call returns at once" in finding.remedy and "NCCL_DEBUG=INFO" in finding.remedy
+    # The straggler's looks count collectives only: a rank at a GPU wait may be computing.
+    assert compare.place_of(capture.ranked()[0]).collective == ""
+
+
+def test_a_rank_outside_the_others_gpu_wait_is_the_stuck_one(tmp_path):
+    train = tmp_path / "train.py"
+    train.write_text("def step(model, batch):\n    loss = model(batch)\n    print(loss.item())\n")
+    at_item = [_rank(r, ("step", str(train), 3), ("main", str(train), 9)) for r in (0, 1, 3)]
+    stuck = _rank(2, ("load_batch", TRAIN, 88), ("main", TRAIN, 200))
+    finding = compare.analyse(_capture(*at_item[:2], stuck, at_item[2]))
+    assert finding.fields["kind"] == "stuck" and finding.rank == 2
+    assert finding.title == "rank 2 is in load_batch (train.py:88) while ranks 0,1,3 wait for the GPU in .item() at step (train.py:3)"
+    assert "the collective the others wait in (.item(): with NCCL, the collectives queued on the GPU before it)" in finding.remedy
+    # The same line elsewhere in the stack is not a wait: the rank is inside a call it makes.
+    deeper = _rank(0, ("linear", "/venv/lib/python3.11/site-packages/torch/nn/functional.py", 2380),
+                   ("step", str(train), 3))
+    assert compare.place_of(deeper).frame.line == 3
+    assert compare.place_of(deeper).gpu_wait == ""
+
+
 def test_ranks_without_a_stack_do_not_make_the_survivor_every_rank():
     gone = ProcessStack(pid=1001, rank=1, command="python train.py", threads=[Thread("MainThread", 1001, [])])
     stuck = _rank(2, ("load_batch", TRAIN, 88), ("main", TRAIN, 200))

@@ -5,12 +5,15 @@ named like a collective, or autograd's ``backward``, where DistributedDataParall
 the gradients), and its innermost frame in the user's own code (not in a library or the
 standard library). Most ranks of a hung job wait in the same collective at the same line;
 the ranks that are somewhere else are the ones the others wait for (BLOOM's "6 processes are in
-train, 2 are in broadcast", done by hand on 48 nodes).
+train, 2 are in broadcast", done by hand on 48 nodes). With NCCL a collective's Python call
+returns at once and the collective runs on the GPU's stream, so a rank held by it is seen at its
+next wait for the GPU (``torch.cuda.synchronize``, ``.item()``): that is a wait too.
 """
 
 from __future__ import annotations
 
 import linecache
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +34,11 @@ COLLECTIVES = frozenset({
 })
 # Where DDP waits for its gradient all-reduce: inside loss.backward(), in autograd's engine.
 _BACKWARD = ("torch/autograd/", frozenset({"backward", "_engine_run_backward"}))
+# Where the host waits for the GPU's queued work: torch.cuda's synchronize calls (torch/cuda/__init__.py,
+# streams.py), by the names py-spy shows, and the copies to the host that wait the same way (no
+# Python frame of their own: read from the rank's own line of code).
+_GPU_SYNC = ("torch/cuda/", frozenset({"synchronize", "Stream.synchronize", "Event.synchronize"}))
+_HOST_COPY = re.compile(r"\.(item|cpu|tolist)\(\)")
 _LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "<frozen ", "/lib/python3")
 EVIDENCE_FRAMES = 6
 # The kinds of finding ``analyse`` makes where some ranks are the odd ones out (``Finding.ranks``).
@@ -39,15 +47,23 @@ ODD_KINDS = ("stuck", "mismatch", "elsewhere", "rest-gone")
 
 @dataclass(frozen=True, slots=True)
 class Place:
-    """Where one rank is: the collective it waits in ("" when none) and its own code's frame."""
+    """Where one rank is: the collective it waits in ("" when none), its own code's frame, and,
+    outside a collective, the call that waits for the GPU ("" when none)."""
 
     collective: str
     frame: Frame
+    gpu_wait: str = ""
+
+    @property
+    def waits(self) -> bool:
+        return bool(self.collective or self.gpu_wait)
 
     def describe(self, plural: bool = False) -> str:
         where = f"{self.frame.function} ({Path(self.frame.file).name}:{self.frame.line})"
         if self.collective:
             return advice("stacks-place-wait" if plural else "stacks-place-waits", collective=self.collective, where=where)
+        if self.gpu_wait:
+            return advice("stacks-place-wait-gpu" if plural else "stacks-place-waits-gpu", call=self.gpu_wait, where=where)
         return advice("stacks-place-are" if plural else "stacks-place-is", where=where)
 
 
@@ -62,7 +78,17 @@ def place_of(stack: ProcessStack) -> Place | None:
         elif not collective and _BACKWARD[0] in frame.file and frame.function in _BACKWARD[1]:
             collective = "backward"
     own = next((f for f in thread.frames if is_user_code(f.file)), thread.frames[0])
-    return Place(collective, own)
+    return Place(collective, own, "" if collective else _gpu_wait(thread.frames, own))
+
+
+def _gpu_wait(frames: list[Frame], own: Frame) -> str:
+    """The call by which a rank outside any collective waits for its GPU ("" when none)."""
+    for frame in frames:
+        if _GPU_SYNC[0] in frame.file and frame.function in _GPU_SYNC[1]:
+            return "torch.cuda." + frame.function
+    if frames[0] is own and (copy := _HOST_COPY.search(source_line(own))):
+        return copy.group(0)
+    return ""
 
 
 def is_user_code(file: str) -> bool:
@@ -89,8 +115,8 @@ def analyse(capture: Capture, stacks_file: str = "") -> Finding | None:
     groups = groups_of(capture)
     if not groups:
         return None
-    waiting = [g for g in groups if g[0].collective]
-    elsewhere = [g for g in groups if not g[0].collective]
+    waiting = [g for g in groups if g[0].waits]
+    elsewhere = [g for g in groups if not g[0].waits]
     if waiting and elsewhere:
         odd, usual, kind = elsewhere, waiting, "stuck"
     elif len(groups) > 1 and len(groups[0][1]) > len(groups[1][1]):
@@ -124,6 +150,8 @@ def _finding(capture: Capture, groups, odd, usual, kind: str, stacks_file: str) 
               "line": str(place.frame.line), "trigger": capture.trigger, "taken": f"{capture.taken:.3f}"}
     if place.collective:
         fields["collective"] = place.collective
+    if place.gpu_wait:
+        fields["gpu_wait"] = place.gpu_wait
     if code := source_line(place.frame):
         fields["code"] = code
     if stacks_file:
@@ -156,13 +184,15 @@ def _remedy(kind: str, capture: Capture, odd, usual, fields: dict[str, str]) -> 
     if kind == "stuck":
         stuck = who(odd[0][1])
         lines = [advice("stacks-stuck", Stuck=stuck[0].upper() + stuck[1:], stuck=stuck, timeout=timeout,
-                        collective=_collective_words(usual[0][0].collective), **place)]
+                        collective=_collective_words(usual[0][0]), **place)]
     elif kind == "mismatch":
         lines = [advice("stacks-mismatch", **place)]
     elif kind == "rest-gone":
         lines = [advice("stacks-rest-gone", who=who(odd[0][1]), **place)]
     elif kind == "elsewhere":
         lines = [advice("stacks-elsewhere", who=who(odd[0][1]), **place)]
+    elif kind == "all-wait" and fields.get("gpu_wait"):
+        lines = [advice("stacks-all-wait-gpu", call=fields["gpu_wait"], **place)]
     elif kind == "all-wait":
         lines = [advice("stacks-all-wait", collective=fields.get("collective") or advice("stacks-a-collective"),
                         **place)]
@@ -178,8 +208,10 @@ def _remedy(kind: str, capture: Capture, odd, usual, fields: dict[str, str]) -> 
     return "\n".join(lines) + saved
 
 
-def _collective_words(collective: str) -> str:
-    return advice("stacks-ddp-backward") if collective == "backward" else collective
+def _collective_words(place: Place) -> str:
+    if place.gpu_wait:
+        return advice("stacks-gpu-wait-words", call=place.gpu_wait)
+    return advice("stacks-ddp-backward") if place.collective == "backward" else place.collective
 
 
 def _missing_ranks(capture: Capture) -> str:
