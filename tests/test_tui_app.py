@@ -245,6 +245,22 @@ async def test_rows_drawn_before_the_tables_idle_show_their_titles_and_stay_righ
         assert drawn_titles() == settled
 
 
+async def test_on_a_full_width_screen_a_long_title_ends_at_a_word_and_the_category_stays_in_view():
+    """At 200x50 the title is not the last column: a long one was cut by the panel's edge
+    mid-word, with the category beyond it."""
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot, app, len(crash_lines()))
+        panel = app.query_one(FindingsPanel)
+        table = panel.table
+        assert [str(c.label) for c in table.columns.values()][-2:] == ["title", "category"]
+        assert table.virtual_size.width <= table.size.width
+        stop = next(index for index, f in enumerate(panel.findings) if f.title.startswith("torchrun sent SIGTERM"))
+        *_, title, category = (cell.plain for cell in table.get_row_at(stop))
+        assert title.endswith("…") and panel.findings[stop].title.startswith(title[:-1] + " ")
+        assert category == "launcher"
+
+
 class FakeJob:
     command = ["torchrun", "--nproc-per-node", "4", "train.py"]
 

@@ -235,16 +235,15 @@ class FindingsPanel(Container):
         return WIDTHS[key] or max(header + [cell_len(_plain(cell)) for cell in cells] or [1])
 
     def _room(self, rows: list[tuple[str, tuple]]) -> int | None:
-        """The width the title column has when it is the last (narrow and medium screens), so that
-        a long title ends in "…" at a word instead of being cut by the panel's edge; None when the
-        table is not laid out yet or the category follows the title."""
+        """The width the title column has beside the others, so that a long title ends in "…" at
+        a word instead of being cut by the panel's edge (or pushing the category past it); None
+        when the table is not laid out yet."""
         table = self.table
-        title = self._columns.index("title")
-        if title != len(self._columns) - 1 or not table.size.width:
+        if not table.size.width:
             return None
         padding = 2 * table.cell_padding
         others = sum(self._content_width(key, [cells[i] for _, cells in rows]) + padding
-                     for i, key in enumerate(self._columns[:title]))
+                     for i, key in enumerate(self._columns) if key != "title")
         shown = table.size.height if self._columns == NARROW_COLUMNS else MAX_TABLE_ROWS
         scrollbar = table.styles.scrollbar_size_vertical if len(rows) > shown - table.show_header else 0
         return max(table.size.width - scrollbar - others - padding, 8)
