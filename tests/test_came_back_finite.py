@@ -118,3 +118,50 @@ def test_apex_below_one_then_finite_losses_recovered_and_without_them_is_the_fai
     diagnosis = diagnose_paths([str(log)], catalogue)
     assert diagnosis.root_cause is None
     assert [f.severity for f in diagnosis.findings if f.rule == "apex-loss-scale-below-one"] == ["warning"]
+
+
+RECOVERING_RULE = '''
+[[rule]]
+id = "scaler-gave-up"
+category = "nan_loss"
+severity = "error"
+role = "root"
+title = "the loss scaler gave up"
+patterns = ['scaler gave up at step \\d+']
+remedy = "Lower the learning rate."
+{recovers}
+[rule.examples]
+match = ["scaler gave up at step 7"]
+no_match = ["scaler went on at step 7"]
+'''
+
+
+def test_a_rule_names_the_metric_that_says_its_run_went_on(tmp_path):
+    """`recovers` in a rule's own data (the shipped apex rule's too): a run whose last value of
+    that metric is finite went on past the message; without the field the message is the failure."""
+    log = tmp_path / "train.log"
+    log.write_text("scaler gave up at step 7\n" + "".join(f"step {s} ppl: 3.{s}\n" for s in range(8, 12)))
+    roots = {}
+    for recovers in ("", 'recovers = "ppl"'):
+        rules = tmp_path / f"rules-{len(recovers)}"
+        rules.mkdir()
+        (rules / "own.toml").write_text(RECOVERING_RULE.format(recovers=recovers))
+        diagnosis = diagnose_paths([str(log)], load_catalogue([rules], include_user=False, include_shipped=False))
+        roots[recovers] = diagnosis.root_cause.rule if diagnosis.root_cause else None
+    assert roots == {"": "scaler-gave-up", 'recovers = "ppl"': None}
+
+
+@pytest.mark.parametrize(("line", "category", "message"), [
+    ("recovers = 3", "nan_loss", "'recovers' must name one metric"),
+    ('recovers = "grad norm"', "nan_loss", "'recovers' must name one metric"),
+    ('recovers = "loss"', "cuda_oom", "'recovers' is for nan_loss rules"),
+])
+def test_a_bad_recovers_is_a_one_line_error_naming_its_line(tmp_path, line, category, message):
+    from monitor.diagnosis.catalogue import RuleError, load_file
+
+    path = tmp_path / "own.toml"
+    path.write_text(RECOVERING_RULE.format(recovers=line).replace('"nan_loss"', f'"{category}"'))
+    with pytest.raises(RuleError) as caught:
+        load_file(path)
+    text = str(caught.value)
+    assert message in text and f"{path}:10:" in text and "\n" not in text

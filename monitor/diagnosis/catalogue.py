@@ -33,7 +33,7 @@ LANGUAGES = ("en", "zh")
 TRANSLATED_KEYS = ("title", "confirmed_title", "remedy")
 RULE_KEYS = {
     "id", "category", "severity", "role", "title", "confirmed_title", "patterns", "prefilter", "remedy",
-    "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", "if_record", "unless_record", "own_error", "retryable", "waits", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
+    "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", "if_record", "unless_record", "own_error", "retryable", "waits", "recovers", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
 }
 REQUIRED_KEYS = ("id", "category", "severity", "role", "title", "patterns")
 ADVICE_KEYS = {"text", "when", "unless_log", "if_log", "unless_record", "if_record",
@@ -125,6 +125,9 @@ class Rule:
     # rest of its slice): a warning while the job runs; the log of a finished job that ends with it
     # ended waiting there (``conclude.ended_waiting``).
     waits: bool = False
+    # The metric whose finite value at its log's end says the run went on past this message (apex's
+    # loss scale below 1 followed by finite losses): post-mortem a warning (``conclude.came_back_finite``).
+    recovers: str = ""
     compiled: tuple[regex.Pattern, ...] | None = None
 
     @property
@@ -359,6 +362,13 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
         # distributed" on each rank).
         raise fail("a rule that waits is a warning or information: waiting is no failure until the log ends there",
                    loc.key_line("waits", start, end))
+    recovers = table.get("recovers", "")
+    if not isinstance(recovers, str) or (recovers and not regex.fullmatch(r"\w+", recovers)):
+        raise fail("'recovers' must name one metric as the log writes it (recovers = \"loss\")",
+                   loc.key_line("recovers", start, end))
+    if recovers and table["category"] != "nan_loss":
+        raise fail("'recovers' is for nan_loss rules: a metric finite again says the run went on",
+                   loc.key_line("recovers", start, end))
     if table.get("own_error") and table["category"] not in TIMEOUT_CATEGORIES:
         raise fail("own_error marks a rank's own error in a timeout category "
                    f"({', '.join(TIMEOUT_CATEGORIES)}): every other category's error is its own",
@@ -434,7 +444,7 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
         confidence=table.get("confidence", "certain"), confidence_note=table.get("confidence_note", ""),
         rank_source=table.get("rank_source", ""), ranked=table.get("ranked", True),
         if_record=if_record, unless_record=unless_record, own_error=table.get("own_error", False),
-        retryable=table.get("retryable", True), waits=table.get("waits", False),
+        retryable=table.get("retryable", True), waits=table.get("waits", False), recovers=recovers,
     )
 
 

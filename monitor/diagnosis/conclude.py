@@ -61,8 +61,6 @@ ENDED_WAITING = {
 
 # The gradient norm as training logs name it ("grad_norm", "grad norm").
 _GRAD_NORM = regex.compile(r"(?i)grad[_ ]norm")
-# The rule of apex's loss scale fallen below 1, whose run may still have recovered.
-APEX_BELOW_ONE = "apex-loss-scale-below-one"
 # A metric's value as training logs write it: a number, or NaN/inf as Python, numpy and JSON spell them.
 _VALUE = r"['\"]?\s*[:=]\s*['\"]?(?:tensor\()?([-+]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:e[-+]?\d+)?))(?![a-z0-9_])"
 # A run that went on past a non-finite step, in each output language: the title's addition, the
@@ -79,8 +77,9 @@ CAME_BACK_FINITE = {
 
 def came_back_finite(diagnosis: Diagnosis, catalogue, ranks: RankEvidence | None = None) -> Diagnosis:
     """Where the root cause is a gradient norm gone NaN or inf (``nan_loss`` with a grad-norm
-    ``metric``), or apex's loss scale fallen below 1, and the log's last values of that norm and
-    of the loss are finite, the run went on past it: that is how a step the fp16 loss scaler
+    ``metric``), or a rule's message whose run may still go on (its ``recovers`` metric: apex's
+    loss scale fallen below 1, then the loss), and the log's last values of that norm and of the
+    loss (or of that metric) are finite, the run went on past it: that is how a step the fp16 loss scaler
     skipped looks in mmcv's and the HF Trainer's logs (the scaler found inf in the gradients, the
     loss stays finite). The finding becomes a warning and the root cause is chosen again from the
     others, with the engine's rank evidence (none, in a run that went on). A loss that went NaN is
@@ -91,12 +90,13 @@ def came_back_finite(diagnosis: Diagnosis, catalogue, ranks: RankEvidence | None
         return diagnosis
     metric = root.fields.get("metric", "")
     norm = bool(_GRAD_NORM.fullmatch(metric))
-    if not norm and root.rule != APEX_BELOW_ONE:
+    recovers = rule.recovers if (rule := catalogue.by_id.get(root.rule)) is not None else ""
+    if not norm and not recovers:
         return diagnosis
-    last = _last_values(root.file, [metric, "loss"] if norm else ["loss"])
+    last = _last_values(root.file, [metric, "loss"] if norm else [recovers])
     if any(value is not None and not math.isfinite(float(value)) for value in last.values()):
         return diagnosis
-    said_of = metric if norm else "loss"
+    said_of = metric if norm else recovers
     if last.get(said_of) is None:
         return diagnosis  # nothing later says the run went on
     added, said = CAME_BACK_FINITE.get(catalogue.lang, CAME_BACK_FINITE["en"])
