@@ -114,3 +114,45 @@ def test_a_lost_store_gives_way_to_a_ranks_own_error(tmp_path: Path) -> None:
         "WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node 'worker-1_3427_0' has failed to "
         "send a keep-alive heartbeat to the rendezvous 'job7' due to an error of type RendezvousConnectionError.\n"))
     assert root["category"] == "cuda_oom"
+
+
+def test_slurm_failing_to_exec_the_program_says_the_fix_for_its_errno(tmp_path: Path) -> None:
+    """slurmstepd's error("execve(): %s: %m") (mgr.c exec_task) and its bad-interpreter form."""
+    step = "srun: error: gpu-07: task 0: Exited with exit code 2\n"
+    missing = diagnosed_root(tmp_path, "slurmstepd: error: execve(): torchrun: No such file or directory\n" + step)
+    assert (missing["category"], missing["rule"]) == ("launcher", "srun-exec-failed")
+    assert missing["title"] == "SLURM could not start the job's program: No such file or directory"
+    assert "looked up in the PATH" in missing["remedy"] and "chmod +x" not in missing["remedy"]
+    denied = diagnosed_root(tmp_path, "slurmstepd: error: execve(): run.sh: Permission denied\n" + step)
+    assert "chmod +x" in denied["remedy"] and "PATH" not in denied["remedy"]
+    interpreter = diagnosed_root(
+        tmp_path, "slurmstepd: error: execve(): bad interpreter(/opt/conda/bin/python): No such file or directory\n")
+    assert "#! line of the script names /opt/conda/bin/python" in interpreter["remedy"]
+    assert "?" not in interpreter["title"]
+
+
+def test_a_loss_flag_or_a_best_so_far_is_no_nan_loss_and_a_sum_of_losses_is(tmp_path: Path) -> None:
+    healthy = "step 1 loss 2.3\nloss_is_nan: False\nloss_min: inf\nloss_best = inf\nstep 2 loss 2.1\n"
+    assert diagnosed_root(tmp_path, healthy) is None
+    diverged = diagnosed_root(tmp_path, " iter 4600  lr: 0.000100 loss_c: nan   loss_s: nan losses: nan\n")
+    assert (diverged["category"], diverged["rule"]) == ("nan_loss", "nan-loss")
+
+
+def test_ncclgeterrorstrings_own_hint_does_not_hide_the_rerun_advice(tmp_path: Path) -> None:
+    """NCCL's error string ends "(run with NCCL_DEBUG=INFO for details)": that is no sign the job
+    ran with NCCL_DEBUG set; a WARN line of NCCL's is."""
+    error = "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n"
+    assert "Rerun with NCCL_DEBUG=WARN" in diagnosed_root(tmp_path, error)["remedy"]
+    warned = "gpu-07:123:456 [0] NCCL WARN Call to connect returned Connection refused\n" + error
+    assert "Rerun with NCCL_DEBUG=WARN" not in diagnosed_root(tmp_path, warned)["remedy"]
+
+
+def test_a_tpus_memory_gets_no_gpu_preallocation_advice(tmp_path: Path) -> None:
+    tpu = diagnosed_root(tmp_path, "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Error loading program 'jit_step': "
+                                   "Attempting to reserve 13.50G at the bottom of memory. That was not possible. "
+                                   "There are 7.48G free, 0B reserved, and 7.48G reservable.\n")
+    assert (tpu["category"], tpu["rule"]) == ("cuda_oom", "xla-oom")
+    assert "The TPU had 7.48G free." in tpu["remedy"] and "PREALLOCATE" not in tpu["remedy"]
+    gpu = diagnosed_root(tmp_path, "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while "
+                                   "trying to allocate 7406166528 bytes.\n")
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE=false" in gpu["remedy"]
