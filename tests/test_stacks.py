@@ -214,6 +214,30 @@ def test_a_rank_outside_the_others_gpu_wait_is_the_stuck_one(tmp_path):
     assert compare.place_of(deeper).gpu_wait == ""
 
 
+def test_a_rank_at_a_gpu_wait_beside_ranks_in_a_collective_is_the_one_they_wait_for(tmp_path):
+    """Rank 0 evaluates alone (its loop reads .item()) while the others wait in a barrier: rank 0
+    is the stuck one, not a rank waiting in another collective."""
+    evaluate = tmp_path / "evaluate.py"
+    evaluate.write_text("def evaluate(model, batches):\n    return sum(model(b).item() for b in batches)\n")
+    alone = _rank(0, ("evaluate", str(evaluate), 2), ("main", TRAIN, 210))
+    finding = compare.analyse(_capture(alone, *(_waiting(r, "barrier") for r in (1, 2, 3))))
+    assert (finding.fields["kind"], finding.rank, finding.severity) == ("stuck", 0, "error")
+    assert finding.remedy.startswith("Rank 0 has not reached the collective the others wait in (barrier)")
+
+
+def test_every_rank_at_a_gpu_wait_is_only_a_note_until_a_collective_times_out(tmp_path):
+    """A GPU-bound step looks the same for a moment: asked for (or on a silence) it is information
+    with 'take the stacks again'; the transport's checks come only with a collective's timeout."""
+    train = tmp_path / "train.py"
+    train.write_text("def step(model, batch):\n    loss = model(batch)\n    print(loss.item())\n")
+    ranks = [_rank(r, ("step", str(train), 3), ("main", str(train), 9)) for r in range(4)]
+    asked = compare.analyse(Capture(taken=1.0e9, trigger="request", host="gpu-07", processes=ranks, world_size=4))
+    assert (asked.fields["kind"], asked.severity) == ("all-wait", "info")
+    assert "take the stacks again" in asked.remedy and "NCCL_DEBUG=INFO" not in asked.remedy
+    timed_out = compare.analyse(Capture(taken=1.0e9, trigger="timeout", host="gpu-07", processes=ranks, world_size=4))
+    assert timed_out.severity == "warning" and "NCCL_DEBUG=INFO" in timed_out.remedy
+
+
 def test_ranks_without_a_stack_do_not_make_the_survivor_every_rank():
     gone = ProcessStack(pid=1001, rank=1, command="python train.py", threads=[Thread("MainThread", 1001, [])])
     stuck = _rank(2, ("load_batch", TRAIN, 88), ("main", TRAIN, 200))

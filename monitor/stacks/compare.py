@@ -23,6 +23,8 @@ from monitor.model import Category, Finding, Severity, rank_words
 from monitor.stacks.model import Capture, Frame, ProcessStack
 
 RULE = "stacks"
+# The capture's trigger when a collective's timeout fired (session/job_session.py).
+TIMED_OUT = "timeout"
 # torch.distributed's collectives and waits (distributed_c10d.py), by the name py-spy shows.
 COLLECTIVES = frozenset({
     "all_reduce", "all_reduce_coalesced", "broadcast", "broadcast_object_list", "barrier",
@@ -115,14 +117,17 @@ def analyse(capture: Capture, stacks_file: str = "") -> Finding | None:
     groups = groups_of(capture)
     if not groups:
         return None
-    waiting = [g for g in groups if g[0].waits]
-    elsewhere = [g for g in groups if not g[0].waits]
+    # Beside ranks held in a torch.distributed collective, a rank at a GPU wait is not waiting for
+    # them: it is working (a step, an evaluation) and is the one they wait for.
+    in_collective = any(place.collective for place, _ in groups)
+    waiting = [g for g in groups if g[0].collective or (g[0].gpu_wait and not in_collective)]
+    elsewhere = [g for g in groups if g not in waiting]
     if waiting and elsewhere:
         odd, usual, kind = elsewhere, waiting, "stuck"
     elif len(groups) > 1 and len(groups[0][1]) > len(groups[1][1]):
-        odd, usual, kind = groups[1:], groups[:1], ("mismatch" if waiting else "elsewhere")
+        odd, usual, kind = groups[1:], groups[:1], ("mismatch" if in_collective else "elsewhere")
     elif len(groups) > 1:
-        odd, usual, kind = groups, [], ("mismatch" if waiting else "elsewhere")
+        odd, usual, kind = groups, [], ("mismatch" if in_collective else "elsewhere")
     elif len(groups[0][1]) < len({p.rank for p in capture.processes if p.rank is not None}):
         odd, usual, kind = groups, [], "rest-gone"  # the others have no stack: exiting, or gone
     else:
@@ -144,6 +149,10 @@ def _finding(capture: Capture, groups, odd, usual, kind: str, stacks_file: str) 
         title = advice("title-stacks-while", odd=parts[0], others="; ".join(parts[1:])) if len(parts) > 1 else parts[0]
     severities: dict[str, Severity] = {"stuck": "error", "mismatch": "error", "elsewhere": "warning", "all-wait": "warning"}
     severity = severities.get(kind, "info")
+    if kind == "all-wait" and not groups[0][0].collective and capture.trigger != TIMED_OUT:
+        # Every rank at a GPU wait is also how a busy GPU-bound step looks for a moment: a hang
+        # only where a collective timed out.
+        severity = "info"
     subject = odd[0] if odd else groups[0]
     place = subject[0]
     fields = {"kind": kind, "function": place.frame.function, "file": place.frame.file,
@@ -193,6 +202,8 @@ def _remedy(kind: str, capture: Capture, odd, usual, fields: dict[str, str]) -> 
         lines = [advice("stacks-elsewhere", who=who(odd[0][1]), **place)]
     elif kind == "all-wait" and fields.get("gpu_wait"):
         lines = [advice("stacks-all-wait-gpu", call=fields["gpu_wait"], **place)]
+        if capture.trigger != TIMED_OUT:
+            lines.append(advice("stacks-again"))
     elif kind == "all-wait":
         lines = [advice("stacks-all-wait", collective=fields.get("collective") or advice("stacks-a-collective"),
                         **place)]
@@ -202,7 +213,7 @@ def _remedy(kind: str, capture: Capture, odd, usual, fields: dict[str, str]) -> 
         lines.append(advice("stacks-all-wait-missing", missing=missing))
     elif missing:
         lines.append(advice("stacks-missing-not-compared", missing=missing))
-    if kind == "all-wait":
+    if kind == "all-wait" and (fields.get("collective") or capture.trigger == TIMED_OUT):
         lines.append(advice("stacks-transport", timeout=timeout))
     saved = advice("stacks-saved", stacks_file=fields["stacks_file"]) if fields.get("stacks_file") else ""
     return "\n".join(lines) + saved
