@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+from monitor.cli import main
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.engine import Engine
 from monitor.model import LogLine
@@ -161,11 +162,24 @@ WATCHDOG_LINE = (
 )
 
 
-def diagnosed_root(tmp_path: Path, text: str) -> dict | None:
-    """The root cause `monitor diagnose --json` reports for a log holding ``text``."""
+def diagnose_json(*args: str) -> dict:
+    """`monitor diagnose --json ARGS` through the command's own entry (``cli.main``) in this
+    process: the report. A process of its own costs ~1 s of CPU to start; the command in a process of
+    its own is tested where that matters (test_runs, test_knobs, the real jobs)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["diagnose", "--json", *args])
+    assert code in (0, 1), err.getvalue()
+    return json.loads(out.getvalue())
+
+
+def diagnosed(tmp_path: Path, text: str) -> dict:
+    """The report `monitor diagnose --json` gives for a log holding ``text``."""
     log = tmp_path / "job.log"
     log.write_text(text)
-    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(log)],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode in (0, 1), out.stderr
-    return json.loads(out.stdout)["root_cause"]
+    return diagnose_json(str(log))
+
+
+def diagnosed_root(tmp_path: Path, text: str) -> dict | None:
+    """The root cause `monitor diagnose --json` reports for a log holding ``text``."""
+    return diagnosed(tmp_path, text)["root_cause"]

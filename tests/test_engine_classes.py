@@ -12,20 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-
-def _diagnose(tmp_path: Path, text: str) -> dict:
-    log = tmp_path / "job.log"
-    log.write_text(text)
-    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(log)],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode in (0, 1), out.stderr
-    return json.loads(out.stdout)
+from diagnosis_helpers import diagnose_json, diagnosed
 
 
 def test_a_traceback_cut_before_its_header_is_still_read(tmp_path: Path) -> None:
     """CPython's frame format ('  File "{}", line {}, in {}'): the first frame starts the record."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         '[rank2]:   File "/home/u/train.py", line 88, in <module>\n'
         "[rank2]:     main()\n"
         '[rank2]:   File "/home/u/train.py", line 61, in main\n'
@@ -39,7 +31,7 @@ def test_a_traceback_cut_before_its_header_is_still_read(tmp_path: Path) -> None
 
 def test_faulthandler_frames_are_no_traceback_of_an_exception(tmp_path: Path) -> None:
     """faulthandler prints 'line {} in {}' (no comma); a bare word after its frames is no exception."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         'Thread 0x00007f (most recent call first):\n'
         '  File "/usr/lib/python3.10/threading.py", line 320 in wait\n'
         '  File "/home/u/train.py", line 12 in loop\n'
@@ -50,7 +42,7 @@ def test_faulthandler_frames_are_no_traceback_of_an_exception(tmp_path: Path) ->
 
 def test_an_exception_line_alone_is_a_weak_python_exception(tmp_path: Path) -> None:
     """The last line of a traceback with nothing around it (a rich box drew the rest, or it was cut)."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "Epoch 3: 41%|████      | 410/1000\n"
         "[rank1]: ValueError: Trying to set a tensor of shape torch.Size([256]) in \"bias\" (which has shape torch.Size([4096])), this looks incorrect.\n"
     ))
@@ -96,19 +88,19 @@ def test_a_traceback_rich_drew_is_a_traceback_with_its_users_frame(tmp_path: Pat
         "[rank0]:[E1120 10:11:12.000000 123 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
         "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
         "ran for 600012 milliseconds before timing out.\n")
-    root = _diagnose(tmp_path, text)["root_cause"]
+    root = diagnosed(tmp_path, text)["root_cause"]
     assert (root["category"], root["rank"], root["confidence"]) == ("python_exception", 3, "likely")
     fields = root["fields"]
     assert (fields["exc_type"], fields["message"]) == ("ValueError", "no text column in train")
     assert (fields["frame_file"], fields["frame_line"], fields["frame_func"]) == \
         ("/home/u/llm-foundry/llmfoundry/data/text_data.py", "97", "build_batch")
     # Unprefixed, as a single process prints it, the same.
-    root = _diagnose(tmp_path, RICH_TRACEBACK)["root_cause"]
+    root = diagnosed(tmp_path, RICH_TRACEBACK)["root_cause"]
     assert (root["fields"]["exc_type"], root["fields"]["frame_line"], root["confidence"]) == ("ValueError", "97", "likely")
 
 
 def test_a_rich_panel_that_is_no_traceback_starts_none(tmp_path: Path) -> None:
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "╭──────────────── Config ────────────────╮\n"
         "│ /home/u/run/config.yaml:12 in model     │\n"
         "│ lr: 0.0003                              │\n"
@@ -125,12 +117,12 @@ def test_a_rich_panel_that_is_no_traceback_starts_none(tmp_path: Path) -> None:
     "INFO: Error: this is not the start of a line",
 ])
 def test_lines_that_only_mention_an_error_are_not_exceptions(tmp_path: Path, line: str) -> None:
-    assert _diagnose(tmp_path, line + "\n")["root_cause"] is None
+    assert diagnosed(tmp_path, line + "\n")["root_cause"] is None
 
 
 def test_a_librarys_own_message_outranks_an_earlier_handled_traceback(tmp_path: Path) -> None:
     """A retry loop logged a traceback no rule names, then the job died of a known failure."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "Traceback (most recent call last):\n"
         '  File "/home/u/data.py", line 40, in fetch\n'
         "    return session.get(url, timeout=5)\n"
@@ -145,7 +137,7 @@ def test_a_librarys_own_message_outranks_an_earlier_handled_traceback(tmp_path: 
 
 
 def test_a_rank_prefix_behind_a_timestamp_is_the_lines_rank(tmp_path: Path) -> None:
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "2024-11-20 14:37:16 [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 132.00 MiB. "
         "GPU 3 has a total capacity of 79.10 GiB of which 98.00 MiB is free.\n"
         "2024-11-20 14:37:16 DEBUG:filelock:Lock 140341412642880 released\n"
@@ -155,7 +147,7 @@ def test_a_rank_prefix_behind_a_timestamp_is_the_lines_rank(tmp_path: Path) -> N
 
 def test_pdsh_host_prefixes_keep_each_nodes_traceback_apart(tmp_path: Path) -> None:
     """DeepSpeed's multi-node runner (pdsh) puts 'host: ' before every line of every node."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "node-01: Traceback (most recent call last):\n"
         "node-02: Traceback (most recent call last):\n"
         'node-01:   File "/home/u/train.py", line 30, in <module>\n'
@@ -195,7 +187,7 @@ def test_pdsh_host_prefixes_keep_each_nodes_traceback_apart(tmp_path: Path) -> N
     ("torch.distributed.DistNetworkError: The client socket has failed to connect to any network address of (10.1.2.3, 29500).\n", "store-connect-timeout"),
 ])
 def test_other_wordings_of_known_failures(tmp_path: Path, text: str, rule: str) -> None:
-    result = _diagnose(tmp_path, text)
+    result = diagnosed(tmp_path, text)
     assert result["root_cause"]["rule"] == rule
 
 
@@ -208,16 +200,14 @@ SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
     ("demo/sigkill-2ranks.log", 1, "launcher"),      # torchrun's record of the pid it lost
 ])
 def test_the_report_says_which_evidence_named_the_rank(sample: str, rank: int, source: str) -> None:
-    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(SAMPLES / sample)],
-                         capture_output=True, text=True, timeout=60)
-    root = json.loads(out.stdout)["root_cause"]
+    root = diagnose_json(str(SAMPLES / sample))["root_cause"]
     assert (root["rank"], root["rank_source"]) == (rank, source)
 
 
 def test_a_root_cause_whose_lines_name_no_rank_takes_the_launchers_first_failure(tmp_path: Path) -> None:
     """A worker's traceback without a prefix, then torchrun's summary: the rank is the summary's,
     said to be the launcher's view (it is the first failure torchrun observed, not proof)."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "Traceback (most recent call last):\n"
         '  File "/home/u/train.py", line 12, in <module>\n'
         "    check(batch)\n"
@@ -245,7 +235,7 @@ def test_a_root_cause_whose_lines_name_no_rank_takes_the_launchers_first_failure
 def test_mp_spawns_header_names_the_process_of_the_traceback_that_follows(tmp_path: Path) -> None:
     """torch.multiprocessing.spawn (ProcessRaisedException): "-- Process {index} terminated with the
     following error:" before the child's own traceback, which carries no rank."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "Traceback (most recent call last):\n"
         '  File "train.py", line 40, in <module>\n'
         "    mp.spawn(worker, nprocs=4)\n"
@@ -266,7 +256,7 @@ def test_mp_spawns_header_names_the_process_of_the_traceback_that_follows(tmp_pa
 def test_mp_spawns_report_of_a_process_whose_traceback_was_cut_names_that_process(tmp_path: Path) -> None:
     """The child's traceback cut before its exception (a paste that stops there): what failed is
     unknown, but spawn's own header says which process it was."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "Traceback (most recent call last):\n"
         '  File "train.py", line 40, in <module>\n'
         "    mp.spawn(worker, nprocs=4)\n"
@@ -293,9 +283,7 @@ def test_an_error_at_the_end_of_a_50_mb_line_is_found_and_the_cut_is_shown(tmp_p
         for _ in range(50):
             stream.write(b"0.1234, " * 131072)  # 1 MiB
         stream.write(b"]) RuntimeError: CUDA error: an illegal memory access was encountered\n")
-    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(log)],
-                         capture_output=True, text=True, timeout=120)
-    root = json.loads(out.stdout)["root_cause"]
+    root = diagnose_json(str(log))["root_cause"]
     assert (root["rule"], root["rank"]) == ("cuda-illegal-access", 1)
     assert "…[line cut: 52,363," in root["evidence"][0] and root["evidence"][0].endswith("was encountered")
 
@@ -303,7 +291,7 @@ def test_an_error_at_the_end_of_a_50_mb_line_is_found_and_the_cut_is_shown(tmp_p
 def test_an_exception_python_ignored_is_information_not_the_cause(tmp_path: Path) -> None:
     """CPython's PyErr_WriteUnraisable ("Exception ignored in: %R") and then the traceback: the
     program went on, so the job's later failure (here: none) is what counts."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "Epoch 1: 100%|##########| 50/50 [00:10<00:00, 4.90it/s, loss=0.31]\n"
         "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f2a1c3b8d30>\n"
         "Traceback (most recent call last):\n"
@@ -325,12 +313,12 @@ def test_a_horovod_stall_report_names_the_missing_rank_and_the_bare_warning_says
                "submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder "
                "of ranks for more than 60 seconds. This may indicate that different ranks are trying to submit "
                "different tensors or that only subset of ranks is submitting tensors, which will cause deadlock. \n")
-    assert _diagnose(tmp_path, warning)["root_cause"] is None
-    old = _diagnose(tmp_path, "[1,0]<stderr>:[2019-04-13 13:53:31.851506: W horovod/common/operations.cc:588] "
+    assert diagnosed(tmp_path, warning)["root_cause"] is None
+    old = diagnosed(tmp_path, "[1,0]<stderr>:[2019-04-13 13:53:31.851506: W horovod/common/operations.cc:588] "
                               "HorovodBroadcast_global_step_0 [missing ranks: 3]\n")["root_cause"]
     # A symptom named as the cause because nothing else was: weak, and it says why.
     assert (old["category"], old["rank"], old["confidence"]) == ("hang", 3, "weak")
-    new = _diagnose(tmp_path, warning + "Missing ranks:\n1: [DistributedGradientTape_Allreduce/cond_1/HorovodAllreduce_AddN_0]\n")
+    new = diagnosed(tmp_path, warning + "Missing ranks:\n1: [DistributedGradientTape_Allreduce/cond_1/HorovodAllreduce_AddN_0]\n")
     assert new["root_cause"]["category"] == "hang"
 
 
@@ -340,20 +328,20 @@ def test_a_stall_report_gives_way_to_a_rank_s_own_error_and_to_timeouts(tmp_path
     stall = "[1,0]<stderr>:HorovodAllreduce_grad_0 [missing ranks: 1]\n"
     oom = ("[1,1]<stderr>:2019-08-26 18:41:15.943905: E tensorflow/stream_executor/cuda/cuda_driver.cc:828] "
            "failed to allocate 2.96G (3173555200 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory\n")
-    root = _diagnose(tmp_path, stall + oom)["root_cause"]
+    root = diagnosed(tmp_path, stall + oom)["root_cause"]
     assert (root["category"], root["rank"], root["confidence"]) == ("cuda_oom", 1, "likely")
     dump = 'Thread 4886 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2501)\n'
     timeout = ("[rank3]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 3] Watchdog caught collective "
                "operation timeout: WorkNCCL(SeqNum=2816, OpType=ALLREDUCE, NumelIn=26214400, NumelOut=26214400, "
                "Timeout(ms)=600000) ran for 600034 milliseconds before timing out.\n")
-    assert _diagnose(tmp_path, dump)["root_cause"]["category"] == "hang"
-    assert _diagnose(tmp_path, dump + timeout)["root_cause"]["category"] == "nccl_timeout"
+    assert diagnosed(tmp_path, dump)["root_cause"]["category"] == "hang"
+    assert diagnosed(tmp_path, dump + timeout)["root_cause"]["category"] == "nccl_timeout"
 
 
 def test_rank_0_names_the_rank_that_missed_the_monitored_barrier(tmp_path: Path) -> None:
     """ProcessGroupGloo::monitoredBarrier: rank 0 names the rank that did not arrive; the other
     ranks only report that rank 0 gave up."""
-    root = _diagnose(tmp_path, (
+    root = diagnosed(tmp_path, (
         "[E ProcessGroupGloo.cpp:137] Rank 1 successfully reached monitoredBarrier, but received errors while "
         "waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n"
         "RuntimeError: [Rank 0]: Rank 2 failed to pass monitoredBarrier in 30000 ms\n"
@@ -364,7 +352,7 @@ def test_rank_0_names_the_rank_that_missed_the_monitored_barrier(tmp_path: Path)
 def test_a_rank_that_only_waited_on_rank_0_at_the_barrier_names_rank_0_in_a_two_rank_job(tmp_path: Path) -> None:
     """Without rank 0's own log: rank 1 reached the barrier (so it is not the one that hung) and
     waited on rank 0, the only other rank the log shows exists."""
-    root = _diagnose(tmp_path, (
+    root = diagnosed(tmp_path, (
         "[E ProcessGroupGloo.cpp:137] Rank 1 successfully reached monitoredBarrier, but received errors while "
         "waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n"
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
@@ -379,7 +367,7 @@ def test_a_rank_that_only_waited_on_rank_0_at_the_barrier_names_rank_0_in_a_two_
 def test_a_peers_report_of_another_ranks_failure_takes_the_rank_mpirun_saw_fail_first(tmp_path: Path) -> None:
     """Horovod's SHUT_DOWN_ERROR (horovod/common/common.h) on rank 1 reports an exception on another
     rank; Open MPI's non-zero-exit help text names process [[jobid,1],0] as the first to exit."""
-    root = _diagnose(tmp_path, (
+    root = diagnosed(tmp_path, (
         "[1,1]<stderr>:Traceback (most recent call last):\n"
         '[1,1]<stderr>:  File "/opt/conda/lib/python3.6/site-packages/horovod/torch/mpi_ops.py", line 436, in synchronize\n'
         "[1,1]<stderr>:    mpi_lib.horovod_torch_wait_and_clear(handle)\n"
@@ -403,7 +391,7 @@ def test_a_peers_report_of_another_ranks_failure_takes_the_rank_mpirun_saw_fail_
 def test_a_local_rank_the_launcher_names_is_the_rank_only_where_the_log_shows_one_node(
         tmp_path: Path, known_rank_line: str, rank: int | None) -> None:
     """torchelastic's "failed (exitcode: 1) local_rank: 1 (pid: P)" after an error with no prefix."""
-    root = _diagnose(tmp_path, (
+    root = diagnosed(tmp_path, (
         known_rank_line
         + "RuntimeError: CUDA error: invalid device ordinal\n"
         "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 10621 closing signal SIGTERM\n"
@@ -436,7 +424,7 @@ def test_a_local_rank_the_launcher_names_is_the_rank_only_where_the_log_shows_on
 ])
 def test_lost_nodes_broken_launches_and_outside_stops_in_their_own_words(
         tmp_path: Path, text: str, rule: str, category: str) -> None:
-    root = _diagnose(tmp_path, text)["root_cause"]
+    root = diagnosed(tmp_path, text)["root_cause"]
     assert (root["rule"], root["category"]) == (rule, category)
 
 
@@ -448,7 +436,7 @@ def test_lost_nodes_broken_launches_and_outside_stops_in_their_own_words(
 def test_horovods_ready_ranks_name_the_rank_the_others_waited_for(
         tmp_path: Path, ready: str, world_line: str, rank: int | None) -> None:
     """Horovod before 0.20 (operations.cc): "Stalled ops: <tensor> [ready ranks: ...]"."""
-    root = _diagnose(tmp_path, world_line + (
+    root = diagnosed(tmp_path, world_line + (
         "WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks "
         "and are waiting for remainder of ranks for more than 60 seconds.\n"
         f"Stalled ops: HorovodAllreduce_gradients_AddN_58_0 [ready ranks: {ready}], \n"
@@ -471,7 +459,7 @@ def test_a_time_written_before_the_rank_prefix_is_not_part_of_the_traceback(tmp_
         "    batch = collate(items)",
         "KeyError: 'input_ids'",
     ))
-    root = _diagnose(tmp_path, text)["root_cause"]
+    root = diagnosed(tmp_path, text)["root_cause"]
     assert (root["category"], root["rank"], root["fields"]["exc_type"]) == ("python_exception", 3, "KeyError")
     assert root["confidence"] == "likely"  # the whole traceback was read, not its last line alone
 
@@ -489,7 +477,7 @@ def test_a_time_written_before_the_rank_prefix_is_not_part_of_the_traceback(tmp_
      "nccl-not-built"),
 ])
 def test_nccl_failures_told_by_nccl_and_by_torch(tmp_path: Path, text: str, rule: str) -> None:
-    root = _diagnose(tmp_path, text)["root_cause"]
+    root = diagnosed(tmp_path, text)["root_cause"]
     assert (root["rule"], root["category"], root["role"]) == (rule, "nccl_error", "root")
 
 
@@ -504,7 +492,7 @@ def test_nccl_failures_told_by_nccl_and_by_torch(tmp_path: Path, text: str, rule
 ])
 def test_ncclss_own_warning_names_the_cause_before_torchs_wrapper(tmp_path: Path, warn: str, rule: str, category: str) -> None:
     """NCCL's WARN line, then torch's generic "NCCL error ... unhandled ... error": the WARN says why."""
-    root = _diagnose(tmp_path, (
+    root = diagnosed(tmp_path, (
         f"node1:8639:8745 [0] {warn}\n"
         "node1:8639:8745 [0] NCCL INFO include/shm.h:41 -> 2\n"
         "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, unhandled system "
@@ -526,7 +514,7 @@ def test_ncclss_own_warning_names_the_cause_before_torchs_wrapper(tmp_path: Path
 ])
 def test_host_memory_running_out_in_the_words_of_tensorflow_the_kernel_and_bash(
         tmp_path: Path, text: str, rule: str) -> None:
-    root = _diagnose(tmp_path, text)["root_cause"]
+    root = diagnosed(tmp_path, text)["root_cause"]
     assert (root["rule"], root["category"]) == (rule, "host_oom")
 
 
@@ -540,7 +528,7 @@ def test_a_quoted_paste_is_read_as_the_program_wrote_it(tmp_path: Path, quote: s
         "[rank1]:     batch = collate(items)",
         "[rank1]: KeyError: 'input_ids'",
     ))
-    root = _diagnose(tmp_path, text)["root_cause"]
+    root = diagnosed(tmp_path, text)["root_cause"]
     assert (root["category"], root["rank"], root["fields"]["exc_type"], root["confidence"]) == (
         "python_exception", 1, "KeyError", "likely")
 
@@ -548,7 +536,7 @@ def test_a_quoted_paste_is_read_as_the_program_wrote_it(tmp_path: Path, quote: s
 def test_a_progress_bar_between_the_frames_does_not_end_the_traceback(tmp_path: Path) -> None:
     """A log collector that writes tqdm's \\r as "#015" puts the bar's state between a traceback's
     frames: the frames and the exception after it are still the traceback's."""
-    root = _diagnose(tmp_path, (
+    root = diagnosed(tmp_path, (
         "Traceback (most recent call last):\n"
         '  File "run_clm.py", line 344, in main\n'
         "    trainer.train()\n"
@@ -564,9 +552,7 @@ def test_the_report_of_a_hang_quotes_the_last_line_of_the_rank_that_hung() -> No
     """Seven ranks time out in the all-reduce; rank 7 never reported: its last line says what it
     was doing (fetching a data shard), from the end of the file, bounded."""
     log = Path(__file__).resolve().parents[1] / "sample_logs" / "documented" / "nccl-timeout-hang-tee-8ranks.log"
-    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(log)],
-                         capture_output=True, text=True, timeout=60)
-    root = json.loads(out.stdout)["root_cause"]
+    root = diagnose_json(str(log))["root_cause"]
     assert (root["rank"], root["rank_source"]) == (7, "hang")
     assert root["evidence"][-1] == "rank 7's last line: [default7]:[data] fetching shard 17/64 from s3://corpus/tok/shard-0017.bin"
     assert root["fields"]["suspect_last_line"].endswith("fetching shard 17/64 from s3://corpus/tok/shard-0017.bin")
@@ -614,7 +600,7 @@ Root Cause (first observed failure):
 
 
 def test_the_traceback_in_torchelastics_summary_is_its_ranks_exception(tmp_path: Path) -> None:
-    root = _diagnose(tmp_path, TORCHELASTIC_SUMMARY)["root_cause"]
+    root = diagnosed(tmp_path, TORCHELASTIC_SUMMARY)["root_cause"]
     assert (root["category"], root["rank"], root["rank_source"]) == ("python_exception", 5, "summary")
     assert (root["fields"]["exc_type"], root["fields"]["frame_file"], root["fields"]["frame_line"]) == (
         "ValueError", "/home/u/train.py", "40")
@@ -624,7 +610,7 @@ def test_a_known_error_in_torchelastics_summary_takes_its_rank(tmp_path: Path) -
     text = TORCHELASTIC_SUMMARY.replace("ValueError: bad shard 17", (
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity "
         "of 79.14 GiB of which 1.20 GiB is free."))
-    root = _diagnose(tmp_path, text)["root_cause"]
+    root = diagnosed(tmp_path, text)["root_cause"]
     assert (root["category"], root["rank"], root["rule"]) == ("cuda_oom", 5, "cuda-oom")
 
 
@@ -632,7 +618,7 @@ def test_a_traceback_shifted_right_as_a_whole_is_still_read(tmp_path: Path) -> N
     """The summary's entry cut above its header (a paste of its end): frames at four spaces, the
     exception line at two."""
     cut = TORCHELASTIC_SUMMARY[TORCHELASTIC_SUMMARY.index("    File \"/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic"):]
-    root = _diagnose(tmp_path, cut)["root_cause"]
+    root = diagnosed(tmp_path, cut)["root_cause"]
     assert (root["category"], root["fields"]["exc_type"], root["fields"]["frame_line"]) == ("python_exception", "ValueError", "40")
 
 
@@ -652,7 +638,7 @@ NCCL_SETUP = (
 
 
 def test_an_nccl_error_takes_the_rank_its_process_set_up_with(tmp_path: Path) -> None:
-    root = _diagnose(tmp_path, NCCL_SETUP + "n1:701:701 [1] enqueue.cc:1085 NCCL WARN Cuda failure 'out of memory'\n")["root_cause"]
+    root = diagnosed(tmp_path, NCCL_SETUP + "n1:701:701 [1] enqueue.cc:1085 NCCL WARN Cuda failure 'out of memory'\n")["root_cause"]
     assert (root["category"], root["rank"], root["rank_source"]) == ("cuda_oom", 5, "process")
 
 
@@ -664,9 +650,9 @@ def test_channel_lines_alone_name_the_rank_only_where_they_agree(tmp_path: Path)
         "n2:901:991 [1] NCCL INFO Channel 00/02 : 1[2000] -> 0[1000] via P2P/CUMEM/read\n"
     )
     warn = "n2:{pid}:{pid} [0] enqueue.cc:1085 NCCL WARN Cuda failure 'out of memory'\n"
-    root = _diagnose(tmp_path, channels + warn.format(pid=900))["root_cause"]
+    root = diagnosed(tmp_path, channels + warn.format(pid=900))["root_cause"]
     assert (root["category"], root["rank"], root["rank_source"]) == ("cuda_oom", 2, "process")
-    root = _diagnose(tmp_path, channels + warn.format(pid=901))["root_cause"]
+    root = diagnosed(tmp_path, channels + warn.format(pid=901))["root_cause"]
     assert (root["category"], root["rank"]) == ("cuda_oom", None)  # its channels disagree
 
 
@@ -674,7 +660,7 @@ def test_a_traceback_cut_before_its_exception_still_says_something_failed_there(
     """CPython's traceback (its header, then '  File "{}", line {}, in {}' frames) with the paste or
     the file ending before the exception line: a weak finding with the rank and the user's frame,
     instead of 'No failure found'."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "[rank3]: Traceback (most recent call last):\n"
         '[rank3]:   File "/home/u/train.py", line 88, in <module>\n'
         "[rank3]:     main()\n"
@@ -696,10 +682,10 @@ def test_a_cut_traceback_whose_header_lost_its_prefix_is_still_that_ranks(tmp_pa
             "[rank2]:     (model, optim, scheduler) = strategy.prepare((model, optim, scheduler))\n"
             '[rank2]:   File "/opt/venv/lib/python3.10/site-packages/deepspeed/runtime/config.py", line 961, in _configure\n'
             "[rank2]:     self._batch_assertion()\n")
-    root = _diagnose(tmp_path, "Traceback (most recent call last):\n" + body)["root_cause"]
+    root = diagnosed(tmp_path, "Traceback (most recent call last):\n" + body)["root_cause"]
     assert (root["rule"], root["rank"], root["fields"]["frame_line"]) == ("python-exception-cut", 2, "89")
     # One frame alone (a quoted line, a warning's location) is no traceback.
-    assert _diagnose(tmp_path, body.split("\n", 2)[0] + "\n[rank2]: epoch 1 done\n")["root_cause"] is None
+    assert diagnosed(tmp_path, body.split("\n", 2)[0] + "\n[rank2]: epoch 1 done\n")["root_cause"] is None
 
 
 def test_frames_a_process_printed_and_went_on_from_are_no_cut_traceback(tmp_path: Path) -> None:
@@ -707,13 +693,13 @@ def test_frames_a_process_printed_and_went_on_from_are_no_cut_traceback(tmp_path
     # under "Stack (most recent call last):". The process logs on after them.
     frames = ('  File "/home/u/train.py", line 40, in <module>\n    main()\n'
               '  File "/home/u/train.py", line 30, in main\n    traceback.print_stack()\n')
-    assert _diagnose(tmp_path, "step 1 loss 2.0\n" + frames + "step 2 loss 1.9\n")["root_cause"] is None
-    assert _diagnose(tmp_path, "step 1 loss 2.0\nStack (most recent call last):\n" + frames
+    assert diagnosed(tmp_path, "step 1 loss 2.0\n" + frames + "step 2 loss 1.9\n")["root_cause"] is None
+    assert diagnosed(tmp_path, "step 1 loss 2.0\nStack (most recent call last):\n" + frames
                      + "2024-01-01 10:00:00 INFO step 2\n")["root_cause"] is None
 
 
 def test_a_cut_traceback_gives_way_to_an_error_a_line_names(tmp_path: Path) -> None:
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "RuntimeError: NCCL error in: ../torch/lib/c10d/ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.10.3\n"
         "Traceback (most recent call last):\n"
         '  File "/home/u/train.py", line 61, in main\n'
@@ -727,7 +713,7 @@ def test_a_worker_traceback_logged_line_by_line_under_a_prefix_and_a_header_is_r
     """vLLM's executor prefixes each worker's output with (VllmWorker rank=N pid=P), and its
     logger ('%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s', vllm/logger.py)
     heads every line of a message: the traceback under both is the rank's."""
-    root = _diagnose(tmp_path, """(VllmWorker rank=2 pid=10233) ERROR 06-17 06:11:34 [multiproc_executor.py:492] Traceback (most recent call last):
+    root = diagnosed(tmp_path, """(VllmWorker rank=2 pid=10233) ERROR 06-17 06:11:34 [multiproc_executor.py:492] Traceback (most recent call last):
 (VllmWorker rank=2 pid=10233) ERROR 06-17 06:11:34 [multiproc_executor.py:492]   File "/usr/local/lib/python3.10/site-packages/vllm/v1/executor/multiproc_executor.py", line 487, in worker_busy_loop
 (VllmWorker rank=2 pid=10233) ERROR 06-17 06:11:34 [multiproc_executor.py:492]     output = func(*args, **kwargs)
 (VllmWorker rank=2 pid=10233) ERROR 06-17 06:11:34 [multiproc_executor.py:492]   File "/home/u/model.py", line 40, in forward
@@ -745,7 +731,7 @@ def test_activation_checkpointings_mismatch_is_its_own_error_with_the_sharding_a
     """torch/utils/checkpoint.py's CheckpointError: its message, each mismatched tensor's
     'saved metadata: ...' / 'recomputed metadata: ...', then the debug tip; another rank's
     traceback follows."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "[rank2]: torch.utils.checkpoint.CheckpointError: torch.utils.checkpoint: Recomputed values for the "
         "following tensors have different metadata than during the forward pass.\n"
         "[rank2]: tensor at position 4:\n"
@@ -764,7 +750,7 @@ def test_a_traceback_a_log_collector_timed_line_by_line_is_still_one_traceback(t
     the frames' indentation after it."""
     lines = ["Traceback (most recent call last):", '  File "/home/u/train.py", line 61, in main',
              "    loss = step(batch)", "ValueError: Expected input batch_size (32) to match target batch_size (16)."]
-    result = _diagnose(tmp_path, "".join(f"2024-05-01T10:11:12.{n:06d}Z {line}\n" for n, line in enumerate(lines)))
+    result = diagnosed(tmp_path, "".join(f"2024-05-01T10:11:12.{n:06d}Z {line}\n" for n, line in enumerate(lines)))
     root = result["root_cause"]
     assert (root["category"], root["fields"]["exc_type"], root["fields"]["frame_line"]) == \
         ("python_exception", "ValueError", "61")
@@ -786,7 +772,7 @@ TORCHRUN_STOPPED = ("W0102 03:04:05.000000 4242 site-packages/torch/distributed/
 ])
 def test_a_stop_after_training_said_it_finished_is_a_hang_at_exit(tmp_path: Path, finished: str, stop: str,
                                                                   stopped_by: str) -> None:
-    root = _diagnose(tmp_path, "step 999 loss 1.02\n" + finished + stop)["root_cause"]
+    root = diagnosed(tmp_path, "step 999 loss 1.02\n" + finished + stop)["root_cause"]
     assert (root["category"], root["rule"], root["confidence"]) == ("hang", "training-finished", "likely")
     assert root["title"].startswith(f"The job did not exit after training finished; stopped by: {stopped_by}")
     assert "torch.distributed.destroy_process_group()" in root["remedy"]
@@ -805,7 +791,7 @@ def test_a_hang_at_exit_speaks_the_output_language(tmp_path: Path) -> None:
 
 # A slurmstepd cancel line cut right after "ON" (a paste's end) is still SLURM ending the step.
 def test_a_stop_cut_mid_line_after_training_finished_is_a_hang_at_exit(tmp_path: Path) -> None:
-    root = _diagnose(tmp_path, "[after training is done] datetime: 2026-04-20 03:17:08\n"
+    root = diagnosed(tmp_path, "[after training is done] datetime: 2026-04-20 03:17:08\n"
                                "[2026-04-20T03:25:23.011] error: *** STEP 1942963.1 ON\n")["root_cause"]
     assert (root["category"], root["rule"]) == ("hang", "training-finished")
     assert root["title"].endswith("SLURM stopped STEP 1942963.1 on its node")
@@ -813,12 +799,12 @@ def test_a_stop_cut_mid_line_after_training_finished_is_a_hang_at_exit(tmp_path:
 
 def test_training_that_finished_and_was_not_stopped_or_failed_after_is_no_hang(tmp_path: Path) -> None:
     finished = "[after training is done] datetime: 2025-01-02 02:00:00.123456 \n"
-    assert _diagnose(tmp_path, "step 999 loss 1.02\n" + finished)["root_cause"] is None
+    assert diagnosed(tmp_path, "step 999 loss 1.02\n" + finished)["root_cause"] is None
     # A stop while training ran is the stop.
-    root = _diagnose(tmp_path, "step 999 loss 1.02\n" + SLURM_TIME_LIMIT)["root_cause"]
+    root = diagnosed(tmp_path, "step 999 loss 1.02\n" + SLURM_TIME_LIMIT)["root_cause"]
     assert root["category"] == "slurm_event"
     # A failure after the training loop finished (an evaluation's OOM) is that failure.
-    root = _diagnose(tmp_path, finished + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    root = diagnosed(tmp_path, finished + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
                      + SLURM_TIME_LIMIT)["root_cause"]
     assert root["category"] == "cuda_oom"
 
@@ -844,12 +830,12 @@ torch._dynamo.exc.Unsupported: call_function UserDefinedObjectVariable(custom_op
 ])
 def test_a_compile_error_torch_compile_logged_and_ran_past_is_no_failure(tmp_path: Path, intro: str, prefix: str) -> None:
     text = "step 10 loss 2.34\n" + intro + DYNAMO_TRACEBACK + "\nstep 20 loss 2.12\n"
-    result = _diagnose(tmp_path, "".join(prefix + line for line in text.splitlines(keepends=True)))
+    result = diagnosed(tmp_path, "".join(prefix + line for line in text.splitlines(keepends=True)))
     assert result["root_cause"] is None
     [handled] = [f for f in result["findings"] if f["rule"] == "python-exception-handled"]
     assert handled["severity"] == "info" and handled["fields"]["frame_line"] == "88"
     # The same error raised (suppress_errors off, the default): the job's failure.
-    root = _diagnose(tmp_path, "step 10 loss 2.34\n" + DYNAMO_TRACEBACK)["root_cause"]
+    root = diagnosed(tmp_path, "step 10 loss 2.34\n" + DYNAMO_TRACEBACK)["root_cause"]
     assert (root["category"], root["rule"]) == ("python_exception", "python-exception")
 
 
@@ -869,7 +855,7 @@ def test_an_exception_groups_traceback_names_its_sub_exception(tmp_path: Path) -
         "    +------------------------------------\n"
     )
     text = "step 1 loss 2.0\n" + "".join(f"[rank3]: {line}\n" for line in group.splitlines())
-    root = _diagnose(tmp_path, text)["root_cause"]
+    root = diagnosed(tmp_path, text)["root_cause"]
     assert (root["category"], root["rank"], root["confidence"]) == ("python_exception", 3, "likely")
     fields = root["fields"]
     assert (fields["exc_type"], fields["message"]) == ("FileNotFoundError", "/data/shard-00007.parquet")
@@ -882,7 +868,7 @@ def test_deepspeeds_exit_line_names_no_rank_its_command_is_the_last_one_started(
     spawned = "".join(
         f"[2023-11-13 16:50:01,10{r}] [INFO] [launch.py:253:main] process 943{r} spawned with command: "
         f"['/opt/conda/bin/python', '-u', 'train.py', '--local_rank={r}']\n" for r in range(4))
-    result = _diagnose(tmp_path, spawned + (
+    result = diagnosed(tmp_path, spawned + (
         "[2023-11-13 16:59:55,640] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 9431\n"
         "[2023-11-13 16:59:55,650] [ERROR] [launch.py:321:sigkill_handler] ['/opt/conda/bin/python', '-u', "
         "'train.py', '--local_rank=3'] exits with return code = -9\n"))
@@ -894,7 +880,7 @@ def test_deepspeeds_exit_line_names_no_rank_its_command_is_the_last_one_started(
 def test_the_kernels_oom_report_confirms_a_sigkill_with_the_victims_numbers_from_its_later_line(tmp_path: Path) -> None:
     """mm/oom_kill.c prints "invoked oom-killer" and the one-line summary before the victim's line:
     the finding made from the first takes the numbers it lacks (anon-rss) from the last."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "E0302 10:05:12.000000 4242 site-packages/torch/distributed/elastic/multiprocessing/api.py:869] "
         "failed (exitcode: -9) local_rank: 1 (pid: 30712) of binary: /usr/bin/python3\n"
         "[Sat Mar  2 10:05:11 2024] python3 invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, "
@@ -913,7 +899,7 @@ def test_the_kernels_oom_report_confirms_a_sigkill_with_the_victims_numbers_from
 
 def test_mpiruns_lost_daemon_report_names_the_node_its_later_line_gives(tmp_path: Path) -> None:
     """help-errmgr-base.txt [lost-connection]: the node comes two lines after the report's first."""
-    root = _diagnose(tmp_path, (
+    root = diagnosed(tmp_path, (
         "ORTE has lost communication with a remote daemon.\n\n"
         "  HNP daemon   : [[16919,0],0] on node gpu-node-001\n"
         "  Remote daemon: [[16919,0],3] on node gpu-node-127\n\n"
@@ -924,7 +910,7 @@ def test_mpiruns_lost_daemon_report_names_the_node_its_later_line_gives(tmp_path
 def test_a_nan_without_a_rank_takes_the_rank_the_same_failure_names_later(tmp_path: Path) -> None:
     """Megatron's training_log line (' iteration {}/{} | ... | grad norm: {} |') has no rank; its
     loss check then raises "Rank {}: found NaN in local forward loss calculation. Device: {}, node: {}"."""
-    root = _diagnose(tmp_path, (
+    root = diagnosed(tmp_path, (
         " iteration        1/    5000 | consumed samples:          128 | lm loss: 1.196676E+01 | loss scale: 1.0 | "
         "grad norm: nan | number of skipped iterations:   0 |\n"
         "AssertionError: Rank 114: found NaN in local forward loss calculation. Device: 2, node: gpu-node-15\n"
@@ -933,7 +919,7 @@ def test_a_nan_without_a_rank_takes_the_rank_the_same_failure_names_later(tmp_pa
 
 
 def test_two_ranks_named_by_the_same_failure_leave_a_rankless_root_without_one(tmp_path: Path) -> None:
-    root = _diagnose(tmp_path, (
+    root = diagnosed(tmp_path, (
         " iteration        1/    5000 | lm loss: 1.196676E+01 | grad norm: nan |\n"
         "AssertionError: Rank 3: found NaN in local forward loss calculation. Device: 3, node: a\n"
         "AssertionError: Rank 9: found NaN in local forward loss calculation. Device: 1, node: b\n"
@@ -946,7 +932,7 @@ def test_an_oom_kill_explains_the_ray_actor_that_died_of_it(tmp_path: Path) -> N
     RayActorError default message ("The actor died unexpectedly before finishing this task.") and
     Tune's TuneError("Trials did not complete", ...): both report a process that died, the kill
     says of what."""
-    root = _diagnose(tmp_path, (
+    root = diagnosed(tmp_path, (
         "Traceback (most recent call last):\n"
         '  File "/home/u/tune_run.py", line 40, in <module>\n'
         "    tune.run(trainable, num_samples=4)\n"
@@ -967,7 +953,7 @@ def test_a_named_nccl_error_outranks_the_exception_that_only_wraps_it(tmp_path: 
     """DistBackendError is torch's wrapper of any NCCL failure (a report of another failure); a
     paste wrapped at 100 columns cut its "NCCL error in: {file}:{line}, {reason}" line, and the
     ncclGetLastError text after it ("ncclInternalError: Internal check failed.") names the failure."""
-    root = _diagnose(tmp_path, (
+    root = diagnosed(tmp_path, (
         "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp\n"
         ":1331, internal error - please report this issue to the NCCL developers, NCCL version 2.18.1\n"
         "ncclInternalError: Internal check failed.\n"
@@ -980,7 +966,7 @@ def test_a_named_nccl_error_outranks_the_exception_that_only_wraps_it(tmp_path: 
 def test_an_exception_raised_in_the_launchers_own_code_is_a_failed_launch(tmp_path: Path) -> None:
     """accelerate's CLI reads its config before it starts anything (commands/config/config_args.py,
     from_yaml_file: ``cls(**config_dict)``): a key of another version's config is a TypeError there."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "Traceback (most recent call last):\n"
         '  File "/opt/venv/bin/accelerate", line 8, in <module>\n'
         "    sys.exit(main())\n"
@@ -1006,7 +992,7 @@ def test_an_exception_wandbs_own_code_raised_under_the_users_call_is_wandb(tmp_p
     when its backend failed; the user's frame calls into wandb and the exception rises from there.
     An exception the user's own code raised, with wandb's callback frames above it, stays the user's."""
     prefix = "[1,3]<stderr>:"
-    root = _diagnose(tmp_path, "".join(prefix + line + "\n" for line in (
+    root = diagnosed(tmp_path, "".join(prefix + line + "\n" for line in (
         "Traceback (most recent call last):",
         '  File "train.py", line 75, in <module>',
         '    group="DDP",',
@@ -1018,7 +1004,7 @@ def test_an_exception_wandbs_own_code_raised_under_the_users_call_is_wandb(tmp_p
     assert (root["rule"], root["category"], root["rank"]) == ("python-exception", "wandb", 3)
     assert root["title"] == "wandb failed: Exception"
     assert "the experiment tracker failed, not the training" in root["remedy"] and "WANDB_MODE=offline" in root["remedy"]
-    own = _diagnose(tmp_path, (
+    own = diagnosed(tmp_path, (
         "Traceback (most recent call last):\n"
         '  File "/home/u/train.py", line 40, in <module>\n'
         "    trainer.fit(model)\n"
@@ -1041,14 +1027,14 @@ def test_an_exception_wandbs_own_code_raised_under_the_users_call_is_wandb(tmp_p
           "    return f(*args, **kwargs)"],
          "RuntimeError: permute(sparse_coo): number of dimensions in the tensor input does not match"),
     ):
-        root = _diagnose(tmp_path, "Traceback (most recent call last):\n" + "\n".join(frames) + "\n" + exception + "\n")["root_cause"]
+        root = diagnosed(tmp_path, "Traceback (most recent call last):\n" + "\n".join(frames) + "\n" + exception + "\n")["root_cause"]
         assert root["category"] == "python_exception", exception
 
 
 def test_the_launcher_reraising_its_childs_exit_status_is_no_failed_launch(tmp_path: Path) -> None:
     """accelerate's simple_launcher: ``raise subprocess.CalledProcessError(returncode=..., cmd=cmd)``
     after the training process failed: the child's error (above it) is the cause."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "Traceback (most recent call last):\n"
         '  File "/home/u/train.py", line 30, in <module>\n'
         '    raise ValueError("labels must be int64")\n'
@@ -1069,7 +1055,7 @@ def test_the_ncclwatchdogs_own_hang_is_a_hang(tmp_path: Path) -> None:
     """ProcessGroupNCCL's heartbeat monitor: "ProcessGroupNCCL's watchdog got stuck for {} seconds
     without making progress in monitoring enqueued collectives. This typically indicates a NCCL/CUDA
     API hang blocking the watchdog, ..." (no collective timed out)."""
-    root = _diagnose(tmp_path, (
+    root = diagnosed(tmp_path, (
         "[rank3]:[E1126 10:41:02.000000000 ProcessGroupNCCL.cpp:1746] [PG ID 0 PG GUID 0(default_pg) Rank 3] "
         "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
         "collectives. This typically indicates a NCCL/CUDA API (e.g., CudaEventDestroy) hang blocking the watchdog, "
@@ -1083,7 +1069,7 @@ def test_waits_that_passed_are_no_failure(tmp_path: Path) -> None:
     """XLA's rendezvous warning followed by its own "Thread is unstuck!", srun's step-create retry
     followed by the step created, and DeepSpeed's scale "reduced" to itself on the first overflow
     under hysteresis (then lowered for real): a run that went on, exit 0 and no error."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "E1126 10:00:10.000000 rendezvous.cc:38] This thread has been waiting for `initialize clique for rank 2; "
         "clique=devices=[0,1,2,3]; stream=0; run_id=17` for 10 seconds and may be stuck. Expected 4 threads to join "
         "the rendezvous, but not all of them arrived on time.\n"
@@ -1105,7 +1091,7 @@ def test_waits_that_passed_are_no_failure(tmp_path: Path) -> None:
 def test_horovodrun_reporting_its_workers_exit_is_no_failed_launch(tmp_path: Path) -> None:
     """horovod/runner/mpi_run.py: RuntimeError("mpirun failed with exit code {exit_code}") after a
     worker failed: a report of the worker's failure, raised in the launcher's own code."""
-    result = _diagnose(tmp_path, (
+    result = diagnosed(tmp_path, (
         "[1,1]<stderr>:Traceback (most recent call last):\n"
         '[1,1]<stderr>:  File "/home/u/train.py", line 51, in <module>\n'
         "[1,1]<stderr>:    loss = step(batch)\n"
@@ -1125,7 +1111,7 @@ def test_horovodrun_reporting_its_workers_exit_is_no_failed_launch(tmp_path: Pat
 def test_an_old_oom_kill_in_dmesg_does_not_outrank_a_stop_from_outside(tmp_path: Path) -> None:
     """The kernel's "Out of memory: Killed process {pid} ({comm})" explains reports of processes
     that died, not a SIGTERM someone sent (torchrun's "Received 15 death signal")."""
-    root = _diagnose(tmp_path, (
+    root = diagnosed(tmp_path, (
         "[Wed Nov 26 06:10:02 2026] Out of memory: Killed process 4120 (jupyter-lab) total-vm:9841116kB, "
         "anon-rss:8234520kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:13204kB oom_score_adj:0\n"
         "W1126 10:12:00.000000 2546 torch/distributed/elastic/agent/server/api.py:704] Received 15 death signal, "
