@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -17,6 +18,13 @@ import pytest
 # environment; a test that wants a width sets it.
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
+
+# A suite started in the background by a shell without job control (`pytest ... &` in a script)
+# inherits SIGINT ignored, and an ignored signal stays ignored in every process a test starts: the
+# tests that press Ctrl-C on `monitor run` or the demo would wait in vain. Each process of the suite
+# (the xdist workers import this too) takes Python's own handler back, which exec resets to the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The suite starts about 700 python processes (monitor's commands, recorders, torchrun and
 # its ranks). Where PYTHONDONTWRITEBYTECODE is set (it is in this VM's environment), each of them compiled
