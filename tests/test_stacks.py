@@ -238,6 +238,15 @@ def test_every_rank_at_a_gpu_wait_is_only_a_note_until_a_collective_times_out(tm
     assert timed_out.severity == "warning" and "NCCL_DEBUG=INFO" in timed_out.remedy
 
 
+def test_torch_accelerators_synchronize_and_a_copy_to_the_cpu_are_gpu_waits(tmp_path):
+    accelerator = _rank(0, ("synchronize", "/venv/lib/python3.12/site-packages/torch/accelerator/__init__.py", 112),
+                        ("main", TRAIN, 50))
+    assert compare.place_of(accelerator).gpu_wait == "torch.accelerator.synchronize"
+    train = tmp_path / "train.py"
+    train.write_text("def log(loss):\n    value = loss.detach().to('cpu')\n")
+    assert compare.place_of(_rank(1, ("log", str(train), 2), ("main", str(train), 9))).gpu_wait == ".to('cpu')"
+
+
 def test_ranks_without_a_stack_do_not_make_the_survivor_every_rank():
     gone = ProcessStack(pid=1001, rank=1, command="python train.py", threads=[Thread("MainThread", 1001, [])])
     stuck = _rank(2, ("load_batch", TRAIN, 88), ("main", TRAIN, 200))

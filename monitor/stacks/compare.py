@@ -37,10 +37,11 @@ COLLECTIVES = frozenset({
 # Where DDP waits for its gradient all-reduce: inside loss.backward(), in autograd's engine.
 _BACKWARD = ("torch/autograd/", frozenset({"backward", "_engine_run_backward"}))
 # Where the host waits for the GPU's queued work: torch.cuda's synchronize calls (torch/cuda/__init__.py,
-# streams.py), by the names py-spy shows, and the copies to the host that wait the same way (no
-# Python frame of their own: read from the rank's own line of code).
-_GPU_SYNC = ("torch/cuda/", frozenset({"synchronize", "Stream.synchronize", "Event.synchronize"}))
-_HOST_COPY = re.compile(r"\.(item|cpu|tolist)\(\)")
+# streams.py) and torch.accelerator's (torch/accelerator/__init__.py), by the names py-spy shows, and
+# the copies to the host that wait the same way (no Python frame of their own: read from the rank's
+# own line of code; a CUDA tensor's .numpy() needs .cpu() first).
+_GPU_SYNC = (("torch/cuda/", "torch/accelerator/"), frozenset({"synchronize", "Stream.synchronize", "Event.synchronize"}))
+_HOST_COPY = re.compile(r"\.(?:item|cpu|tolist)\(\)|\.to\(\s*['\"]cpu['\"]\s*\)")
 _LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "<frozen ", "/lib/python3")
 EVIDENCE_FRAMES = 6
 # The kinds of finding ``analyse`` makes where some ranks are the odd ones out (``Finding.ranks``).
@@ -86,8 +87,9 @@ def place_of(stack: ProcessStack) -> Place | None:
 def _gpu_wait(frames: list[Frame], own: Frame) -> str:
     """The call by which a rank outside any collective waits for its GPU ("" when none)."""
     for frame in frames:
-        if _GPU_SYNC[0] in frame.file and frame.function in _GPU_SYNC[1]:
-            return "torch.cuda." + frame.function
+        module = next((m for m in _GPU_SYNC[0] if m in frame.file), None)
+        if module is not None and frame.function in _GPU_SYNC[1]:
+            return module.replace("/", ".") + frame.function
     if frames[0] is own and (copy := _HOST_COPY.search(source_line(own))):
         return copy.group(0)
     return ""
