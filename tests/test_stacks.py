@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -196,6 +197,22 @@ def test_a_rank_held_by_an_nccl_collective_waits_for_its_gpu_not_in_the_collecti
     assert "a collective's Python call returns at once" in finding.remedy and "NCCL_DEBUG=INFO" in finding.remedy
     # The straggler's looks count collectives only: a rank at a GPU wait may be computing.
     assert compare.place_of(capture.ranked()[0]).collective == ""
+
+
+def test_a_rank_held_by_an_nccl_collective_at_item_is_read_from_its_own_line():
+    """Recorded on an H200 (check.sh, scenario timeout-item): the rank waits for the held all-reduce
+    in .item(), which has no Python frame of its own: py-spy shows the job's line, read from its
+    source (this repository's tests/jobs/gpu_job.py, where the recording's path pointed)."""
+    recorded = Path(__file__).parent / "device" / "recorded" / "stacks-nccl-timeout-item-h200.json"
+    [(capture, _)] = files.read(recorded)
+    job = str(Path(__file__).parent / "jobs" / "gpu_job.py")
+    for stack in capture.processes:
+        for thread in stack.threads:
+            thread.frames = [replace(f, file=job) if f.file.endswith("/tests/jobs/gpu_job.py") else f
+                             for f in thread.frames]
+    finding = compare.analyse(capture)
+    assert finding.title == "every rank waits for the GPU in .item() at main (gpu_job.py:55)"
+    assert (finding.severity, finding.fields["gpu_wait"]) == ("warning", ".item()")
 
 
 def test_a_rank_outside_the_others_gpu_wait_is_the_stuck_one(tmp_path):

@@ -8,7 +8,7 @@
 set -u
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
 scenarios=("$@")
-[ ${#scenarios[@]} -gt 0 ] || scenarios=(ok oom assert timeout duplicate)
+[ ${#scenarios[@]} -gt 0 ] || scenarios=(ok oom assert timeout timeout-item duplicate)
 work=/tmp/device-check
 rm -rf "$work" && mkdir -p "$work" "${OUT:=/tmp/device-out}"
 {

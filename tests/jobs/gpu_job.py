@@ -6,7 +6,10 @@ recorded on a real GPU, are kept in tests/recordings/gpu and diagnosed in CI.
 - ``oom``: the allocator runs the GPU out of memory, 8 GiB at a time (torch's own message);
 - ``assert``: an embedding lookup with an index past its table (a device-side assert);
 - ``timeout``: a kernel that spins for a minute ahead of an all-reduce, under a 10 s process
-  group timeout: NCCL's watchdog times the collective out and takes the process down;
+  group timeout: NCCL's watchdog times the collective out and takes the process down; the rank
+  waits for it in ``torch.cuda.synchronize``;
+- ``timeout-item``: the same, the rank waiting for it in ``.item()`` (its own line, no frame of
+  torch's: the stacks read it from the source);
 - ``duplicate``: two ranks on the same GPU (NCCL refuses: duplicate GPU).
 
 Run: ``torchrun --nproc-per-node 1 tests/jobs/gpu_job.py SCENARIO`` (2 for ``duplicate``).
@@ -44,10 +47,12 @@ def main() -> int:
             table = torch.randn(1000, 64, device="cuda")
             tokens = torch.tensor([3, 7, 1000], device="cuda")
             print(torch.nn.functional.embedding(tokens, table).sum().item(), flush=True)
-        if number == 2 and scenario == "timeout":
+        if number == 2 and scenario in ("timeout", "timeout-item"):
             torch.cuda._sleep(120 * 2_000_000_000)  # about two minutes of GPU cycles
             dist.all_reduce(grads)
-            torch.cuda.synchronize()
+            if scenario == "timeout":
+                torch.cuda.synchronize()
+            print(f"rank {rank}: held {grads.sum().item():.4f}", flush=True)
     dist.destroy_process_group()
     print(f"rank {rank}: done", flush=True)
     return 0
