@@ -339,10 +339,8 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
 
 def _service(frames: list[tuple[str, str, str]], user: tuple[str, str, str]) -> str:
     """"wandb" where the frame the user's innermost frame called is wandb's own code, else ""."""
-    if user not in frames:
-        return ""
-    called = frames[len(frames) - frames[::-1].index(user):][:1]
-    return "wandb" if called and _WANDB_CODE.search(called[0][0]) else ""
+    last = max((i for i, frame in enumerate(frames) if frame == user), default=len(frames))
+    return "wandb" if last + 1 < len(frames) and _WANDB_CODE.search(frames[last + 1][0]) else ""
 
 
 def _launcher(file: str) -> str:

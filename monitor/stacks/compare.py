@@ -57,10 +57,6 @@ class Place:
     frame: Frame
     gpu_wait: str = ""
 
-    @property
-    def waits(self) -> bool:
-        return bool(self.collective or self.gpu_wait)
-
     def describe(self, plural: bool = False) -> str:
         where = f"{self.frame.function} ({Path(self.frame.file).name}:{self.frame.line})"
         if self.collective:
@@ -150,11 +146,10 @@ def _finding(capture: Capture, groups, odd, usual, kind: str, stacks_file: str) 
     else:
         title = advice("title-stacks-while", odd=parts[0], others="; ".join(parts[1:])) if len(parts) > 1 else parts[0]
     severities: dict[str, Severity] = {"stuck": "error", "mismatch": "error", "elsewhere": "warning", "all-wait": "warning"}
-    severity = severities.get(kind, "info")
-    if kind == "all-wait" and not groups[0][0].collective and capture.trigger != TIMED_OUT:
-        # Every rank at a GPU wait is also how a busy GPU-bound step looks for a moment: a hang
-        # only where a collective timed out.
-        severity = "info"
+    # Every rank at a GPU wait is also how a busy GPU-bound step looks for a moment: a hang only
+    # where a collective timed out, else a note.
+    passing = kind == "all-wait" and not groups[0][0].collective and capture.trigger != TIMED_OUT
+    severity = "info" if passing else severities.get(kind, "info")
     subject = odd[0] if odd else groups[0]
     place = subject[0]
     fields = {"kind": kind, "function": place.frame.function, "file": place.frame.file,
@@ -172,7 +167,7 @@ def _finding(capture: Capture, groups, odd, usual, kind: str, stacks_file: str) 
         rank=odd_ranks[0] if len(odd_ranks) == 1 else None, ranks=odd_ranks or all_ranks,
         file=place.frame.file, line=place.frame.line, count=1,
         evidence=[_evidence(place, stacks) for place, stacks in groups] + _not_taken(capture),
-        fields=fields, remedy=_remedy(kind, capture, odd, usual, fields), first_seen=capture.taken,
+        fields=fields, remedy=_remedy(kind, capture, odd, usual, fields, passing), first_seen=capture.taken,
     )
 
 
@@ -187,7 +182,8 @@ def _not_taken(capture: Capture) -> list[str]:
     return [p.error_line() for p in capture.processes if p.error]
 
 
-def _remedy(kind: str, capture: Capture, odd, usual, fields: dict[str, str]) -> str:
+def _remedy(kind: str, capture: Capture, odd, usual, fields: dict[str, str], passing: bool) -> str:
+    """``passing``: every rank at a GPU wait with no collective's timeout (see ``_finding``)."""
     place = {"function": fields["function"], "where": f"{Path(fields['file']).name}:{fields['line']}",
              "code": f" (`{fields['code']}`)" if fields.get("code") else ""}
     timeout = advice("stacks-timeout")
@@ -204,7 +200,7 @@ def _remedy(kind: str, capture: Capture, odd, usual, fields: dict[str, str]) -> 
         lines = [advice("stacks-elsewhere", who=who(odd[0][1]), **place)]
     elif kind == "all-wait" and fields.get("gpu_wait"):
         lines = [advice("stacks-all-wait-gpu", call=fields["gpu_wait"], **place)]
-        if capture.trigger != TIMED_OUT:
+        if passing:
             lines.append(advice("stacks-again"))
     elif kind == "all-wait":
         lines = [advice("stacks-all-wait", collective=fields.get("collective") or advice("stacks-a-collective"),
@@ -215,7 +211,7 @@ def _remedy(kind: str, capture: Capture, odd, usual, fields: dict[str, str]) -> 
         lines.append(advice("stacks-all-wait-missing", missing=missing))
     elif missing:
         lines.append(advice("stacks-missing-not-compared", missing=missing))
-    if kind == "all-wait" and (fields.get("collective") or capture.trigger == TIMED_OUT):
+    if kind == "all-wait" and not passing:
         lines.append(advice("stacks-transport", timeout=timeout))
     saved = advice("stacks-saved", stacks_file=fields["stacks_file"]) if fields.get("stacks_file") else ""
     return "\n".join(lines) + saved

@@ -167,7 +167,8 @@ class FindingsPanel(Container):
         self._fit_text()
 
     def _fit_text(self) -> None:
-        if self.findings and self._room(self._rows_of(self.findings)) != self._title_room:
+        rows = self._rows_of(self.findings) if self.findings else []
+        if rows and self._room(self._column_widths(rows), len(rows)) != self._title_room:
             self.show(self.findings, self.root)  # the titles are cut to another width
         else:
             self._show_detail()  # its paths are broken for another width
@@ -193,12 +194,13 @@ class FindingsPanel(Container):
         self.root = root
         self._by_key = {f.id: f for f in self.findings}
         rows = self._rows_of(self.findings)
-        self._title_room = self._room(rows)
+        widths = self._column_widths(rows)
+        self._title_room = self._room(widths, len(rows))
         if self._title_room is not None:
             title = self._columns.index("title")
             rows = [(key, cells[:title] + (Text(fmt.fit_words(cells[title].plain, self._title_room)),) + cells[title + 1:])
                     for key, cells in rows]
-        widths = self._column_widths(rows)
+            widths["title"] = self._content_width("title", [cells[title] for _, cells in rows])
         if [key for key, _ in rows] == self._keys and widths == self._widths:
             # The same findings in the same order, in columns as wide as before (counts grew):
             # change only the cells that differ.
@@ -234,18 +236,17 @@ class FindingsPanel(Container):
         header = [cell_len(LABELS[key])] if self.table.show_header else []
         return WIDTHS[key] or max(header + [cell_len(_plain(cell)) for cell in cells] or [1])
 
-    def _room(self, rows: list[tuple[str, tuple]]) -> int | None:
-        """The width the title column has beside the others, so that a long title ends in "…" at
-        a word instead of being cut by the panel's edge (or pushing the category past it); None
-        when the table is not laid out yet."""
+    def _room(self, widths: dict[str, int], count: int) -> int | None:
+        """The width the title column has beside the others (``widths``, of ``count`` rows), so
+        that a long title ends in "…" at a word instead of being cut by the panel's edge (or
+        pushing the category past it); None when the table is not laid out yet."""
         table = self.table
         if not table.size.width:
             return None
         padding = 2 * table.cell_padding
-        others = sum(self._content_width(key, [cells[i] for _, cells in rows]) + padding
-                     for i, key in enumerate(self._columns) if key != "title")
+        others = sum(width + padding for key, width in widths.items() if key != "title")
         shown = table.size.height if self._columns == NARROW_COLUMNS else MAX_TABLE_ROWS
-        scrollbar = table.styles.scrollbar_size_vertical if len(rows) > shown - table.show_header else 0
+        scrollbar = table.styles.scrollbar_size_vertical if count > shown - table.show_header else 0
         return max(table.size.width - scrollbar - others - padding, 8)
 
     def _first(self, finding: Finding) -> tuple[float | None, bool]:
