@@ -164,3 +164,30 @@ def test_a_job_whose_training_loop_finished_did_not_end_waiting(tmp_path, catalo
     log.write_text(START + "INFO:tensorflow:loss = 0.31, step = 200\n"
                    "\n\nTraining completed. Do not forget to share your model on huggingface.co/models =)\n\n\n" + WAIT)
     assert diagnose_paths([str(log)], catalogue).root_cause is None
+
+
+# wandb's login menu (wandb/sdk/lib/apikey.py LOGIN_CHOICE_*, printed by wandb/util.py
+# prompt_choices as termlog(f"({i + 1}) {choice}"), then input(f"{LOG_STRING}: Enter your choice: ")).
+WANDB_MENU = ("wandb: (1) Create a W&B account\n"
+              "wandb: (2) Use an existing W&B account\n"
+              "wandb: (3) Don't visualize my results\n")
+
+
+def test_a_log_that_ends_on_wandbs_login_menu_waits_for_an_answer(tmp_path, catalogue):
+    log = tmp_path / "train.log"
+    # Two ranks asking at once: the prompt of one glued to the other's next line, as terminals show it.
+    log.write_text(WANDB_MENU + "wandb: Enter your choice: [2025-02-01 17:26:01,814] [INFO] [comm.py:652:init_distributed] cdb=None\n"
+                   + WANDB_MENU)
+    diagnosis = diagnose_paths([str(log)], catalogue)
+    root = diagnosis.root_cause
+    assert root is not None and (root.rule, root.category, root.confidence) == ("wandb-login-prompt", "wandb", "weak")
+    assert "WANDB_API_KEY" in root.remedy and diagnosis.failed
+
+
+def test_wandbs_login_menu_answered_is_a_warning(tmp_path, catalogue):
+    log = tmp_path / "train.log"
+    log.write_text(WANDB_MENU + "wandb: Enter your choice: 3\nwandb: You chose 'Don't visualize my results'\n"
+                   "step 1 loss 2.31\n")
+    diagnosis = diagnose_paths([str(log)], catalogue)
+    assert diagnosis.root_cause is None and not diagnosis.failed
+    assert [f.severity for f in diagnosis.findings if f.rule == "wandb-login-prompt"] == ["warning"]

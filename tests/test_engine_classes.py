@@ -656,6 +656,27 @@ def test_channel_lines_alone_name_the_rank_only_where_they_agree(tmp_path: Path)
     assert (root["category"], root["rank"]) == ("cuda_oom", None)  # its channels disagree
 
 
+def test_the_rank_a_process_says_after_its_error_is_the_errors_rank_in_both_readings(tmp_path: Path) -> None:
+    """NCCL's abort line after the WARN ("comm %p rank %d nranks %d cudaDev %d busId %lx - Abort
+    COMPLETE", init.cc): the fast scan reads a file's first lines in bulk before their matches, the
+    line-by-line reading (a live session's) learns the rank after the finding was taken; both name it."""
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.diagnosis.diagnose import diagnose_paths
+
+    log = tmp_path / "nccl.log"
+    log.write_text(
+        "n3:600:610 [1] misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer n4<41022>\n"
+        "n3:600:610 [1] NCCL INFO misc/socket.cc:546 -> 6\n"
+        "n3:600:600 [1] NCCL INFO comm 0x1b83 rank 2 nranks 4 cudaDev 1 busId 7000 - Abort COMPLETE\n"
+    )
+    catalogue = load_catalogue(include_user=False)
+    catalogue.model_path = None
+    for fast in (True, False):
+        root = diagnose_paths([str(log)], catalogue, fast=fast).root_cause
+        assert root is not None and (root.category, root.rank, root.rank_source) == ("nccl_error", 2, "process"), fast
+        assert "rank 2" in root.title, fast
+
+
 def test_a_traceback_cut_before_its_exception_still_says_something_failed_there(tmp_path: Path) -> None:
     """CPython's traceback (its header, then '  File "{}", line {}, in {}' frames) with the paste or
     the file ending before the exception line: a weak finding with the rank and the user's frame,

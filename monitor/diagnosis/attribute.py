@@ -14,7 +14,10 @@ read among each file's first ``EARLY_LINES`` lines, where the job sets up (read 
 log of NCCL's noise would cost the fast path twice its time). A process in several communicators
 (a tensor-parallel group beside the world) shows other ranks in each: the widest communicator's
 rank counts, and a process whose channels disagree gets none. An error NCCL prints in that
-process (``NCCL WARN Cuda failure 'out of memory'``) gets that rank.
+process (``NCCL WARN Cuda failure 'out of memory'``) gets that rank, also where the line that
+says it comes after the error (NCCL's "comm 0x.. rank R nranks N ... - Abort COMPLETE"): the fast
+scan reads those first lines in bulk before their matches, the line-by-line path gives the rank to
+the findings taken before (``FindingBook.rank_of_process``), so both say the same.
 """
 
 from __future__ import annotations
@@ -78,17 +81,23 @@ class Attribution:
         self._comm_ranks: dict[str, tuple[int, int | None]] = {}
         self._channel_ranks: dict[str, set[int]] = {}
 
-    def learn_early(self, rank: int | None, body: str) -> None:
+    def learn_early(self, rank: int | None, body: str) -> tuple[str, int | None] | None:
         """Ranks that exist, from the start of each file: a line's rank, a ``world_size=N``; and
-        the rank an NCCL process set up with."""
+        the rank an NCCL process set up with. Where that line changed what its process's rank is,
+        (its stream, the rank now): matches of the process taken before it are to get it too."""
         if rank is not None:
             self.known_ranks.add(rank)
+        changed = None
         if (claim := process_claim(body)) is not None:
+            before = self.process_rank(claim.stream)
             self.learn_process(claim)
+            if (now := self.process_rank(claim.stream)) != before:
+                changed = (claim.stream, now)
         match = WORLD_SIZE.search(body) if "orld" in body or "ORLD" in body else None
         if match and 0 < int(match.group(1)) <= MAX_WORLD:
             self.world_size = max(self.world_size or 0, int(match.group(1)))
             self.known_ranks.update(range(self.world_size))
+        return changed
 
     def learn_ranks(self, ranks, world_sizes, claims: list[ProcessClaim]) -> None:
         """What a file's first lines say in bulk (``scan.EarlyLines``): ranks, world sizes, the

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from monitor.diagnosis.catalogue import CONFIRM_PREFIX, CONFIRMED_BY
 from monitor.diagnosis.classify import MAX_EVIDENCE, Match, record_rank_source
+from monitor.logs.ranks import parse_prefix
 from monitor.diagnosis.prefilter import Prefilter
 from monitor.diagnosis.records import Record
 from monitor.diagnosis.root_cause import Occurrence
@@ -217,6 +218,25 @@ class FindingBook:
             if finding.rank is None and finding.fields.get("pid") == pid:
                 changes["rank"], changes["rank_source"] = rank, "launcher"
             self._update(entry, replace(finding, **changes), render=True)
+
+    def rank_of_process(self, stream: str, rank: int | None) -> None:
+        """NCCL's lines of process ``stream`` (host:pid) now say it is ``rank`` (None: they
+        disagree): findings first matched on its lines that had their rank from the process, or
+        none, take the one known now."""
+        for entry in self._entries.values():
+            finding = entry.finding
+            if finding.rank is not None and finding.rank_source != "process":
+                continue
+            if finding.rank == rank:
+                continue
+            if parse_prefix(entry.match.record.lines[entry.match.positions[0]].text).stream != stream:
+                continue
+            ranks = [r for r in finding.ranks if r != finding.rank or finding.rank_source != "process"]
+            if rank is not None and rank not in ranks:
+                ranks = sorted([*ranks, rank])
+            entry.occurrences[0] = Occurrence(rank, entry.occurrences[0].fields)
+            self._update(entry, replace(finding, rank=rank, ranks=ranks, rank_source="process" if rank is not None else ""),
+                         render=True)
 
     def time_written(self, file: str, stamp: float) -> None:
         """A time written in ``file`` after its findings that had none: they happened no later."""

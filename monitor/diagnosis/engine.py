@@ -71,7 +71,8 @@ class Engine:
             if isinstance(event, Record):
                 self._decide(event, new)
             elif isinstance(event, EarlyLine):
-                self.attribution.learn_early(event.rank, event.body)
+                if (process := self.attribution.learn_early(event.rank, event.body)) is not None:
+                    self.book.rank_of_process(*process)
             elif isinstance(event, TimeWritten):
                 self.book.time_written(event.file, event.stamp)
             elif isinstance(event, ConditionLiterals):
