@@ -203,12 +203,24 @@ def test_a_bad_model_file_is_one_line_and_the_rules_alone_decide(tmp_path: Path,
     model.write_text(content)
     with pytest.raises(ModelError, match=says):
         load_model(model)
-    log = _job(tmp_path, "Loading model\nthe worker went away\n")
+    # A line that says something went wrong and that no rule reads: the model is asked, so loaded.
+    log = _job(tmp_path, "Loading model\nthe worker went away: fatal\n")
     out = _monitor("diagnose", "--json", "--model", str(model), str(log))
     assert out.returncode == 0, out.stderr  # nothing found by the rules; the model said nothing
     [problem] = json.loads(out.stdout)["problems"]
     assert problem.startswith(f"{model}: ") and problem.endswith("; the rules alone decide") and says in problem
     assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_a_healthy_log_never_loads_the_model(tmp_path: Path) -> None:
+    """Nothing for the model to judge (no line says something went wrong): the model file is never
+    read, so even a broken one is no problem, and `diagnose` spares the time of loading it."""
+    model = tmp_path / "bad.json"
+    model.write_text("{not json")
+    log = _job(tmp_path, "step 1 loss 2.31\nstep 2 loss 2.12\nsaved checkpoint to out/ckpt-2.pt\n")
+    out = _monitor("diagnose", "--json", "--model", str(model), str(log))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["problems"] == []
 
 
 def test_a_missing_model_file_is_one_line_too(tmp_path: Path) -> None:
