@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import subprocess
 from pathlib import Path
 
 from monitor.cli import main
@@ -171,6 +173,24 @@ def diagnose_json(*args: str) -> dict:
         code = main(["diagnose", "--json", *args])
     assert code in (0, 1), err.getvalue()
     return json.loads(out.getvalue())
+
+
+def diagnose_run(*args: str, columns: int | None = None) -> subprocess.CompletedProcess:
+    """`monitor diagnose ARGS` through ``cli.main`` in this process, as the process would have
+    ended: its exit code and output; the text report wrapped at ``columns`` ($COLUMNS), else not
+    at all, as a file or a pipe gets it."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = os.environ.pop("COLUMNS", None)
+    if columns is not None:
+        os.environ["COLUMNS"] = str(columns)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["diagnose", *args])
+    finally:
+        os.environ.pop("COLUMNS", None)
+        if saved is not None:
+            os.environ["COLUMNS"] = saved
+    return subprocess.CompletedProcess(["monitor", "diagnose", *args], code, out.getvalue(), err.getvalue())
 
 
 def diagnosed(tmp_path: Path, text: str) -> dict:

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from diagnosis_helpers import diagnose_json
 
 from monitor.commands.watch import RecordedJob
 from monitor.diagnosis.catalogue import load_catalogue
@@ -57,9 +58,7 @@ def _cause(root) -> tuple | None:
 
 
 def _diagnose(log: Path) -> dict:
-    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", str(log)],
-                         capture_output=True, text=True, timeout=60)
-    return json.loads(out.stdout)
+    return diagnose_json(str(log))
 
 
 def _watch(log: Path) -> dict:

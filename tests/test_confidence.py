@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from diagnosis_helpers import diagnose_run
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
 
 
 def _diagnose(path: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "monitor", "diagnose", str(path), *extra],
-                          capture_output=True, text=True, timeout=60)
+    return diagnose_run(str(path), *extra)
 
 
 def _root(path: Path) -> dict:

@@ -4,20 +4,18 @@ named by the first file read instead of the earliest time, F6 credentials in com
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from diagnosis_helpers import diagnose_json
 
 from monitor.diagnosis.secrets import mask_args
 
 
 def _diagnose(*paths: Path) -> dict:
-    out = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", *map(str, paths)],
-                         capture_output=True, text=True, timeout=60)
-    return json.loads(out.stdout)
+    return diagnose_json(*map(str, paths))
 
 
 TRACEBACK = ('Traceback (most recent call last):\n  File "train.py", line 10, in <module>\n    loss = step()\n'

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from diagnosis_helpers import diagnose_json, diagnose_run
 
 from monitor.diagnosis.novelty import MAX_TEMPLATES, line_template, saved_templates, templates_of
 
@@ -29,11 +30,7 @@ def _run(logs: Path, *command: str, env: dict | None = None) -> int:
 
 
 def _diagnose(*args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    text = subprocess.run([sys.executable, "-m", "monitor", "diagnose", *args], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "COLUMNS": "300"})
-    data = subprocess.run([sys.executable, "-m", "monitor", "diagnose", "--json", *args], capture_output=True,
-                          text=True, timeout=120)
-    return text, json.loads(data.stdout)
+    return diagnose_run(*args, columns=300), diagnose_json(*args)
 
 
 def test_a_failure_no_rule_knows_is_named_by_what_the_good_run_never_printed(tmp_path: Path) -> None:
