@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from diagnosis_helpers import diagnose_run
 
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.corpus import load_corpus
@@ -95,7 +96,7 @@ def test_where_the_rules_find_nothing_a_sure_opinion_names_the_failure_and_says_
     assert "Nearest labelled cases: owner/repo#1 (host_oom" in root.remedy
     assert any("Killing subprocess" in line for line in root.evidence)
     # The same through the command: the JSON carries it, never as certain.
-    out = _monitor("diagnose", "--json", "--model", str(tmp_path / "model.json"), str(tmp_path / "job.log"))
+    out = diagnose_run("--json", "--model", str(tmp_path / "model.json"), str(tmp_path / "job.log"))
     assert out.returncode == 1
     root = json.loads(out.stdout)["root_cause"]
     assert (root["category"], root["confidence"], root["origin"]) == ("host_oom", "likely", "model")
@@ -134,7 +135,7 @@ def test_alarming_words_a_rule_already_read_as_a_warning_get_no_opinion(tmp_path
 
 def test_a_sure_rule_is_never_overruled(tmp_path: Path) -> None:
     log = _job(tmp_path, "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
-    out = _monitor("diagnose", "--json", str(log))
+    out = diagnose_run("--json", str(log))
     root = json.loads(out.stdout)["root_cause"]
     assert (root["rule"], root["confidence"]) == ("cuda-oom", "certain")
 
@@ -161,7 +162,7 @@ def test_a_lone_exception_then_a_watchdog_timeout_names_the_exception(tmp_path: 
                "[rank0]:[E1120 10:11:12.000000 123 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
                "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
                "ran for 600012 milliseconds before timing out.\n")
-    root = json.loads(_monitor("diagnose", "--json", str(log)).stdout)["root_cause"]
+    root = json.loads(diagnose_run("--json", str(log)).stdout)["root_cause"]
     assert (root["category"], root["rank"], root["origin"]) == ("python_exception", 1, "log")
 
 
@@ -205,7 +206,7 @@ def test_a_bad_model_file_is_one_line_and_the_rules_alone_decide(tmp_path: Path,
         load_model(model)
     # A line that says something went wrong and that no rule reads: the model is asked, so loaded.
     log = _job(tmp_path, "Loading model\nthe worker went away: fatal\n")
-    out = _monitor("diagnose", "--json", "--model", str(model), str(log))
+    out = diagnose_run("--json", "--model", str(model), str(log))
     assert out.returncode == 0, out.stderr  # nothing found by the rules; the model said nothing
     [problem] = json.loads(out.stdout)["problems"]
     assert problem.startswith(f"{model}: ") and problem.endswith("; the rules alone decide") and says in problem
@@ -218,14 +219,14 @@ def test_a_healthy_log_never_loads_the_model(tmp_path: Path) -> None:
     model = tmp_path / "bad.json"
     model.write_text("{not json")
     log = _job(tmp_path, "step 1 loss 2.31\nstep 2 loss 2.12\nsaved checkpoint to out/ckpt-2.pt\n")
-    out = _monitor("diagnose", "--json", "--model", str(model), str(log))
+    out = diagnose_run("--json", "--model", str(model), str(log))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["problems"] == []
 
 
 def test_a_missing_model_file_is_one_line_too(tmp_path: Path) -> None:
     log = _job(tmp_path, "[rank1]: ValueError: bad batch\n")
-    out = _monitor("diagnose", "--json", "--model", str(tmp_path / "none.json"), str(log))
+    out = diagnose_run("--json", "--model", str(tmp_path / "none.json"), str(log))
     assert out.returncode == 1
     assert json.loads(out.stdout)["problems"] == [f"{tmp_path / 'none.json'}: No such file or directory; the rules alone decide"]
 
