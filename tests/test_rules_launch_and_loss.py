@@ -156,3 +156,17 @@ def test_a_tpus_memory_gets_no_gpu_preallocation_advice(tmp_path: Path) -> None:
     gpu = diagnosed_root(tmp_path, "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while "
                                    "trying to allocate 7406166528 bytes.\n")
     assert "XLA_PYTHON_CLIENT_PREALLOCATE=false" in gpu["remedy"]
+
+
+def test_an_empty_nproc_per_node_is_said_as_empty_with_its_remedy(tmp_path: Path) -> None:
+    """torch/distributed/run.py determine_local_world_size: int("") fails, then
+    ValueError(f"Unsupported nproc_per_node value: {nproc_per_node}"), an unset shell variable's
+    value: empty is the value, not a field the log lacks (the remedy was left out whole)."""
+    root = diagnosed_root(tmp_path, "ValueError: Unsupported nproc_per_node value: \n")
+    assert root["title"] == "torchrun cannot read --nproc-per-node (an empty value)"
+    assert 'it got "", so no worker started' in root["remedy"] and "unset shell variable" in root["remedy"]
+    # The same paste with its frame, source line and first exception run together on one line.
+    glued = diagnosed_root(tmp_path, (
+        '  File "/env/lib/python3.7/site-packages/torch/distributed/run.py", line 564, in determine_local_world_size'
+        "    return int(nproc_per_node)ValueError: invalid literal for int() with base 10: ''\n"))
+    assert (glued["rule"], glued["category"]) == ("torchrun-bad-nproc-per-node", "launcher")
