@@ -664,17 +664,25 @@ def test_the_rank_a_process_says_after_its_error_is_the_errors_rank_in_both_read
     from monitor.diagnosis.diagnose import diagnose_paths
 
     log = tmp_path / "nccl.log"
-    log.write_text(
-        "n3:600:610 [1] misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer n4<41022>\n"
-        "n3:600:610 [1] NCCL INFO misc/socket.cc:546 -> 6\n"
-        "n3:600:600 [1] NCCL INFO comm 0x1b83 rank 2 nranks 4 cudaDev 1 busId 7000 - Abort COMPLETE\n"
-    )
     catalogue = load_catalogue(include_user=False)
     catalogue.model_path = None
+    warn = "n3:{pid}:{tid} [{dev}] misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer n4<41022>\n"
+    abort = "n3:{pid}:{pid} [{dev}] NCCL INFO comm 0x1b8{dev} rank {rank} nranks {size} cudaDev {dev} busId 7000 - Abort COMPLETE\n"
+    log.write_text(warn.format(pid=600, tid=610, dev=1) + "n3:600:610 [1] NCCL INFO misc/socket.cc:546 -> 6\n"
+                   + abort.format(pid=600, dev=1, rank=2, size=4))
     for fast in (True, False):
         root = diagnose_paths([str(log)], catalogue, fast=fast).root_cause
         assert root is not None and (root.category, root.rank, root.rank_source) == ("nccl_error", 2, "process"), fast
         assert "rank 2" in root.title, fast
+    # Two processes, each saying its rank after its error: the finding is of both ranks, and tells
+    # of the first; a process whose two communicators as wide say two ranks is of none.
+    both = (warn.format(pid=600, tid=610, dev=1) + warn.format(pid=700, tid=710, dev=0)
+            + abort.format(pid=600, dev=1, rank=2, size=4) + abort.format(pid=700, dev=0, rank=3, size=4))
+    for text, ranks in ((both, [2, 3]), (both + abort.format(pid=700, dev=0, rank=1, size=4), [2])):
+        log.write_text(text)
+        for fast in (True, False):
+            root = diagnose_paths([str(log)], catalogue, fast=fast).root_cause
+            assert root is not None and (root.rank, root.ranks) == (2, ranks), (fast, ranks)
 
 
 def test_a_traceback_cut_before_its_exception_still_says_something_failed_there(tmp_path: Path) -> None:

@@ -15,9 +15,10 @@ log of NCCL's noise would cost the fast path twice its time). A process in sever
 (a tensor-parallel group beside the world) shows other ranks in each: the widest communicator's
 rank counts, and a process whose channels disagree gets none. An error NCCL prints in that
 process (``NCCL WARN Cuda failure 'out of memory'``) gets that rank, also where the line that
-says it comes after the error (NCCL's "comm 0x.. rank R nranks N ... - Abort COMPLETE"): the fast
-scan reads those first lines in bulk before their matches, the line-by-line path gives the rank to
-the findings taken before (``FindingBook.rank_of_process``), so both say the same.
+says it comes after the error (NCCL's "comm 0x.. rank R nranks N ... - Abort COMPLETE"): a
+process's rank learnt or changed reaches the findings taken before on its lines
+(``FindingBook.rank_of_process``), so the fast scan (which reads those first lines in bulk, a block
+at a time) and the line-by-line reading say the same.
 """
 
 from __future__ import annotations
@@ -52,7 +53,10 @@ def process_claim(text: str) -> ProcessClaim | None:
     """What an NCCL_DEBUG=INFO setup line says of its process's rank, or None."""
     if " NCCL INFO " not in text:
         return None
-    stream = parse_prefix(text).stream
+    prefix = parse_prefix(text)
+    # The NCCL process behind a launcher's rank label too ("[default0]:host:pid:tid [0] NCCL ..."):
+    # read the same from the whole line (the fast scan) as from its body (the line-by-line reading).
+    stream = prefix.stream or parse_prefix(prefix.body).stream
     if stream is None:
         return None
     if (comm := _NCCL_COMM.search(text)) is not None:
@@ -62,6 +66,13 @@ def process_claim(text: str) -> ProcessClaim | None:
     if (ring := _NCCL_RING.search(text)) is not None:
         return ProcessClaim(stream, int(ring[1]))
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRank:
+    """What NCCL's lines of process ``stream`` (host:pid) now say its rank is (None: they disagree)."""
+    stream: str
+    rank: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,34 +92,31 @@ class Attribution:
         self._comm_ranks: dict[str, tuple[int, int | None]] = {}
         self._channel_ranks: dict[str, set[int]] = {}
 
-    def learn_early(self, rank: int | None, body: str) -> tuple[str, int | None] | None:
+    def learn_early(self, rank: int | None, body: str) -> list[ProcessRank]:
         """Ranks that exist, from the start of each file: a line's rank, a ``world_size=N``; and
-        the rank an NCCL process set up with. Where that line changed what its process's rank is,
-        (its stream, the rank now): matches of the process taken before it are to get it too."""
+        the rank an NCCL process set up with: where that changed what its process's rank is, the
+        process and its rank now (matches of it taken before are to get it too)."""
         if rank is not None:
             self.known_ranks.add(rank)
-        changed = None
-        if (claim := process_claim(body)) is not None:
-            before = self.process_rank(claim.stream)
-            self.learn_process(claim)
-            if (now := self.process_rank(claim.stream)) != before:
-                changed = (claim.stream, now)
+        changed = []
+        if (claim := process_claim(body)) is not None and (change := self.learn_process(claim)) is not None:
+            changed.append(change)
         match = WORLD_SIZE.search(body) if "orld" in body or "ORLD" in body else None
         if match and 0 < int(match.group(1)) <= MAX_WORLD:
             self.world_size = max(self.world_size or 0, int(match.group(1)))
             self.known_ranks.update(range(self.world_size))
         return changed
 
-    def learn_ranks(self, ranks, world_sizes, claims: list[ProcessClaim]) -> None:
+    def learn_ranks(self, ranks, world_sizes, claims: list[ProcessClaim]) -> list[ProcessRank]:
         """What a file's first lines say in bulk (``scan.EarlyLines``): ranks, world sizes, the
-        ranks NCCL processes set up with."""
-        for claim in claims:
-            self.learn_process(claim)
+        ranks NCCL processes set up with; the processes whose rank that changed, as ``learn_early``."""
+        changed = {change.stream: change for claim in claims if (change := self.learn_process(claim)) is not None}
         self.known_ranks.update(ranks)
         for size in world_sizes:
             if 0 < size <= MAX_WORLD:
                 self.world_size = max(self.world_size or 0, size)
                 self.known_ranks.update(range(self.world_size))
+        return list(changed.values())
 
     def learn_summary(self, record: Record) -> list[PidRank]:
         """torchelastic's summary lists every failed rank (all of them exist) with its pid: the
@@ -129,16 +137,20 @@ class Attribution:
                     learnt.append(PidRank(pid, summary_rank))
         return learnt
 
-    def learn_process(self, claim: ProcessClaim) -> None:
-        """What an NCCL setup line says of its process's rank (``process_claim``)."""
+    def learn_process(self, claim: ProcessClaim) -> ProcessRank | None:
+        """What an NCCL setup line says of its process's rank (``process_claim``): the process and
+        its rank now where that changed it."""
+        before = self.process_rank(claim.stream)
         if claim.size is None:
             self._channel_ranks.setdefault(claim.stream, set()).add(claim.rank)
-            return
-        held_size, held_rank = self._comm_ranks.get(claim.stream, (0, None))
-        if claim.size > held_size:
-            self._comm_ranks[claim.stream] = (claim.size, claim.rank)
-        elif claim.size == held_size and claim.rank != held_rank:
-            self._comm_ranks[claim.stream] = (claim.size, None)  # two communicators as wide: no telling
+        else:
+            held_size, held_rank = self._comm_ranks.get(claim.stream, (0, None))
+            if claim.size > held_size:
+                self._comm_ranks[claim.stream] = (claim.size, claim.rank)
+            elif claim.size == held_size and claim.rank != held_rank:
+                self._comm_ranks[claim.stream] = (claim.size, None)  # two communicators as wide: no telling
+        now = self.process_rank(claim.stream)
+        return ProcessRank(claim.stream, now) if now != before else None
 
     def process_rank(self, stream: str) -> int | None:
         """The rank NCCL's lines of process ``stream`` (host:pid) said it has, if they agree."""

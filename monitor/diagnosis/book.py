@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, replace
 
 from monitor.diagnosis.catalogue import CONFIRM_PREFIX, CONFIRMED_BY
 from monitor.diagnosis.classify import MAX_EVIDENCE, Match, record_rank_source
-from monitor.logs.ranks import parse_prefix
 from monitor.diagnosis.prefilter import Prefilter
 from monitor.diagnosis.records import Record
 from monitor.diagnosis.root_cause import Occurrence
@@ -26,6 +25,7 @@ from monitor.diagnosis.secrets import mask
 from monitor.diagnosis.templates import render
 from monitor.diagnosis.timestamps import parse_timestamp
 from monitor.logs.nodes import node_name_of
+from monitor.logs.ranks import parse_prefix
 from monitor.model import SEVERITY_ORDER, Category, Finding, LogLine
 
 
@@ -37,6 +37,10 @@ class _Entry:
     occurrences: list[Occurrence] = field(default_factory=list)
     # A rank-less finding's first matched line (without prefix), to know it again with a prefix.
     first_text: str | None = None
+    # Per occurrence, the NCCL process (host:pid) whose line it is where its rank is that process's
+    # or not known (``rank_of_process``), else None; and which occurrence the finding tells of.
+    streams: list[str | None] = field(default_factory=list)
+    first: int = 0
     # The session revised the finding (``revise``: a stop it forwarded, worded as such): its title
     # and remedy are no longer the rule's to render again.
     revised: bool = False
@@ -144,7 +148,7 @@ class FindingBook:
             if finding.before is None:
                 self._untimed.setdefault(first.file, []).append(match.key)
         entry = _Entry(match, finding, [Occurrence(rank, dict(fields))],
-                       record.bodies[positions[0]] if rank is None else None)
+                       record.bodies[positions[0]] if rank is None else None, [_process_of(match)])
         self._entries[match.key] = entry
         self._entry_of[finding.seq] = match.key
         entry.finding = self._confirm(entry, self._rendered(entry, finding))
@@ -165,6 +169,7 @@ class FindingBook:
         if rank is not None and rank not in finding.ranks:
             changes["ranks"] = sorted([*finding.ranks, rank])
         entry.occurrences.append(Occurrence(rank, dict(fields)))
+        entry.streams.append(_process_of(match))
         if finding.rank is None and rank is not None and entry.first_text == record.bodies[positions[0]]:
             # The first occurrence named no rank and this is the same message with one (a
             # traceback printed bare and again through a rank prefix): title and remedy can now.
@@ -179,6 +184,7 @@ class FindingBook:
         stamp = _record_time(record, positions)
         if stamp is not None and finding.first_seen is not None and stamp < finding.first_seen:
             changes.update(self._earlier(finding, match, fields, stamp))
+            entry.first = len(entry.occurrences) - 1
         self._update(entry, replace(finding, **changes),
                      render=("rank" in changes or "fields" in changes) and not entry.revised)
         if gained and entry.finding.role == "confirm" and self._confirmed.get(entry.finding.category) is not None \
@@ -199,7 +205,7 @@ class FindingBook:
         # What confirmed the finding still does, and numbers only the later line had stay.
         changes["fields"] = {**finding.fields, **{k: v for k, v in fields.items() if v}}
         if match.rank is not None:
-            changes["rank"], changes["rank_source"] = match.rank, record_rank_source(record) or "message"
+            changes["rank"], changes["rank_source"] = match.rank, match.rank_source or record_rank_source(record) or "message"
         return changes
 
     def rank_of_pid(self, pid: str, rank: int) -> None:
@@ -212,31 +218,25 @@ class FindingBook:
             for i in named:
                 entry.occurrences[i] = Occurrence(rank, entry.occurrences[i].fields)
             finding = entry.finding
-            changes: dict = {}
-            if rank not in finding.ranks:
-                changes["ranks"] = sorted([*finding.ranks, rank])
+            changes: dict = {"ranks": _ranks(entry)}
             if finding.rank is None and finding.fields.get("pid") == pid:
                 changes["rank"], changes["rank_source"] = rank, "launcher"
-            self._update(entry, replace(finding, **changes), render=True)
+            self._update(entry, replace(finding, **changes), render=not entry.revised)
 
     def rank_of_process(self, stream: str, rank: int | None) -> None:
         """NCCL's lines of process ``stream`` (host:pid) now say it is ``rank`` (None: they
-        disagree): findings first matched on its lines that had their rank from the process, or
-        none, take the one known now."""
+        disagree): the occurrences on its lines take it, the finding's ranks are theirs again, and
+        a finding that tells of one of them names it."""
         for entry in self._entries.values():
-            finding = entry.finding
-            if finding.rank is not None and finding.rank_source != "process":
+            mine = [i for i, process in enumerate(entry.streams) if process == stream]
+            if not mine or all(entry.occurrences[i].rank == rank for i in mine):
                 continue
-            if finding.rank == rank:
-                continue
-            if parse_prefix(entry.match.record.lines[entry.match.positions[0]].text).stream != stream:
-                continue
-            ranks = [r for r in finding.ranks if r != finding.rank or finding.rank_source != "process"]
-            if rank is not None and rank not in ranks:
-                ranks = sorted([*ranks, rank])
-            entry.occurrences[0] = Occurrence(rank, entry.occurrences[0].fields)
-            self._update(entry, replace(finding, rank=rank, ranks=ranks, rank_source="process" if rank is not None else ""),
-                         render=True)
+            for i in mine:
+                entry.occurrences[i] = Occurrence(rank, entry.occurrences[i].fields)
+            changes: dict = {"ranks": _ranks(entry)}
+            if entry.first in mine:
+                changes["rank"], changes["rank_source"] = rank, "process" if rank is not None else ""
+            self._update(entry, replace(entry.finding, **changes), render="rank" in changes and not entry.revised)
 
     def time_written(self, file: str, stamp: float) -> None:
         """A time written in ``file`` after its findings that had none: they happened no later."""
@@ -377,6 +377,19 @@ def _confirmed(target: Finding, confirm: Finding) -> Finding:
     # What it lacked is here.
     return replace(target, role="root" if target.role == "cascade" else target.role, severity=severity,
                    fields=fields, confidence="certain", confidence_note="")
+
+
+def _ranks(entry: _Entry) -> list[int]:
+    """A finding's ranks: those of its occurrences."""
+    return sorted({o.rank for o in entry.occurrences if o.rank is not None})
+
+
+def _process_of(match: Match) -> str | None:
+    """The NCCL process (host:pid) whose line ``match`` is, where its rank is that process's or not
+    known: a rank learnt of the process later is its rank."""
+    if match.rank is not None and match.rank_source != "process":
+        return None
+    return parse_prefix(match.record.lines[match.positions[0]].text).stream
 
 
 def _record_time(record: Record, positions: tuple[int, ...]) -> float | None:

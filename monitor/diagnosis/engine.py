@@ -71,8 +71,8 @@ class Engine:
             if isinstance(event, Record):
                 self._decide(event, new)
             elif isinstance(event, EarlyLine):
-                if (process := self.attribution.learn_early(event.rank, event.body)) is not None:
-                    self.book.rank_of_process(*process)
+                for change in self.attribution.learn_early(event.rank, event.body):
+                    self.book.rank_of_process(change.stream, change.rank)
             elif isinstance(event, TimeWritten):
                 self.book.time_written(event.file, event.stamp)
             elif isinstance(event, ConditionLiterals):
@@ -88,7 +88,8 @@ class Engine:
         ``scan.py`` reads them in bulk (its ``EarlyLines``) and feeds only the lines a literal
         marks. Counted in the order as read."""
         self.records.lines_fed += count
-        self.attribution.learn_ranks(ranks, world_sizes, list(claims))
+        for change in self.attribution.learn_ranks(ranks, world_sizes, list(claims)):
+            self.book.rank_of_process(change.stream, change.rank)
 
     def wants_time(self, file: str) -> bool:
         """Whether a finding of ``file`` waits for a time written after it (so every line is read)."""

@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from monitor.diagnosis.catalogue import Catalogue
 from monitor.diagnosis.corpus import CLEAN, Case
 from monitor.diagnosis.diagnose import diagnose_paths
-from monitor.diagnosis.second_opinion import RULE_ID, Model, opinion, read_lines
-from monitor.model import CONFIDENCE_ORDER
+from monitor.diagnosis.second_opinion import RULE_ID, Model, opinion, read_lines, review
+from monitor.model import CONFIDENCE_ORDER, Diagnosis
 
 SPLITS = ("all", "check")
 
@@ -39,8 +39,7 @@ class Outcome:
         return None if self.case.root_rank is None else self.rank == self.case.root_rank
 
 
-def diagnose_case(case: Case, catalogue: Catalogue) -> Outcome:
-    diagnosis = diagnose_paths([case.log], catalogue)
+def _outcome(case: Case, diagnosis: Diagnosis) -> Outcome:
     root = diagnosis.root_cause
     return Outcome(
         case=case, said=str(root.category) if root else CLEAN, rank=root.rank if root else None,
@@ -50,7 +49,7 @@ def diagnose_case(case: Case, catalogue: Catalogue) -> Outcome:
 
 def model_case(case: Case, model: Model) -> Outcome:
     """What the second opinion alone says of a case (below its thresholds: nothing failed)."""
-    said = opinion(read_lines([case.log]), model)
+    said = opinion(read_lines([case.log]), model, explain=False)
     named = said.confidence is not None and said.category != CLEAN
     return Outcome(case=case, said=said.category if named else CLEAN, rank=None,
                    rule=RULE_ID if named else "", confidence=said.confidence if named else None, flagged=named)
@@ -58,13 +57,17 @@ def model_case(case: Case, model: Model) -> Outcome:
 
 def evaluate(cases: list[Case], catalogue: Catalogue, floor: dict[str, float] | None = None) -> dict:
     """Every case diagnosed as ``diagnose`` would (the rules, with the second opinion where the
-    catalogue has a model), scored; with a model, also the rules alone and the model alone."""
-    both = [diagnose_case(case, catalogue) for case in cases]
+    catalogue has a model), scored; with a model, also the rules alone and the model alone. The
+    engine reads each case once: the second opinion (``second_opinion.review``) is the last step
+    that can change a root cause, taken here on the rules' own diagnosis (the steps after it add
+    evidence, not causes; the same scores on every case of the corpus, at half the time)."""
+    rules_only = replace(catalogue, model_path=None)
+    diagnoses = [diagnose_paths([case.log], rules_only) for case in cases]
+    both = [_outcome(case, review(diagnosis, catalogue)) for case, diagnosis in zip(cases, diagnoses)]
     result = score(both, floor)
     model, _ = catalogue.model()
     if model is not None:
-        rules_only = replace(catalogue, model_path=None)
-        rules = [diagnose_case(case, rules_only) for case in cases]
+        rules = [_outcome(case, diagnosis) for case, diagnosis in zip(cases, diagnoses)]
         alone = [model_case(case, model) for case in cases]
         result["modes"] = {name: _mode(outcomes) for name, outcomes in (("rules", rules), ("model", alone), ("both", both))}
         result["lost"] = [b.case.name for r, b in zip(rules, both) if r.right and not b.right]

@@ -130,7 +130,10 @@ def score(x: dict[int, float], model: Model) -> dict[str, float]:
     return {c: model.bias[c] + sum(v * model.weights[c].get(i, 0.0) for i, v in x.items()) for c in model.categories}
 
 
-def opinion(lines: list[str], model: Model) -> Opinion:
+def opinion(lines: list[str], model: Model, explain: bool = True) -> Opinion:
+    """The model's opinion of a log's ``lines``; one it holds (a confidence) comes with the lines
+    that weighed most and the nearest labelled cases, what a finding shows, unless ``explain`` is
+    False (a score alone: the nearest cases are a walk over every case the model holds)."""
     x = vector(lines, model)
     scores = score(x, model)
     best = max(model.categories, key=lambda c: (scores[c], c))
@@ -138,6 +141,8 @@ def opinion(lines: list[str], model: Model) -> Opinion:
     level: Confidence | None = "likely" if scores[best] >= likely else "weak" if scores[best] >= weak else None
     if best == CLEAN:
         return Opinion(best, scores[best], None, scores=scores)
+    if level is None or not explain:
+        return Opinion(best, scores[best], level, scores=scores)
     return Opinion(best, scores[best], level, _weightiest(lines, model, best), _nearest(x, model), scores)
 
 
@@ -302,8 +307,8 @@ def review(diagnosis: Diagnosis, catalogue) -> Diagnosis:
     diagnosis's problems, and the rules alone decide. A diagnosis the rules are sure of, or a log
     with nothing for the model to judge (a healthy run's), never loads the model (2.4 MB of JSON:
     a third of a second, a third of `monitor diagnose`'s own time on a small log)."""
-    if (lines := _worth_asking(diagnosis)) is None:
-        return diagnosis
+    if catalogue.model_path is None or (lines := _worth_asking(diagnosis)) is None:
+        return diagnosis  # no model to ask (--model none): not a line read for one
     model, problem = catalogue.model()
     if problem is not None:
         diagnosis = replace(diagnosis, problems=[*diagnosis.problems, problem])
