@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from diagnosis_helpers import diagnose_json, diagnosed
+from diagnosis_helpers import diagnose_json, diagnosed, diagnosed_root
 
 
 def test_a_traceback_cut_before_its_header_is_still_read(tmp_path: Path) -> None:
@@ -1150,3 +1150,43 @@ def test_an_old_oom_kill_in_dmesg_does_not_outrank_a_stop_from_outside(tmp_path:
         "torch.distributed.elastic.multiprocessing.api.SignalException: Process 2546 got signal: 15\n"
     ))["root_cause"]
     assert root["category"] == "stopped"
+
+
+def test_tensorflows_op_error_after_its_defined_at_frames_is_that_tracebacks_exception(tmp_path: Path) -> None:
+    """TensorFlow 1.x prints an op's error as "Caused by op ..., defined at:", the frames where the op
+    was built, a blank line, then "<Error> (see above for traceback): <message>": the blank line does
+    not cut the traceback, and the exception is that error."""
+    root = diagnosed_root(tmp_path, (
+        '  File "/home/u/train.py", line 40, in <module>\n'
+        "    saver.restore(sess, ckpt)\n"
+        '  File "/usr/lib/python3.6/site-packages/tensorflow/python/framework/ops.py", line 1801, in __init__\n'
+        "    self._traceback = tf_stack.extract_stack()\n"
+        "\n"
+        "NotFoundError (see above for traceback): Key conv1/beta not found in checkpoint\n"
+        "\t [[node save/RestoreV2 (defined at /home/u/train.py:292) ]]\n"
+    ))
+    assert (root["rule"], root["fields"]["exc_type"], root["confidence"]) == ("python-exception", "NotFoundError", "likely")
+    assert root["fields"]["message"] == "Key conv1/beta not found in checkpoint"
+
+
+def test_torch_before_1_8_spawn_join_bare_exception_is_the_childs_report(tmp_path: Path) -> None:
+    """torch.multiprocessing.spawn's join before 1.8: raise Exception(msg), msg starting on the next
+    line with "-- Process N terminated with the following error:": a report of the child's failure,
+    whose own exception is the cause."""
+    root = diagnosed_root(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "main_ddp.py", line 123, in main\n'
+        "    mp.spawn(main_worker, nprocs=2, args=(2, args))\n"
+        '  File "/env/lib/python3.7/site-packages/torch/multiprocessing/spawn.py", line 118, in join\n'
+        "    raise Exception(msg)\n"
+        "Exception: \n"
+        "\n"
+        "-- Process 1 terminated with the following error:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/env/lib/python3.7/site-packages/torch/multiprocessing/spawn.py", line 19, in _wrap\n'
+        "    fn(i, *args)\n"
+        '  File "/home/u/main_ddp.py", line 77, in main_worker\n'
+        "    raise ValueError('no samples in shard 1')\n"
+        "ValueError: no samples in shard 1\n"
+    ))
+    assert (root["fields"]["exc_type"], root["rank"], root["fields"]["frame_line"]) == ("ValueError", 1, "77")

@@ -20,7 +20,9 @@ _FRAME = regex.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (
 # rich's frame, inside its panel's border: "│ /home/u/train.py:88 in main      │" (rich/traceback.py,
 # Traceback._render_stack: filename, ":", lineno, " in ", name).
 _RICH_FRAME = regex.compile(r"^│ (?P<file>[^\s│:][^│]*?):(?P<line>\d+) in (?P<func>[^\s│]+)\s*│?\s*$")
-_EXCEPTION = regex.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?$")
+# TensorFlow 1.x's op errors put " (see above for traceback)" between the type and its message
+# (records.TF_OP_ERROR).
+_EXCEPTION = regex.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?: \(see above for traceback\))?(?::\s?(?P<message>.*))?$")
 # An exception's last line on its own (its traceback cut from the paste, drawn by rich in a box,
 # or printed by a launcher): ``ValueError: ...``, ``torch.distributed.DistBackendError: ...``.
 _EXCEPTION_LINE = regex.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception)): (?P<message>\S.*)$")
@@ -70,6 +72,10 @@ CASCADE_MESSAGES = (
 )
 # A launcher's own code re-raising its child's exit status: the child failed, not the launch.
 LAUNCHER_CASCADE_TYPES = {"CalledProcessError"}
+# torch.multiprocessing.spawn's join, in the parent: whatever it raises reports a child's failure
+# (ProcessRaisedException, ProcessExitedException; before torch 1.8 a bare Exception(msg) whose
+# message starts on the next line, "-- Process N terminated with the following error:").
+SPAWN_JOIN = regex.compile(r"torch[\\/]multiprocessing[\\/]spawn\.py$")
 # Shown as warnings: stopping by signal is not in itself a failure of the program.
 WARNING_TYPES = {"KeyboardInterrupt", "SignalException", "SystemExit"}
 
@@ -205,6 +211,8 @@ class PythonException:
     launcher: str = ""
     # The service whose own code the user's frame called into and it rose from ("wandb"), else "".
     service: str = ""
+    # Raised by torch.multiprocessing.spawn's join in the parent (``SPAWN_JOIN``): a child's failure.
+    spawn_join: bool = False
 
     @property
     def short_type(self) -> str:
@@ -213,7 +221,7 @@ class PythonException:
     @property
     def is_cascade(self) -> bool:
         return (self.short_type in CASCADE_TYPES or self.message.lstrip().startswith(CASCADE_MESSAGES)
-                or bool(self.launcher) and self.short_type in LAUNCHER_CASCADE_TYPES)
+                or bool(self.launcher) and self.short_type in LAUNCHER_CASCADE_TYPES or self.spawn_join)
 
     def fields(self) -> dict[str, str]:
         return {
@@ -334,7 +342,9 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
         # No frame of the user's code to point at (the entry script is the launcher's): where it raised.
         return PythonException(exc_type, message, *frames[-1], index, launcher)
     user = _user_frame(frames, [f[0] for f in frames], ("", "", ""))
-    return PythonException(exc_type, message, user[0], user[1], user[2], index, service=_service(frames, user))
+    spawn_join = bool(frames) and SPAWN_JOIN.search(frames[-1][0]) is not None
+    return PythonException(exc_type, message, user[0], user[1], user[2], index, service=_service(frames, user),
+                           spawn_join=spawn_join)
 
 
 def _service(frames: list[tuple[str, str, str]], user: tuple[str, str, str]) -> str:

@@ -68,6 +68,10 @@ HEAD_LINES = 100
 TAIL_LINES = 100
 # Lines of an exception message after the exception line (CUDA error hints, NCCL details).
 MAX_MESSAGE_LINES = 40
+# TensorFlow 1.x's OpError as a session prints it: "Caused by op '...', defined at:", the frames
+# where the op was built, a blank line, then "<Error> (see above for traceback): <message>" and its
+# "[[Node: ...]]" lines: that line is those frames' exception line, past the blank line.
+TF_OP_ERROR = regex.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception) \(see above for traceback\): ")
 
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 # torch/_utils.py, ExceptionWrapper.reraise: "Caught {exc} in DataLoader worker process N.", then
@@ -132,7 +136,7 @@ class Record:
 
     @property
     def silence_limit(self) -> int:
-        return MESSAGE_SILENCE_LINES if self.state in ("message", "blank", "done") else SILENCE_LINES
+        return MESSAGE_SILENCE_LINES if self.state in ("message", "blank", "frames_blank", "done") else SILENCE_LINES
 
 
 def is_traceback_header(stripped: str) -> bool:
@@ -210,7 +214,10 @@ def _continues_traceback(record: Record, body: str) -> bool:
     if state == "frames":
         if body[:1] in (" ", "\t") or stripped.startswith(RICH_BORDER) or is_traceback_header(stripped):
             return True
-        if not stripped or MESSAGE_START.match(body):
+        if not stripped:
+            record.state = "frames_blank"  # TensorFlow's op error may follow (TF_OP_ERROR)
+            return True
+        if MESSAGE_START.match(body):
             return False
         record.state = "message"  # the exception line
         record.message_lines = 0
@@ -234,6 +241,12 @@ def _continues_traceback(record: Record, body: str) -> bool:
             return False
         record.message_lines += 1
         return True
+    if state == "frames_blank":
+        if TF_OP_ERROR.match(stripped):
+            record.state = "message"
+            record.message_lines = 0
+            return True
+        return False
     if state == "blank":
         if stripped.startswith(_CHAIN):
             record.state = "chain"
