@@ -68,6 +68,11 @@ def process_claim(text: str) -> ProcessClaim | None:
     return None
 
 
+def process_of(match: Match) -> str | None:
+    """The NCCL process (host:pid) whose line ``match`` is (its first matched line), if it is one."""
+    return parse_prefix(match.record.lines[match.positions[0]].text).stream
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessRank:
     """What NCCL's lines of process ``stream`` (host:pid) now say its rank is (None: they disagree)."""
@@ -92,15 +97,13 @@ class Attribution:
         self._comm_ranks: dict[str, tuple[int, int | None]] = {}
         self._channel_ranks: dict[str, set[int]] = {}
 
-    def learn_early(self, rank: int | None, body: str) -> list[ProcessRank]:
+    def learn_early(self, rank: int | None, body: str) -> ProcessRank | None:
         """Ranks that exist, from the start of each file: a line's rank, a ``world_size=N``; and
         the rank an NCCL process set up with: where that changed what its process's rank is, the
         process and its rank now (matches of it taken before are to get it too)."""
         if rank is not None:
             self.known_ranks.add(rank)
-        changed = []
-        if (claim := process_claim(body)) is not None and (change := self.learn_process(claim)) is not None:
-            changed.append(change)
+        changed = self.learn_process(claim) if (claim := process_claim(body)) is not None else None
         match = WORLD_SIZE.search(body) if "orld" in body or "ORLD" in body else None
         if match and 0 < int(match.group(1)) <= MAX_WORLD:
             self.world_size = max(self.world_size or 0, int(match.group(1)))
@@ -167,7 +170,7 @@ class Attribution:
         if (pid := match.fields.get("pid")) is not None and pid in self._pid_ranks:
             return replace(match, rank=self._pid_ranks[pid], rank_source="launcher")
         if self._comm_ranks or self._channel_ranks:
-            stream = parse_prefix(match.record.lines[match.positions[0]].text).stream
+            stream = process_of(match)
             if stream is not None and (rank := self.process_rank(stream)) is not None:
                 return replace(match, rank=rank, rank_source="process")
         return match

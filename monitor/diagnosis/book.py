@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 
 from monitor.diagnosis.catalogue import CONFIRM_PREFIX, CONFIRMED_BY
+from monitor.diagnosis.attribute import process_of
 from monitor.diagnosis.classify import MAX_EVIDENCE, Match, record_rank_source
 from monitor.diagnosis.prefilter import Prefilter
 from monitor.diagnosis.records import Record
@@ -25,7 +26,6 @@ from monitor.diagnosis.secrets import mask
 from monitor.diagnosis.templates import render
 from monitor.diagnosis.timestamps import parse_timestamp
 from monitor.logs.nodes import node_name_of
-from monitor.logs.ranks import parse_prefix
 from monitor.model import SEVERITY_ORDER, Category, Finding, LogLine
 
 
@@ -389,7 +389,7 @@ def _process_of(match: Match) -> str | None:
     known: a rank learnt of the process later is its rank."""
     if match.rank is not None and match.rank_source != "process":
         return None
-    return parse_prefix(match.record.lines[match.positions[0]].text).stream
+    return process_of(match)
 
 
 def _record_time(record: Record, positions: tuple[int, ...]) -> float | None:

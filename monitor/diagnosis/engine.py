@@ -71,7 +71,7 @@ class Engine:
             if isinstance(event, Record):
                 self._decide(event, new)
             elif isinstance(event, EarlyLine):
-                for change in self.attribution.learn_early(event.rank, event.body):
+                if (change := self.attribution.learn_early(event.rank, event.body)) is not None:
                     self.book.rank_of_process(change.stream, change.rank)
             elif isinstance(event, TimeWritten):
                 self.book.time_written(event.file, event.stamp)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import regex
 
-from monitor.diagnosis.records import ORIGINAL_TRACEBACK, is_traceback_header
+from monitor.diagnosis.records import ORIGINAL_TRACEBACK, TF_SEE_ABOVE, is_traceback_header
 
 RULE_ID = "python-exception"
 CATEGORY = "python_exception"
@@ -22,7 +22,7 @@ _FRAME = regex.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (
 _RICH_FRAME = regex.compile(r"^│ (?P<file>[^\s│:][^│]*?):(?P<line>\d+) in (?P<func>[^\s│]+)\s*│?\s*$")
 # TensorFlow 1.x's op errors put " (see above for traceback)" between the type and its message
 # (records.TF_OP_ERROR).
-_EXCEPTION = regex.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?: \(see above for traceback\))?(?::\s?(?P<message>.*))?$")
+_EXCEPTION = regex.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?:" + TF_SEE_ABOVE + r")?(?::\s?(?P<message>.*))?$")
 # An exception's last line on its own (its traceback cut from the paste, drawn by rich in a box,
 # or printed by a launcher): ``ValueError: ...``, ``torch.distributed.DistBackendError: ...``.
 _EXCEPTION_LINE = regex.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception)): (?P<message>\S.*)$")

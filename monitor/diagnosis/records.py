@@ -71,7 +71,8 @@ MAX_MESSAGE_LINES = 40
 # TensorFlow 1.x's OpError as a session prints it: "Caused by op '...', defined at:", the frames
 # where the op was built, a blank line, then "<Error> (see above for traceback): <message>" and its
 # "[[Node: ...]]" lines: that line is those frames' exception line, past the blank line.
-TF_OP_ERROR = regex.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception) \(see above for traceback\): ")
+TF_SEE_ABOVE = r" \(see above for traceback\)"
+TF_OP_ERROR = regex.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)" + TF_SEE_ABOVE + ": ")
 
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 # torch/_utils.py, ExceptionWrapper.reraise: "Caught {exc} in DataLoader worker process N.", then

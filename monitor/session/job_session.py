@@ -40,7 +40,7 @@ from monitor.diagnosis.scan import scan_prefix
 from monitor.diagnosis.root_cause import as_requested_stop
 from monitor.diagnosis.conclude import conclude
 from monitor.diagnosis.novelty import Against, NoveltyWatch
-from monitor.diagnosis.second_opinion import review, unsure
+from monitor.diagnosis.second_opinion import review
 from monitor.logs.clock import SYSTEM_CLOCK, Clock
 from monitor.logs.follow import Follower
 from monitor.logs.nodes import nodes_from_names
@@ -348,7 +348,7 @@ class JobSession:
         if self._concluded is None or self._concluded[0] != state:
             diagnosis = self.engine.diagnosis(self.follower.files)
             root = diagnosis.root_cause
-            if root is not None and unsure(diagnosis):
+            if root is not None:  # review asks the model only where the rules are unsure
                 root = review(diagnosis, self.engine.catalogue).root_cause
             self._concluded = (state, root)
         return self._concluded[1]
