@@ -1016,6 +1016,35 @@ def test_an_exception_raised_in_the_launchers_own_code_is_a_failed_launch(tmp_pa
     assert "`accelerate config` writes a new one" in root["remedy"]
 
 
+def test_a_traceback_that_shows_only_wandbs_own_frames_is_wandb(tmp_path: Path) -> None:
+    """A paste cut above wandb's frames (or a thread of wandb's own) shows no call of the user's: the
+    outermost frame shown is wandb's (sdk/lib/telemetry.py's context's ``__exit__`` calling the run's
+    ``_telemetry_callback``), so wandb raised it; the report points at wandb's raise site. Frames of
+    another library first (torch's hooks calling into wandb) say nothing of who failed."""
+    site = "/opt/conda/lib/python3.10/site-packages"
+    root = diagnosed(tmp_path, "".join("[rank2]: " + line + "\n" for line in (
+        f'  File "{site}/wandb/sdk/wandb_watch.py", line 49, in watch',
+        "    tel.feature.watch = True",
+        f'  File "{site}/wandb/sdk/lib/telemetry.py", line 42, in __exit__',
+        "    self._run._telemetry_callback(self._obj)",
+        f'  File "{site}/wandb/sdk/wandb_run.py", line 799, in _telemetry_callback',
+        "    self._telemetry_obj.MergeFrom(telem_obj)",
+        "AttributeError: 'Run' object has no attribute '_telemetry_obj'",
+    )))["root_cause"]
+    assert (root["rule"], root["category"], root["rank"]) == ("python-exception", "wandb", 2)
+    assert (root["fields"]["frame_file"], root["fields"]["frame_line"]) == (f"{site}/wandb/sdk/wandb_run.py", "799")
+    assert "the log shows no call of yours above it" in root["remedy"] and "pip install -U wandb" in root["remedy"]
+    torch_first = diagnosed(tmp_path, "".join(line + "\n" for line in (
+        "Traceback (most recent call last):",
+        f'  File "{site}/torch/nn/modules/module.py", line 1501, in _call_impl',
+        "    result = hook(self, args, result)",
+        f'  File "{site}/wandb/wandb_torch.py", line 110, in <lambda>',
+        "    lambda mod, inp, outp: parameter_log_hook(mod, inp, outp, log_track_params)",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+    )))["root_cause"]
+    assert torch_first["category"] != "wandb"
+
+
 def test_an_exception_wandbs_own_code_raised_under_the_users_call_is_wandb(tmp_path: Path) -> None:
     """wandb 0.10-0.12 (sdk/wandb_init.py, init): ``six.raise_from(Exception("problem"), error_seen)``
     when its backend failed; the user's frame calls into wandb and the exception rises from there.

@@ -241,6 +241,7 @@ class ExceptionClassifier:
         self._launcher = pyexc.LAUNCHER_TEXTS.get(lang, pyexc.LAUNCHER_TEXTS["en"])
         self._launcher_hints = pyexc.LAUNCHER_HINTS.get(lang, pyexc.LAUNCHER_HINTS["en"])
         self._service = pyexc.SERVICE_TEXTS.get(lang, pyexc.SERVICE_TEXTS["en"])
+        self._service_own = pyexc.SERVICE_OWN_TEXTS.get(lang, pyexc.SERVICE_OWN_TEXTS["en"])
 
     def classify(self, record: Record) -> list[Match]:
         if record.kind not in ("traceback", "line"):
@@ -276,7 +277,8 @@ class ExceptionClassifier:
             fields["launcher"] = exception.launcher
             fields["hint"] = self._launcher_hints[exception.launcher]
         elif exception.service and not cascade:
-            category, (title, remedy) = exception.service, self._service
+            own = pyexc.is_service_code(exception.frame_file)
+            category, (title, remedy) = exception.service, self._service_own if own else self._service
         return [Match(
             key=(pyexc.RULE_ID, exception.exc_type, exception.frame_file, exception.frame_line),
             rule=pyexc.RULE_ID, category=category,

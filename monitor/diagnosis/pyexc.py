@@ -170,12 +170,29 @@ SERVICE_TEXTS = {
     "en": ("wandb failed: {exc_type}",
            "wandb's own code raised this under your call at {frame_file}:{frame_line} ({frame_func}): the experiment "
            "tracker failed, not the training. {exc_type}: {message}\n"
-           "Check its login (`wandb login`, WANDB_API_KEY) and its connection to the wandb server; WANDB_MODE=offline "
+           "Check its login (`wandb login`, WANDB_API_KEY) and its connection to the wandb server; an AttributeError or "
+           "ImportError inside it points at its version instead (`pip install -U wandb`). WANDB_MODE=offline "
            "trains without it (`wandb sync` uploads the run later)."),
     "zh": ("wandb 失败了：{exc_type}",
            "这是 wandb 自己的代码在你的调用（{frame_file}:{frame_line} 的 {frame_func}）之下抛出的：失败的是实验跟踪工具，"
            "不是训练。{exc_type}: {message}\n"
-           "检查它的登录（`wandb login`、WANDB_API_KEY）和到 wandb 服务器的连接；WANDB_MODE=offline 可以不依赖它训练"
+           "检查它的登录（`wandb login`、WANDB_API_KEY）和到 wandb 服务器的连接；它内部的 AttributeError 或 ImportError "
+           "则更可能是它的版本问题（`pip install -U wandb`）。WANDB_MODE=offline 可以不依赖它训练"
+           "（之后用 `wandb sync` 上传这次运行）。"),
+}
+# The same where the log shows no frame of the user's code, only wandb's (its frame is the raise site).
+SERVICE_OWN_TEXTS = {
+    "en": (SERVICE_TEXTS["en"][0],
+           "wandb's own code raised this at {frame_file}:{frame_line} ({frame_func}); the log shows no call of yours "
+           "above it: the experiment tracker failed, not the training. {exc_type}: {message}\n"
+           "Check its login (`wandb login`, WANDB_API_KEY) and its connection to the wandb server; an AttributeError or "
+           "ImportError inside it points at its version instead (`pip install -U wandb`). WANDB_MODE=offline "
+           "trains without it (`wandb sync` uploads the run later)."),
+    "zh": (SERVICE_TEXTS["zh"][0],
+           "这是 wandb 自己的代码在 {frame_file}:{frame_line}（{frame_func}）抛出的；日志里它上面没有你的调用：失败的是实验"
+           "跟踪工具，不是训练。{exc_type}: {message}\n"
+           "检查它的登录（`wandb login`、WANDB_API_KEY）和到 wandb 服务器的连接；它内部的 AttributeError 或 ImportError "
+           "则更可能是它的版本问题（`pip install -U wandb`）。WANDB_MODE=offline 可以不依赖它训练"
            "（之后用 `wandb sync` 上传这次运行）。"),
 }
 # The same in Chinese (``--lang zh``): the same fields.
@@ -209,7 +226,8 @@ class PythonException:
     index: int
     # The launcher whose own code raised it (its frame is then the raise site), else "".
     launcher: str = ""
-    # The service whose own code the user's frame called into and it rose from ("wandb"), else "".
+    # The service whose own code the user's frame called into and it rose from ("wandb"), else "";
+    # with no frame of the user's shown, the frame is the service's own raise site.
     service: str = ""
     # Raised by torch.multiprocessing.spawn's join in the parent (``SPAWN_JOIN``): a child's failure.
     spawn_join: bool = False
@@ -343,14 +361,27 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
         return PythonException(exc_type, message, *frames[-1], index, launcher)
     user = _user_frame(frames, [f[0] for f in frames], ("", "", ""))
     spawn_join = bool(frames) and SPAWN_JOIN.search(frames[-1][0]) is not None
-    return PythonException(exc_type, message, user[0], user[1], user[2], index, service=_service(frames, user),
+    service = _service(frames, user)
+    if service and not user[0]:
+        # No call of the user's to point at: where the service's own code raised it.
+        user = frames[-1]
+    return PythonException(exc_type, message, user[0], user[1], user[2], index, service=service,
                            spawn_join=spawn_join)
 
 
 def _service(frames: list[tuple[str, str, str]], user: tuple[str, str, str]) -> str:
-    """"wandb" where the frame the user's innermost frame called is wandb's own code, else ""."""
+    """"wandb" where the frame the user's innermost frame called is wandb's own code, or, with no
+    frame of the user's code shown (a paste cut above wandb's frames, a thread of wandb's own),
+    where the outermost frame shown is; else ""."""
+    if not user[0]:
+        return "wandb" if frames and _WANDB_CODE.search(frames[0][0]) else ""
     last = max((i for i, frame in enumerate(frames) if frame == user), default=len(frames))
     return "wandb" if last + 1 < len(frames) and _WANDB_CODE.search(frames[last + 1][0]) else ""
+
+
+def is_service_code(file: str) -> bool:
+    """Whether ``file`` is a service's own installed code (wandb's)."""
+    return _WANDB_CODE.search(file) is not None
 
 
 def _launcher(file: str) -> str:
