@@ -1016,6 +1016,35 @@ def test_an_exception_raised_in_the_launchers_own_code_is_a_failed_launch(tmp_pa
     assert "`accelerate config` writes a new one" in root["remedy"]
 
 
+def test_an_exception_whose_chained_successor_is_cut_is_the_last_one_the_log_shows(tmp_path: Path) -> None:
+    """Python prints a chain as tracebacks joined by "During handling of the above exception, another
+    exception occurred:" (traceback.py's _context_message); a paste cut after the next traceback's
+    header lost the exception that ended the process, not the one it was handling. That one (here
+    torch.multiprocessing.spawn's child, "-- Process 1 terminated with the following error:") is
+    the cause the log shows, weakly; a chain whose last exception is there is read as before."""
+    spawned = (
+        "-- Process 1 terminated with the following error:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/proj/data/catalog.py", line 52, in get\n'
+        "    f = _REGISTERED[name]\n"
+        "KeyError: 'car'\n"
+        "\n"
+        "During handling of the above exception, another exception occurred:\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+    )
+    root = diagnosed(tmp_path, spawned)["root_cause"]
+    assert (root["rule"], root["category"], root["rank"]) == ("python-exception", "python_exception", 1)
+    assert (root["fields"]["exc_type"], root["fields"]["message"]) == ("KeyError", "'car'")
+    assert root["confidence"] == "weak" and "cut from the log" in root["remedy"] and "Uncaught" not in root["remedy"]
+    whole = diagnosed(tmp_path, spawned + (
+        '  File "/home/u/proj/data/catalog.py", line 54, in get\n'
+        "    raise KeyError(f\"Dataset '{name}' is not registered!\")\n"
+        "KeyError: \"Dataset 'car' is not registered!\"\n"
+    ))["root_cause"]
+    assert whole["fields"]["message"] == "\"Dataset 'car' is not registered!\"" and whole["confidence"] != "weak"
+
+
 def test_a_traceback_that_shows_only_wandbs_own_frames_is_wandb(tmp_path: Path) -> None:
     """A paste cut above wandb's frames (or a thread of wandb's own) shows no call of the user's: the
     outermost frame shown is wandb's (sdk/lib/telemetry.py's context's ``__exit__`` calling the run's

@@ -279,6 +279,8 @@ class ExceptionClassifier:
         elif exception.service and not cascade:
             own = pyexc.is_service_code(exception.frame_file)
             category, (title, remedy) = exception.service, self._service_own if own else self._service
+        elif exception.chained_cut:
+            remedy = self._texts[7]
         return [Match(
             key=(pyexc.RULE_ID, exception.exc_type, exception.frame_file, exception.frame_line),
             rule=pyexc.RULE_ID, category=category,
@@ -287,8 +289,8 @@ class ExceptionClassifier:
             title=cascade_title if cascade else title, remedy=cascade_remedy if cascade else remedy,
             record=record, positions=positions, rank=record.rank, rank_source=record_rank_source(record),
             fields=fields, evidence=evidence,
-            confidence="weak" if bare else "likely",
-            confidence_note=self._texts[6 if bare else 5].format(type=exception.short_type),
+            confidence="weak" if bare or exception.chained_cut else "likely",
+            confidence_note=self._texts[8 if exception.chained_cut else 6 if bare else 5].format(type=exception.short_type),
         )]
 
     def _went_on(self, record: Record, exception: pyexc.PythonException, how: str, severity: Severity,

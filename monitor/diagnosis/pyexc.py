@@ -90,6 +90,15 @@ REMEDY = (
     # {other_ranks} only when the job has several ranks: a single process has no peers to blame.
     "Errors on {other_ranks} after this one are usually its consequences (they time out or get SIGTERM)."
 )
+# An exception whose chained successor ("During handling of the above exception, another exception
+# occurred:" / "The above exception was the direct cause of ...") is cut from the log: the last
+# exception the log shows of that process (``PythonException.chained_cut``).
+CHAINED_CUT_REMEDY = (
+    "Raised from {frame_file}:{frame_line} in {frame_func}: start there.\n"
+    "{exc_type} on rank {rank}: {message}\n"
+    "While handling it the process raised another exception, whose traceback (after this one) is cut from the log.\n"
+    "Errors on {other_ranks} after this one are usually its consequences (they time out or get SIGTERM)."
+)
 CASCADE_REMEDY = (
     "{exc_type} on rank {rank} reports another failure (a peer that died or timed out, or the "
     "launcher stopping the job): look for the earliest root cause on any rank."
@@ -199,7 +208,9 @@ SERVICE_OWN_TEXTS = {
 TEXTS = {
     "en": (TITLE, CASCADE_TITLE, REMEDY, CASCADE_REMEDY, "the other ranks",
            "no rule names {type}: the category is read from its uncaught traceback alone",
-           "only the exception's last line, with no traceback: nothing shows where it was raised or that it was not caught"),
+           "only the exception's last line, with no traceback: nothing shows where it was raised or that it was not caught",
+           CHAINED_CUT_REMEDY,
+           "the exception raised while handling {type} is cut from the log: {type} is the last one it shows"),
     "zh": (
         "{exc_type}（rank {rank}）",
         "{exc_type}（rank {rank}，是别处失败的后果）",
@@ -211,6 +222,11 @@ TEXTS = {
         "其他 rank ",
         "没有规则认识 {type}：类别只是从未捕获的 traceback 读出的",
         "只有异常的最后一行，没有 traceback：看不出它在哪里抛出，也看不出它没有被捕获",
+        "在 {frame_file}:{frame_line} 的 {frame_func} 中抛出：从那里查起。\n"
+        "{exc_type}（rank {rank}）：{message}\n"
+        "处理它时进程又抛出了另一个异常，那个异常的 traceback 在日志里被截断了（就从这个异常之后开始）。\n"
+        "此后{other_ranks}上的报错通常是它的后果（它们会超时或收到 SIGTERM）。",
+        "处理 {type} 时抛出的异常在日志里被截断了：{type} 是日志里能看到的最后一个异常",
     ),
 }
 
@@ -231,6 +247,9 @@ class PythonException:
     service: str = ""
     # Raised by torch.multiprocessing.spawn's join in the parent (``SPAWN_JOIN``): a child's failure.
     spawn_join: bool = False
+    # The exception raised while handling this one (the chain's next traceback) is cut from the
+    # log after its header: this is the last exception the log shows of that process.
+    chained_cut: bool = False
 
     @property
     def short_type(self) -> str:
@@ -316,11 +335,15 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
     bodies = _without_group_gutter(bodies)
     frames: list[tuple[str, str, str]] = []
     exception: tuple[str, str, int] | None = None
+    # The chain's exception before the current traceback (a record holds a chain's tracebacks).
+    context: tuple[tuple[str, str, int], list[tuple[str, str, str]]] | None = None
     headerless = in_frames = bool(bodies) and _FRAME.match(bodies[0]) is not None
     frame_indent = 2
     for index, body in enumerate(bodies):
         stripped = body.strip()
         if is_traceback_header(stripped):
+            if exception is not None:
+                context = (exception, frames)
             in_frames, frames, exception, headerless = True, [], None, False
             continue
         if stripped.startswith(ORIGINAL_TRACEBACK):
@@ -352,13 +375,16 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
             in_frames = False
             if not headerless or _EXCEPTION_NAME.search(match["type"]):
                 exception = (match["type"], (match["message"] or "").strip(), index)
+    chained_cut = exception is None and context is not None
     if exception is None:
-        return None
+        if context is None:
+            return None
+        exception, frames = context
     exc_type, message, index = exception
     launcher = _launcher(frames[-1][0]) if frames else ""
     if launcher:
         # No frame of the user's code to point at (the entry script is the launcher's): where it raised.
-        return PythonException(exc_type, message, *frames[-1], index, launcher)
+        return PythonException(exc_type, message, *frames[-1], index, launcher, chained_cut=chained_cut)
     user = _user_frame(frames, [f[0] for f in frames], ("", "", ""))
     spawn_join = bool(frames) and SPAWN_JOIN.search(frames[-1][0]) is not None
     service = _service(frames, user)
@@ -366,7 +392,7 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
         # No call of the user's to point at: where the service's own code raised it.
         user = frames[-1]
     return PythonException(exc_type, message, user[0], user[1], user[2], index, service=service,
-                           spawn_join=spawn_join)
+                           spawn_join=spawn_join, chained_cut=chained_cut)
 
 
 def _service(frames: list[tuple[str, str, str]], user: tuple[str, str, str]) -> str:
