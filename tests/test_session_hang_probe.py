@@ -149,3 +149,39 @@ def test_a_clean_exit_withdraws_evidence_on_probation(tmp_path, catalogue):
     session.close()
     session.job_ended(None)
     assert _held(session, evidence) is None and session.diagnosis().root_cause is None
+
+
+def test_a_job_stopped_while_evidence_is_on_probation_reports_without_it(tmp_path, catalogue):
+    """Output resumed after the silence, and the job was stopped (or killed) before PROBATION_S
+    passed: what the stacks showed during the silence is not why it ended."""
+    from monitor.runner.explain import exit_finding
+    probe = RecordingProbe()
+    log, clock, session = _silent_session(tmp_path, catalogue, probe)
+    evidence = _stacks()
+    session.post([evidence])
+    step(session, clock, 1)
+    write(log, "[rank0]: step 2", "[rank2]: step 2")
+    step(session, clock, 0.1)
+    assert _held(session, evidence) is not None  # on probation
+    session.close()
+    session.job_ended(exit_finding(log, 143, "SIGTERM"))
+    assert _held(session, evidence) is None
+    root = session.diagnosis().root_cause
+    assert root is None or root.origin != evidence.origin
+
+
+def test_errors_in_the_last_lines_keep_evidence_on_probation(tmp_path, catalogue):
+    """The silence passed, then the job's last lines (read as the session closes) hold a failure:
+    the silence was the start of it, and what the stacks showed stays."""
+    from monitor.runner.explain import exit_finding
+    probe = RecordingProbe()
+    log, clock, session = _silent_session(tmp_path, catalogue, probe)
+    evidence = _stacks()
+    session.post([evidence])
+    step(session, clock, 1)
+    write(log, "[rank0]: step 2")
+    step(session, clock, 0.1)
+    write(log, "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Timed out waiting 60000ms for recv operation to complete")
+    session.close()
+    session.job_ended(exit_finding(log, 1, None))
+    assert _held(session, evidence) is not None

@@ -16,7 +16,8 @@ for the root cause like the others (``diagnosis/root_cause.py``):
   suspects a hang (the stall, the first timeout, every job GPU idle), or when a screen asks
   (``probe.trigger("request")``). A newer capture replaces the older one's findings. Evidence taken during a
   silence is withdrawn with the stall when output resumes and no error follows within
-  ``PROBATION_S`` (a long evaluation on one rank looks like a hang until it ends).
+  ``PROBATION_S`` or before the job ends (a long evaluation on one rank looks like a hang until
+  it ends).
 
 The screen (``monitor/tui``), ``watch --headless``, ``run --headless``, the end report and
 ``run-X.diagnosis.json`` all render from a session, so a job gets the same root cause in every
@@ -180,12 +181,15 @@ class JobSession:
         """How the job exited (``runner.explain.exit_finding``; None: a clean exit). It is the
         root cause only when nothing else is; otherwise it only confirms the cause."""
         if exit_finding is None:
-            # The job finished well: a silence was no hang. It passes as when output resumes,
-            # and what was seen during it is withdrawn at once.
+            # The job finished well: a silence was no hang. It passes as when output resumes.
             self._stall_passed(self.stall.end(), self._clock.monotonic(), exited=True)
-            if self._probation is not None:
-                self._withdraw(self._probation[1])
-                self._probation = None
+        if self._probation is not None:
+            # What was seen during a silence that passed, with no failure in the log since (the
+            # last lines are read: ``close``), is withdrawn however the job ended: a stop or a
+            # kill within PROBATION_S of the output resuming is not what that silence showed.
+            self._withdraw(self._probation[1])
+            self._probation = None
+        if exit_finding is None:
             # An exception no rule names, in a job that exited 0, was caught by the program (a
             # retry loop that logged it): what it says stays, as a warning, never the cause.
             for finding in self.engine.findings:
@@ -318,9 +322,12 @@ class JobSession:
             self.probe.join(PROBE_JOIN_S)  # a capture under way: its findings belong to this job
         self._look_for_more_paths(now=True)
         update = self.follower.close()
-        self._feed(update.lines, update.ended, self._clock.monotonic(), [])
+        now = self._clock.monotonic()
+        new: list[Finding] = []
+        self._feed(update.lines, update.ended, now, new)
         self.problems += update.problems
-        self._take_posted()
+        new += self._take_posted()
+        self._judge_probation(new, now)
 
     # -- results -----------------------------------------------------------------------------
     def last_line_times(self) -> dict[int, float]:
@@ -488,6 +495,11 @@ class JobSession:
                 self.probe.trigger("timeout")
             if any(f.rule == GPUS_IDLE_RULE for f in new):
                 self.probe.trigger("gpus-idle")
+        self._judge_probation(new, now)
+
+    def _judge_probation(self, new: list[Finding], now: float) -> None:
+        """Evidence on probation: kept when a failure follows the silence (``new``), withdrawn
+        when PROBATION_S passed without one."""
         if self._probation is None:
             return
         deadline, on_trial = self._probation
