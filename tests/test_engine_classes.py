@@ -1016,6 +1016,30 @@ def test_an_exception_raised_in_the_launchers_own_code_is_a_failed_launch(tmp_pa
     assert "`accelerate config` writes a new one" in root["remedy"]
 
 
+def test_a_traceback_of_wandbs_own_code_cut_before_its_exception_is_wandbs(tmp_path: Path) -> None:
+    """A paste cut inside a traceback whose frames are wandb's own (its old retry wrapper under an
+    artifact upload) names no exception, but the code that was failing is the tracker's; a cut
+    traceback through the user's code into torch stays an unknown exception."""
+    site = "/usr/local/lib/python3.6/site-packages"
+    root = diagnosed(tmp_path, "".join(line + "\n" for line in (
+        "Traceback (most recent call last):",
+        f'  File "{site}/wandb/apis/normalize.py", line 24, in wrapper',
+        "    return func(*args, **kwargs)",
+        f'  File "{site}/wandb/old/retry.py", line 132, in wrapped_fn',
+        "    return retrier(*args, **kargs)",
+        f'  File "{site}/wandb/old/retry.py", line 96, in __call__',
+    )))["root_cause"]
+    assert (root["rule"], root["category"], root["confidence"]) == ("python-exception-cut", "wandb", "weak")
+    assert root["fields"]["frame_file"] == f"{site}/wandb/old/retry.py" and "the experiment tracker failed" in root["remedy"]
+    user = diagnosed(tmp_path, "".join(line + "\n" for line in (
+        "Traceback (most recent call last):",
+        '  File "/home/u/train.py", line 80, in <module>',
+        "    loss.backward()",
+        f'  File "{site}/torch/_tensor.py", line 396, in backward',
+    )))["root_cause"]
+    assert (user["rule"], user["category"]) == ("python-exception-cut", "python_exception")
+
+
 def test_an_exception_whose_chained_successor_is_cut_is_the_last_one_the_log_shows(tmp_path: Path) -> None:
     """Python prints a chain as tracebacks joined by "During handling of the above exception, another
     exception occurred:" (traceback.py's _context_message); a paste cut after the next traceback's

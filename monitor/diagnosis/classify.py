@@ -238,6 +238,7 @@ class ExceptionClassifier:
         self._retried = pyexc.RETRIED_TEXTS.get(lang, pyexc.RETRIED_TEXTS["en"])
         self._handled = pyexc.HANDLED_TEXTS.get(lang, pyexc.HANDLED_TEXTS["en"])
         self._cut = pyexc.CUT_TEXTS.get(lang, pyexc.CUT_TEXTS["en"])
+        self._cut_service = pyexc.CUT_SERVICE_TEXTS.get(lang, pyexc.CUT_SERVICE_TEXTS["en"])
         self._launcher = pyexc.LAUNCHER_TEXTS.get(lang, pyexc.LAUNCHER_TEXTS["en"])
         self._launcher_hints = pyexc.LAUNCHER_HINTS.get(lang, pyexc.LAUNCHER_HINTS["en"])
         self._service = pyexc.SERVICE_TEXTS.get(lang, pyexc.SERVICE_TEXTS["en"])
@@ -307,9 +308,10 @@ class ExceptionClassifier:
     def _cut_match(self, record: Record, cut: pyexc.PythonException) -> Match:
         """A traceback cut before its exception line: something failed there, what the log no
         longer says. Weighed as a report (role cascade): any error a line names comes first."""
+        title, remedy = self._cut_service if cut.service else self._cut
         return Match(
             key=(pyexc.RULE_ID + "-cut", cut.frame_file, cut.frame_line), rule=pyexc.RULE_ID + "-cut",
-            category=pyexc.CATEGORY, severity="error", role="cascade", title=self._cut[0], remedy=self._cut[1],
+            category=cut.service or pyexc.CATEGORY, severity="error", role="cascade", title=title, remedy=remedy,
             record=record, positions=(cut.index,), rank=record.rank, rank_source=record_rank_source(record),
             fields={k: v for k, v in cut.fields().items() if v}, evidence=(cut.index,), confidence="weak",
         )

@@ -147,6 +147,19 @@ CUT_TEXTS = {
            "它在你的代码中的最后一帧：{frame_file}:{frame_line} 的 {frame_func}。"
            "去看这个 rank 其余的输出（它后面的行、更长的粘贴、这个 rank 自己的日志文件）。"),
 }
+# The same where the frames are a service's own code (``PythonException.service``): it failed there.
+CUT_SERVICE_TEXTS = {
+    "en": ("wandb failed on rank {rank} (its traceback is cut before the exception)",
+           "The log ends inside a traceback of wandb's own code ({frame_file}:{frame_line} in {frame_func}), before the "
+           "exception it was printing: the experiment tracker failed, not the training.\n"
+           "Check its login (`wandb login`, WANDB_API_KEY) and its connection to the wandb server; WANDB_MODE=offline "
+           "trains without it (`wandb sync` uploads the run later)."),
+    "zh": ("rank {rank} 上 wandb 失败了（它的 traceback 在异常之前被截断）",
+           "日志在 wandb 自己代码的一个 traceback 中间结束了（{frame_file}:{frame_line} 的 {frame_func}），没有它正在打印的"
+           "异常：失败的是实验跟踪工具，不是训练。\n"
+           "检查它的登录（`wandb login`、WANDB_API_KEY）和到 wandb 服务器的连接；WANDB_MODE=offline 可以不依赖它训练"
+           "（之后用 `wandb sync` 上传这次运行）。"),
+}
 # An exception the launcher's own code raised (``PythonException.launcher``): the launch failed.
 LAUNCHER_TEXTS = {
     "en": ("{launcher} failed before the training started: {exc_type}",
@@ -295,7 +308,10 @@ def cut_traceback(bodies: list[str], ended_there: bool = False) -> PythonExcepti
     indexes = [i for i, _ in frames]
     index = _user_frame(indexes, [f["file"] for _, f in frames], indexes[-1])
     frame = dict(frames)[index]
-    return PythonException("", "", frame["file"], frame["line"], (frame["func"] or "").strip(), index)
+    shown = [(f["file"], f["line"], (f["func"] or "").strip()) for _, f in frames]
+    user = (frame["file"], frame["line"], (frame["func"] or "").strip()) if not _LIBRARY.search(frame["file"]) else ("", "", "")
+    return PythonException("", "", frame["file"], frame["line"], (frame["func"] or "").strip(), index,
+                           service=_service(shown, user))
 
 
 def _user_frame(items: list, files: list[str], default):
