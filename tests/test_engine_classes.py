@@ -1016,6 +1016,62 @@ def test_an_exception_raised_in_the_launchers_own_code_is_a_failed_launch(tmp_pa
     assert "`accelerate config` writes a new one" in root["remedy"]
 
 
+def test_where_a_chain_is_cut_decides_what_it_reports(tmp_path: Path) -> None:
+    """A chain cut right after its "During handling ..." line is the same as one cut after the next
+    header (the last exception shown, weak); one cut among the next traceback's frames is a cut
+    traceback that points at its last frame; a retry after the cut chain is a logged, handled one."""
+    first = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/data.py", line 52, in __next__\n'
+        "    return next(self._it)\n"
+        "StopIteration\n"
+        "\n"
+        "During handling of the above exception, another exception occurred:\n"
+    )
+    marker = diagnosed(tmp_path, first)["root_cause"]
+    assert (marker["fields"]["exc_type"], marker["confidence"]) == ("StopIteration", "weak")
+    assert "cut from the log" in marker["remedy"]
+    frames = diagnosed(tmp_path, first + (
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 55, in main\n'
+        "    batch = next(loader)\n"
+    ))["root_cause"]
+    assert (frames["rule"], frames["fields"]["frame_line"]) == ("python-exception-cut", "55")
+    retried = diagnosed(tmp_path, first + (
+        "\nTraceback (most recent call last):\nWARNING: upload failed, retrying in 5 s (attempt 2/5)\nstep 100 loss 2.31\n"))
+    assert retried["root_cause"] is None
+
+
+def test_wandbs_own_frames_are_found_past_pythons_threading_and_never_in_its_data_types(tmp_path: Path) -> None:
+    """A thread of wandb's starts at threading.py's run: past Python's own frames the outermost is
+    wandb's. Where wandb called a library that raised, the report points at wandb's frame. An error in
+    wandb's data types (wandb.Image of the wrong shape) is about the user's data, not the tracker."""
+    site = "/opt/conda/lib/python3.10/site-packages"
+    thread = diagnosed(tmp_path, "".join(line + "\n" for line in (
+        "Exception in thread SenderThread:",
+        "Traceback (most recent call last):",
+        '  File "/opt/conda/lib/python3.10/threading.py", line 1016, in _bootstrap_inner',
+        "    self.run()",
+        f'  File "{site}/wandb/sdk/internal/internal_util.py", line 49, in run',
+        "    self._run()",
+        f'  File "{site}/requests/models.py", line 1021, in raise_for_status',
+        "    raise HTTPError(http_error_msg, response=self)",
+        "requests.exceptions.HTTPError: 401 Client Error: Unauthorized for url: https://api.wandb.ai/graphql",
+    )))["root_cause"]
+    assert thread["category"] == "wandb" and thread["fields"]["frame_file"] == f"{site}/wandb/sdk/internal/internal_util.py"
+    assert "wandb's own code raised this at" in thread["remedy"]
+    data = diagnosed(tmp_path, "".join(line + "\n" for line in (
+        "Traceback (most recent call last):",
+        f'  File "{site}/wandb/sdk/wandb_run.py", line 1800, in log',
+        "    self._log(data)",
+        f'  File "{site}/wandb/sdk/data_types/image.py", line 290, in _initialize_from_data',
+        '    raise ValueError("Invalid image shape")',
+        "ValueError: Invalid image shape (3, 5, 5, 2)",
+    )))
+    assert all(f["category"] != "wandb" for f in data["findings"] if f["rule"].startswith("python-exception"))
+
+
 def test_a_traceback_of_wandbs_own_code_cut_before_its_exception_is_wandbs(tmp_path: Path) -> None:
     """A paste cut inside a traceback whose frames are wandb's own (its old retry wrapper under an
     artifact upload) names no exception, but the code that was failing is the tracker's; a cut

@@ -151,23 +151,52 @@ def test_a_clean_exit_withdraws_evidence_on_probation(tmp_path, catalogue):
     assert _held(session, evidence) is None and session.diagnosis().root_cause is None
 
 
-def test_a_job_stopped_while_evidence_is_on_probation_reports_without_it(tmp_path, catalogue):
-    """Output resumed after the silence, and the job was stopped (or killed) before PROBATION_S
-    passed: what the stacks showed during the silence is not why it ended."""
+KILL_LINES = (
+    "W0315 10:00:00.000000 1234 torch/distributed/elastic/agent/server/api.py:704] Received Signals.SIGTERM death signal, shutting down workers",
+    "W0315 10:00:00.000000 1234 torch/distributed/elastic/multiprocessing/api.py:898] Sending process 1235 closing signal SIGTERM",
+)
+
+
+def test_a_job_stopped_after_training_on_reports_without_the_silences_evidence(tmp_path, catalogue):
+    """The job trained on after the silence (a step later than any before it) and was stopped
+    before PROBATION_S passed: what the stacks showed during that silence is not why it ended."""
     from monitor.runner.explain import exit_finding
     probe = RecordingProbe()
     log, clock, session = _silent_session(tmp_path, catalogue, probe)
     evidence = _stacks()
     session.post([evidence])
     step(session, clock, 1)
-    write(log, "[rank0]: step 2", "[rank2]: step 2")
+    write(log, "[rank0]: step 2 | loss 0.51", "[rank2]: step 2 | loss 0.52")
     step(session, clock, 0.1)
     assert _held(session, evidence) is not None  # on probation
+    session.request_stop()
+    write(log, *KILL_LINES)
     session.close()
     session.job_ended(exit_finding(log, 143, "SIGTERM"))
     assert _held(session, evidence) is None
     root = session.diagnosis().root_cause
     assert root is None or root.origin != evidence.origin
+
+
+@pytest.mark.parametrize("order", ["close-then-ended", "ended-then-close"])
+def test_a_hung_job_stopped_keeps_what_its_stacks_showed(tmp_path, catalogue, order):
+    """A stop's own lines end the silence too (torchrun's death-signal lines); with no training
+    after them the silence was the hang they ended, however the session reads its last lines
+    (`monitor run` closes first, `monitor watch` says how the job ended first)."""
+    from monitor.runner.explain import exit_finding
+    probe = RecordingProbe()
+    log, clock, session = _silent_session(tmp_path, catalogue, probe)
+    evidence = _stacks()
+    session.post([evidence])
+    step(session, clock, 1)
+    session.request_stop()
+    write(log, *KILL_LINES)
+    step(session, clock, 0.1)
+    if order == "close-then-ended":
+        session.close()
+    session.job_ended(exit_finding(log, 143, "SIGTERM"))
+    session.close()
+    assert _held(session, evidence) is not None and session.root_cause() is _held(session, evidence)
 
 
 def test_errors_in_the_last_lines_keep_evidence_on_probation(tmp_path, catalogue):

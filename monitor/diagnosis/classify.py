@@ -266,6 +266,8 @@ class ExceptionClassifier:
             return [self._went_on(record, exception, "handled", "info", self._handled, evidence)]
         # What the process printed next (another rank's lines may come between, unprefixed).
         after = [*record.bodies[exception.index + 1:exception.index + 1 + RETRY_WITHIN], record.followed_by][:RETRY_WITHIN]
+        if exception.chained_cut:
+            after = [record.followed_by]  # past the chain's cut end
         if not bare and any(pyexc.RETRY_NEXT.search(line) for line in after):
             # The process went on to retry what raised: a logged, handled exception.
             return [self._went_on(record, exception, "retried", "warning", self._retried, evidence)]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import regex
 
-from monitor.diagnosis.records import ORIGINAL_TRACEBACK, TF_SEE_ABOVE, is_traceback_header
+from monitor.diagnosis.records import CHAIN_LINES, ORIGINAL_TRACEBACK, TF_SEE_ABOVE, is_traceback_header
 
 RULE_ID = "python-exception"
 CATEGORY = "python_exception"
@@ -45,6 +45,10 @@ _LAUNCHER_CODE = regex.compile(
 # cannot create or sync), not the training. Not its data types (wandb.Image of a tensor of the wrong
 # shape: the user's data), and not a user's own folder that happens to be named wandb.
 _WANDB_CODE = regex.compile(r"(?:site|dist)-packages[\\/]wandb[\\/](?!(?:sdk[\\/])?data_types)")
+# wandb's data types (wandb.Image, wandb.Table): an error there is about the data the user gave it.
+_WANDB_DATA_TYPES = regex.compile(r"(?:site|dist)-packages[\\/]wandb[\\/](?:sdk[\\/])?data_types[\\/]")
+# Python's own library (threading.py's run of a thread), not an installed package.
+_STDLIB = regex.compile(r"[\\/]lib[\\/]python\d(?:\.\d+)?[\\/](?!(?:site|dist)-packages[\\/])|^<frozen ")
 # Exceptions that report another failure rather than being one: a peer died or timed out
 # (DistBackendError from the watchdog), torchrun's summary of a child's failure, the SIGTERM
 # torchrun sends the surviving ranks.
@@ -351,8 +355,10 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
     bodies = _without_group_gutter(bodies)
     frames: list[tuple[str, str, str]] = []
     exception: tuple[str, str, int] | None = None
-    # The chain's exception before the current traceback (a record holds a chain's tracebacks).
+    # The chain's exception before the current traceback (a record holds a chain's tracebacks),
+    # and whether the last exception is followed by the chain's "During handling ..." line.
     context: tuple[tuple[str, str, int], list[tuple[str, str, str]]] | None = None
+    chained = False
     headerless = in_frames = bool(bodies) and _FRAME.match(bodies[0]) is not None
     frame_indent = 2
     for index, body in enumerate(bodies):
@@ -360,7 +366,10 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
         if is_traceback_header(stripped):
             if exception is not None:
                 context = (exception, frames)
-            in_frames, frames, exception, headerless = True, [], None, False
+            in_frames, frames, exception, headerless, chained = True, [], None, False, False
+            continue
+        if exception is not None and not in_frames and stripped.startswith(CHAIN_LINES):
+            chained = True
             continue
         if stripped.startswith(ORIGINAL_TRACEBACK):
             # torch's ExceptionWrapper.reraise ("Caught KeyError in DataLoader worker process 0.
@@ -391,9 +400,11 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
             in_frames = False
             if not headerless or _EXCEPTION_NAME.search(match["type"]):
                 exception = (match["type"], (match["message"] or "").strip(), index)
-    chained_cut = exception is None and context is not None
+    # The chain's next exception is cut: after the "During handling ..." line, or right after its
+    # traceback's header (cut among its frames, ``cut_traceback`` reads where it failed).
+    chained_cut = chained or (exception is None and context is not None and not frames)
     if exception is None:
-        if context is None:
+        if context is None or frames:
             return None
         exception, frames = context
     exc_type, message, index = exception
@@ -405,20 +416,30 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
     spawn_join = bool(frames) and SPAWN_JOIN.search(frames[-1][0]) is not None
     service = _service(frames, user)
     if service and not user[0]:
-        # No call of the user's to point at: where the service's own code raised it.
-        user = frames[-1]
+        # No call of the user's to point at: where the service's own code raised it (or called
+        # the library that did).
+        user = _service_frame(frames)
     return PythonException(exc_type, message, user[0], user[1], user[2], index, service=service,
                            spawn_join=spawn_join, chained_cut=chained_cut)
 
 
 def _service(frames: list[tuple[str, str, str]], user: tuple[str, str, str]) -> str:
     """"wandb" where the frame the user's innermost frame called is wandb's own code, or, with no
-    frame of the user's code shown (a paste cut above wandb's frames, a thread of wandb's own),
-    where the outermost frame shown is; else ""."""
+    frame of the user's code shown (a paste cut above wandb's frames, a thread of wandb's own
+    started from Python's threading), where the outermost frame past Python's own library is;
+    else "". Never where the failure went through wandb's data types (the user's data)."""
+    if any(_WANDB_DATA_TYPES.search(file) for file, _, _ in frames):
+        return ""
     if not user[0]:
-        return "wandb" if frames and _WANDB_CODE.search(frames[0][0]) else ""
+        outer = next((frame for frame in frames if not _STDLIB.search(frame[0])), None)
+        return "wandb" if outer is not None and _WANDB_CODE.search(outer[0]) else ""
     last = max((i for i, frame in enumerate(frames) if frame == user), default=len(frames))
     return "wandb" if last + 1 < len(frames) and _WANDB_CODE.search(frames[last + 1][0]) else ""
+
+
+def _service_frame(frames: list[tuple[str, str, str]]) -> tuple[str, str, str]:
+    """The innermost frame of the service's own code (where it raised, or called what did)."""
+    return next((frame for frame in reversed(frames) if _WANDB_CODE.search(frame[0])), frames[-1])
 
 
 def is_service_code(file: str) -> bool:

@@ -81,7 +81,8 @@ ORIGINAL_TRACEBACK = "Original Traceback (most recent call last)"
 # CPython's PyErr_WriteUnraisable ("Exception ignored in: %R"): the traceback that follows is of an
 # exception Python printed and went on from (in a finalizer, a __del__, a callback).
 IGNORED_HEADER = "Exception ignored in"
-_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+# Python's line between two tracebacks of a chain (traceback.py's _context_message, _cause_message).
+CHAIN_LINES = ("During handling of the above exception", "The above exception was the direct cause")
 # rich's traceback (rich/traceback.py, Traceback.__rich_console__, as `rich.traceback.install()`
 # prints it: llm-foundry's train.py, `accelerate launch --debug`): each stack in a panel titled
 # "Traceback (most recent call last)", its lines inside the panel's border, the exception line below.
@@ -249,7 +250,7 @@ def _continues_traceback(record: Record, body: str) -> bool:
             return True
         return False
     if state == "blank":
-        if stripped.startswith(_CHAIN):
+        if stripped.startswith(CHAIN_LINES):
             record.state = "chain"
             return True
         return False

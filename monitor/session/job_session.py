@@ -16,8 +16,8 @@ for the root cause like the others (``diagnosis/root_cause.py``):
   suspects a hang (the stall, the first timeout, every job GPU idle), or when a screen asks
   (``probe.trigger("request")``). A newer capture replaces the older one's findings. Evidence taken during a
   silence is withdrawn with the stall when output resumes and no error follows within
-  ``PROBATION_S`` or before the job ends (a long evaluation on one rank looks like a hang until
-  it ends).
+  ``PROBATION_S``, or when the job ends well or after training on (a long evaluation on one rank
+  looks like a hang until it ends).
 
 The screen (``monitor/tui``), ``watch --headless``, ``run --headless``, the end report and
 ``run-X.diagnosis.json`` all render from a session, so a job gets the same root cause in every
@@ -48,6 +48,7 @@ from monitor.logs.nodes import nodes_from_names
 from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import UnreadableLog, last_lines, line_end
 from monitor.model import SEVERITY_ORDER, Diagnosis, Finding, LogLine, is_timeout
+from monitor.progress.parse import parse_progress
 from monitor.progress import ProgressTracker
 from monitor.session.hang_probe import NOT_TAKEN_RULE, HangProbe
 from monitor.session.stall import StallDetector, resolved_note
@@ -86,6 +87,23 @@ class SessionUpdate:
     files: list[str] = field(default_factory=list)  # every file followed so far
     problems: list[str] = field(default_factory=list)  # new input problems, one line each
 
+
+
+@dataclass(slots=True)
+class _Probation:
+    """Evidence of a silence that passed: withdrawn at ``until`` unless a failure follows, and at
+    the job's end unless the job went on without training (``trained``: a line of training
+    progress since the silence, a step or a loss)."""
+    until: float
+    findings: list[Finding]
+    trained: bool
+
+
+def _trains(line: LogLine) -> bool:
+    """Whether ``line`` is training progress (a step or a loss): a stop's or a kill's own lines,
+    which also end a silence, are not."""
+    event = parse_progress(line.text)
+    return event is not None and (event.step is not None or event.loss is not None)
 
 class JobSession:
     def __init__(self, paths, catalogue, *, poll: bool = False, stall_after: float | None = None,
@@ -132,7 +150,7 @@ class JobSession:
         self._next_more_paths = 0.0
         self.probe = probe
         self._evidence: dict[str, list[Finding]] = {}  # origin -> the latest capture's findings
-        self._probation: tuple[float, list[Finding]] | None = None
+        self._probation: _Probation | None = None
         self._withdrawn: list[str] = []  # ids withdrawn since the last step
         self._on_step = on_step
         self._attach = attach
@@ -180,15 +198,22 @@ class JobSession:
     def job_ended(self, exit_finding: Finding | None) -> None:
         """How the job exited (``runner.explain.exit_finding``; None: a clean exit). It is the
         root cause only when nothing else is; otherwise it only confirms the cause."""
+        now = self._clock.monotonic()
         if exit_finding is None:
             # The job finished well: a silence was no hang. It passes as when output resumes.
-            self._stall_passed(self.stall.end(), self._clock.monotonic(), exited=True)
+            self._stall_passed(self.stall.end(), now, exited=True)
+        # Records the last lines left in progress are complete now: a failure among them keeps
+        # what a silence before it showed.
+        self._judge_probation(self._taken(self.engine.flush()), now)
         if self._probation is not None:
-            # What was seen during a silence that passed, with no failure in the log since (the
-            # last lines are read: ``close``), is withdrawn however the job ended: a stop or a
-            # kill within PROBATION_S of the output resuming is not what that silence showed.
-            self._withdraw(self._probation[1])
+            on_trial, trained = self._probation.findings, self._probation.trained
             self._probation = None
+            if exit_finding is None or trained:
+                # The silence passed for good (the job finished, or trained on after it): what was
+                # seen during it is not why the job ended. A stop's or a kill's own lines (torchrun's
+                # "Received 15 death signal", "Terminated") also end a silence, and without training
+                # after it the silence was the hang they ended: its evidence stays.
+                self._withdraw(on_trial)
         if exit_finding is None:
             # An exception no rule names, in a job that exited 0, was caught by the program (a
             # retry loop that logged it): what it says stays, as a warning, never the cause.
@@ -310,7 +335,7 @@ class JobSession:
 
     def flush(self) -> None:
         """Complete every record in progress (the source has ended)."""
-        self._taken(self.engine.flush())
+        self._judge_probation(self._taken(self.engine.flush()), self._clock.monotonic())
         self._quiet_since.clear()
 
     def close(self) -> None:
@@ -414,6 +439,8 @@ class JobSession:
             attributed.append(line)
             if self._tracking_progress:
                 self.progress.feed(line.text, line.rank, now, line.file)
+            if self._probation is not None and not self._probation.trained:
+                self._probation.trained = _trains(line)
             new += self._taken(engine.feed(line))
             if self._novelty is not None and (news := self._novelty.observe(line)) is not None:
                 new.append(engine.add_new(news))
@@ -482,7 +509,7 @@ class JobSession:
         note = self.engine.add_new(resolved_note(cleared, self._clock.wall(), exited, resumed))
         on_trial = [f for found in self._evidence.values() for f in found if f.fields.get("trigger") == "stall"]
         if on_trial:
-            self._probation = (now + PROBATION_S, on_trial)
+            self._probation = _Probation(now + PROBATION_S, on_trial, any(map(_trains, resumed)))
         if self.probe is not None:
             self.probe.rearm()
         return note
@@ -502,11 +529,10 @@ class JobSession:
         when PROBATION_S passed without one."""
         if self._probation is None:
             return
-        deadline, on_trial = self._probation
         if any(f.severity == "error" and f.origin not in EVIDENCE_ORIGINS for f in new):
             self._probation = None  # the silence ended in a failure: it was a hang, keep what it showed
-        elif now >= deadline:
-            self._probation = None
+        elif now >= self._probation.until:
+            on_trial, self._probation = self._probation.findings, None
             self._withdraw(on_trial)
 
     def _replace_evidence(self, finding: Finding) -> None:
