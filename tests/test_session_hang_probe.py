@@ -66,6 +66,15 @@ def _silent_session(tmp_path, catalogue, probe):
     return log, clock, session
 
 
+def _stacks_taken(tmp_path, catalogue):
+    """A silent session whose stall took the stacks: (log, clock, session, the posted evidence)."""
+    log, clock, session = _silent_session(tmp_path, catalogue, RecordingProbe())
+    evidence = _stacks()
+    session.post([evidence])
+    step(session, clock, 1)
+    return log, clock, session, evidence
+
+
 def test_a_stall_takes_the_stacks_and_their_finding_becomes_the_root_cause(tmp_path, catalogue):
     probe = RecordingProbe()
     log, clock, session = _silent_session(tmp_path, catalogue, probe)
@@ -90,11 +99,7 @@ def test_the_first_timeout_takes_them_again(tmp_path, catalogue):
 
 def test_evidence_of_a_silence_that_ends_well_is_withdrawn(tmp_path, catalogue):
     """A long evaluation on one rank looks like a hang until it ends."""
-    probe = RecordingProbe()
-    log, clock, session = _silent_session(tmp_path, catalogue, probe)
-    evidence = _stacks()
-    session.post([evidence])
-    step(session, clock, 1)
+    log, clock, session, evidence = _stacks_taken(tmp_path, catalogue)
     write(log, "[rank0]: step 2", "[rank2]: step 2")
     step(session, clock, 0.1)
     held = _held(session, evidence)
@@ -106,11 +111,7 @@ def test_evidence_of_a_silence_that_ends_well_is_withdrawn(tmp_path, catalogue):
 
 
 def test_evidence_of_a_silence_that_ends_in_errors_is_kept(tmp_path, catalogue):
-    probe = RecordingProbe()
-    log, clock, session = _silent_session(tmp_path, catalogue, probe)
-    evidence = _stacks()
-    session.post([evidence])
-    step(session, clock, 1)
+    log, clock, session, evidence = _stacks_taken(tmp_path, catalogue)
     write(log, "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Timed out waiting 60000ms for recv operation to complete")
     step(session, clock, 0.1)
     step(session, clock, 1)
@@ -139,11 +140,7 @@ def test_a_newer_capture_replaces_the_older_unless_it_says_less(tmp_path, catalo
 
 
 def test_a_clean_exit_withdraws_evidence_on_probation(tmp_path, catalogue):
-    probe = RecordingProbe()
-    log, clock, session = _silent_session(tmp_path, catalogue, probe)
-    evidence = _stacks()
-    session.post([evidence])
-    step(session, clock, 1)
+    log, clock, session, evidence = _stacks_taken(tmp_path, catalogue)
     write(log, "[rank0]: step 2")
     step(session, clock, 0.1)
     session.close()
@@ -161,11 +158,7 @@ def test_a_job_stopped_after_training_on_reports_without_the_silences_evidence(t
     """The job trained on after the silence (a step later than any before it) and was stopped
     before PROBATION_S passed: what the stacks showed during that silence is not why it ended."""
     from monitor.runner.explain import exit_finding
-    probe = RecordingProbe()
-    log, clock, session = _silent_session(tmp_path, catalogue, probe)
-    evidence = _stacks()
-    session.post([evidence])
-    step(session, clock, 1)
+    log, clock, session, evidence = _stacks_taken(tmp_path, catalogue)
     write(log, "[rank0]: step 2 | loss 0.51", "[rank2]: step 2 | loss 0.52")
     step(session, clock, 0.1)
     assert _held(session, evidence) is not None  # on probation
@@ -184,11 +177,7 @@ def test_a_hung_job_stopped_keeps_what_its_stacks_showed(tmp_path, catalogue, or
     after them the silence was the hang they ended, however the session reads its last lines
     (`monitor run` closes first, `monitor watch` says how the job ended first)."""
     from monitor.runner.explain import exit_finding
-    probe = RecordingProbe()
-    log, clock, session = _silent_session(tmp_path, catalogue, probe)
-    evidence = _stacks()
-    session.post([evidence])
-    step(session, clock, 1)
+    log, clock, session, evidence = _stacks_taken(tmp_path, catalogue)
     session.request_stop()
     write(log, *KILL_LINES)
     step(session, clock, 0.1)
@@ -203,11 +192,7 @@ def test_errors_in_the_last_lines_keep_evidence_on_probation(tmp_path, catalogue
     """The silence passed, then the job's last lines (read as the session closes) hold a failure:
     the silence was the start of it, and what the stacks showed stays."""
     from monitor.runner.explain import exit_finding
-    probe = RecordingProbe()
-    log, clock, session = _silent_session(tmp_path, catalogue, probe)
-    evidence = _stacks()
-    session.post([evidence])
-    step(session, clock, 1)
+    log, clock, session, evidence = _stacks_taken(tmp_path, catalogue)
     write(log, "[rank0]: step 2")
     step(session, clock, 0.1)
     write(log, "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Timed out waiting 60000ms for recv operation to complete")
