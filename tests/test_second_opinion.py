@@ -281,3 +281,17 @@ def test_a_weak_opinion_names_what_a_traceback_cut_before_its_exception_was(tmp_
     typed = replace(cut, rule="python-exception", fields={"exc_type": "ValueError"})
     said = consult(Diagnosis(root_cause=typed, findings=[typed], files=[cut.file], confidence="weak"), model, {})
     assert said.root_cause is typed
+
+
+def test_a_category_never_wrong_held_out_still_needs_a_score_off_the_boundary() -> None:
+    """Per category, the thresholds are the lowest held-out scores that were right often enough;
+    where every held-out opinion of a category was right, that reached 0, the one-vs-rest boundary,
+    and a healthy log's tip line scored 0.01 became a likely failure. No threshold is below
+    learn.MIN_SCORE."""
+    from monitor.diagnosis import learn
+    classes = ["clean", "cuda_oom", "nan_loss"]
+    rows = [[-1.0, 0.4, -1.0], [-1.0, 0.02, -1.0], [-1.0, 0.001, -1.0], [0.5, -1.0, -1.0]]
+    labels = ["cuda_oom", "cuda_oom", "cuda_oom", "clean"]
+    likely, weak, per_category = learn._thresholds(rows, labels, classes)
+    assert per_category["cuda_oom"] == [learn.MIN_SCORE, learn.MIN_SCORE]
+    assert likely >= learn.MIN_SCORE and weak >= learn.MIN_SCORE
