@@ -195,31 +195,37 @@ LAUNCHER_HINTS = {
 SERVICE_TEXTS = {
     "en": ("wandb failed: {exc_type}",
            "wandb's own code raised this under your call at {frame_file}:{frame_line} ({frame_func}): the experiment "
-           "tracker failed, not the training. {exc_type}: {message}\n"
-           "Check its login (`wandb login`, WANDB_API_KEY) and its connection to the wandb server; an AttributeError or "
-           "ImportError inside it points at its version instead (`pip install -U wandb`). WANDB_MODE=offline "
-           "trains without it (`wandb sync` uploads the run later)."),
+           "tracker failed, not the training. {exc_type}: {message}\n{service_advice}"),
     "zh": ("wandb 失败了：{exc_type}",
            "这是 wandb 自己的代码在你的调用（{frame_file}:{frame_line} 的 {frame_func}）之下抛出的：失败的是实验跟踪工具，"
-           "不是训练。{exc_type}: {message}\n"
-           "检查它的登录（`wandb login`、WANDB_API_KEY）和到 wandb 服务器的连接；它内部的 AttributeError 或 ImportError "
-           "则更可能是它的版本问题（`pip install -U wandb`）。WANDB_MODE=offline 可以不依赖它训练"
-           "（之后用 `wandb sync` 上传这次运行）。"),
+           "不是训练。{exc_type}: {message}\n{service_advice}"),
 }
 # The same where the log shows no frame of the user's code, only wandb's (its frame is the raise site).
 SERVICE_OWN_TEXTS = {
     "en": (SERVICE_TEXTS["en"][0],
            "wandb's own code raised this at {frame_file}:{frame_line} ({frame_func}); the log shows no call of yours "
-           "above it: the experiment tracker failed, not the training. {exc_type}: {message}\n"
-           "Check its login (`wandb login`, WANDB_API_KEY) and its connection to the wandb server; an AttributeError or "
-           "ImportError inside it points at its version instead (`pip install -U wandb`). WANDB_MODE=offline "
-           "trains without it (`wandb sync` uploads the run later)."),
+           "above it: the experiment tracker failed, not the training. {exc_type}: {message}\n{service_advice}"),
     "zh": (SERVICE_TEXTS["zh"][0],
            "这是 wandb 自己的代码在 {frame_file}:{frame_line}（{frame_func}）抛出的；日志里它上面没有你的调用：失败的是实验"
-           "跟踪工具，不是训练。{exc_type}: {message}\n"
-           "检查它的登录（`wandb login`、WANDB_API_KEY）和到 wandb 服务器的连接；它内部的 AttributeError 或 ImportError "
-           "则更可能是它的版本问题（`pip install -U wandb`）。WANDB_MODE=offline 可以不依赖它训练"
-           "（之后用 `wandb sync` 上传这次运行）。"),
+           "跟踪工具，不是训练。{exc_type}: {message}\n{service_advice}"),
+}
+# What to do about a service's failure ({service_advice}), by what it raised: an error of its code
+# (the attribute, the import, the call it made is wrong) is no login or network problem.
+SERVICE_CODE_TYPES = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "NameError", "TypeError"})
+SERVICE_ADVICE = {
+    "en": {
+        "code": "An error of wandb's code itself, not of its login or its server: a bug, or a wandb older or newer than "
+                "what calls it (`pip install -U wandb` is the first thing to try). WANDB_MODE=offline does not avoid "
+                "it; WANDB_MODE=disabled turns wandb off to train meanwhile.",
+        "service": "Check its login (`wandb login`, WANDB_API_KEY) and its connection to the wandb server; "
+                   "WANDB_MODE=offline trains without it (`wandb sync` uploads the run later).",
+    },
+    "zh": {
+        "code": "这是 wandb 自己代码的错误，不是登录或服务器的问题：bug，或者 wandb 的版本比调用它的代码旧或新"
+                "（先试试 `pip install -U wandb`）。WANDB_MODE=offline 避不开它；WANDB_MODE=disabled 可以关掉 wandb 先训练。",
+        "service": "检查它的登录（`wandb login`、WANDB_API_KEY）和到 wandb 服务器的连接；WANDB_MODE=offline 可以不依赖它训练"
+                   "（之后用 `wandb sync` 上传这次运行）。",
+    },
 }
 # The same in Chinese (``--lang zh``): the same fields.
 TEXTS = {
