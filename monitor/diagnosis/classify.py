@@ -266,9 +266,8 @@ class ExceptionClassifier:
             # The library said, just before, that it handled this and went on.
             return [self._went_on(record, exception, "handled", "info", self._handled, evidence)]
         # What the process printed next (another rank's lines may come between, unprefixed).
-        after = [*record.bodies[exception.index + 1:exception.index + 1 + RETRY_WITHIN], record.followed_by][:RETRY_WITHIN]
-        if exception.chained_cut:
-            after = [record.followed_by]  # past the chain's cut end
+        after = ([record.followed_by] if exception.chained_cut  # past the chain's cut end
+                 else [*record.bodies[exception.index + 1:exception.index + 1 + RETRY_WITHIN], record.followed_by][:RETRY_WITHIN])
         if not bare and any(pyexc.RETRY_NEXT.search(line) for line in after):
             # The process went on to retry what raised: a logged, handled exception.
             return [self._went_on(record, exception, "retried", "warning", self._retried, evidence)]
@@ -314,9 +313,12 @@ class ExceptionClassifier:
         """A traceback cut before its exception line: something failed there, what the log no
         longer says. Weighed as a report (role cascade): any error a line names comes first."""
         title, remedy = self._cut_service if cut.service else self._cut
+        fields = {k: v for k, v in cut.fields().items() if v}
+        if cut.service:
+            fields["service_advice"] = self._service_advice["service"]  # what it raised is cut
         return Match(
             key=(pyexc.RULE_ID + "-cut", cut.frame_file, cut.frame_line), rule=pyexc.RULE_ID + "-cut",
             category=cut.service or pyexc.CATEGORY, severity="error", role="cascade", title=title, remedy=remedy,
             record=record, positions=(cut.index,), rank=record.rank, rank_source=record_rank_source(record),
-            fields={k: v for k, v in cut.fields().items() if v}, evidence=(cut.index,), confidence="weak",
+            fields=fields, evidence=(cut.index,), confidence="weak",
         )

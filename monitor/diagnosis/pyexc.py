@@ -29,8 +29,10 @@ _EXCEPTION_LINE = regex.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:E
 # Without the ``Traceback`` header (a cut paste), only a name that says it is an exception counts
 # as the exception line: a bare word after the frames ("Aborted") is not one.
 _EXCEPTION_NAME = regex.compile(r"(?:Error|Exception|Interrupt|Exit)$")
+# Python's library folder ("lib/python3.10/"), of its standard modules and its installed packages.
+_PYTHON_LIB = r"lib[\\/]python\d(?:\.\d+)?[\\/]"
 _LIBRARY = regex.compile(
-    r"(?:^|[\\/])(?:site-packages|dist-packages|torch|lib[\\/]python\d(?:\.\d+)?)[\\/]|^<frozen |^<string>$"
+    r"(?:^|[\\/])(?:(?:site-packages|dist-packages|torch)[\\/]|" + _PYTHON_LIB + r")|^<frozen |^<string>$"
 )
 # The launchers' own code, which runs before any training process does (the command line, the
 # config it reads, the processes it starts): an exception raised there is the launch failing (a
@@ -44,11 +46,13 @@ _LAUNCHER_CODE = regex.compile(
 # called into it and that rose from there is the tracker failing (its login, its server, a run it
 # cannot create or sync), not the training. Not its data types (wandb.Image of a tensor of the wrong
 # shape: the user's data), and not a user's own folder that happens to be named wandb.
-_WANDB_CODE = regex.compile(r"(?:site|dist)-packages[\\/]wandb[\\/](?!(?:sdk[\\/])?data_types)")
+_WANDB = r"(?:site|dist)-packages[\\/]wandb[\\/]"
+_DATA_TYPES = r"(?:sdk[\\/])?data_types[\\/]"
+_WANDB_CODE = regex.compile(_WANDB + "(?!" + _DATA_TYPES + ")")
 # wandb's data types (wandb.Image, wandb.Table): an error there is about the data the user gave it.
-_WANDB_DATA_TYPES = regex.compile(r"(?:site|dist)-packages[\\/]wandb[\\/](?:sdk[\\/])?data_types[\\/]")
+_WANDB_DATA_TYPES = regex.compile(_WANDB + _DATA_TYPES)
 # Python's own library (threading.py's run of a thread), not an installed package.
-_STDLIB = regex.compile(r"[\\/]lib[\\/]python\d(?:\.\d+)?[\\/](?!(?:site|dist)-packages[\\/])|^<frozen ")
+_STDLIB = regex.compile(r"[\\/]" + _PYTHON_LIB + r"(?!(?:site|dist)-packages[\\/])|^<frozen ")
 # Exceptions that report another failure rather than being one: a peer died or timed out
 # (DistBackendError from the watchdog), torchrun's summary of a child's failure, the SIGTERM
 # torchrun sends the surviving ranks.
@@ -155,14 +159,10 @@ CUT_TEXTS = {
 CUT_SERVICE_TEXTS = {
     "en": ("wandb failed on rank {rank} (its traceback is cut before the exception)",
            "The log ends inside a traceback of wandb's own code ({frame_file}:{frame_line} in {frame_func}), before the "
-           "exception it was printing: the experiment tracker failed, not the training.\n"
-           "Check its login (`wandb login`, WANDB_API_KEY) and its connection to the wandb server; WANDB_MODE=offline "
-           "trains without it (`wandb sync` uploads the run later)."),
+           "exception it was printing: the experiment tracker failed, not the training.\n{service_advice}"),
     "zh": ("rank {rank} 上 wandb 失败了（它的 traceback 在异常之前被截断）",
            "日志在 wandb 自己代码的一个 traceback 中间结束了（{frame_file}:{frame_line} 的 {frame_func}），没有它正在打印的"
-           "异常：失败的是实验跟踪工具，不是训练。\n"
-           "检查它的登录（`wandb login`、WANDB_API_KEY）和到 wandb 服务器的连接；WANDB_MODE=offline 可以不依赖它训练"
-           "（之后用 `wandb sync` 上传这次运行）。"),
+           "异常：失败的是实验跟踪工具，不是训练。\n{service_advice}"),
 }
 # An exception the launcher's own code raised (``PythonException.launcher``): the launch failed.
 LAUNCHER_TEXTS = {
@@ -315,13 +315,12 @@ def cut_traceback(bodies: list[str], ended_there: bool = False) -> PythonExcepti
     frames = [(i, match) for i in range(first, len(bodies)) if (match := _frame(bodies[i]))]
     if not frames or (header is None and len(frames) < 2):
         return None
-    indexes = [i for i, _ in frames]
-    index = _user_frame(indexes, [f["file"] for _, f in frames], indexes[-1])
-    frame = dict(frames)[index]
     shown = [(f["file"], f["line"], (f["func"] or "").strip()) for _, f in frames]
-    user = (frame["file"], frame["line"], (frame["func"] or "").strip()) if not _LIBRARY.search(frame["file"]) else ("", "", "")
-    return PythonException("", "", frame["file"], frame["line"], (frame["func"] or "").strip(), index,
-                           service=_service(shown, user))
+    indexes = [i for i, _ in frames]
+    user = _user_frame(list(range(len(frames))), [file for file, _, _ in shown], None)
+    at = len(frames) - 1 if user is None else user
+    return PythonException("", "", *shown[at], indexes[at],
+                           service=_service(shown, ("", "", "") if user is None else shown[user]))
 
 
 def _user_frame(items: list, files: list[str], default):

@@ -88,7 +88,6 @@ class SessionUpdate:
     problems: list[str] = field(default_factory=list)  # new input problems, one line each
 
 
-
 @dataclass(slots=True)
 class _Probation:
     """Evidence of a silence that passed: withdrawn at ``until`` unless a failure follows, and at
@@ -104,6 +103,7 @@ def _trains(line: LogLine) -> bool:
     which also end a silence, are not."""
     event = parse_progress(line.text)
     return event is not None and (event.step is not None or event.loss is not None)
+
 
 class JobSession:
     def __init__(self, paths, catalogue, *, poll: bool = False, stall_after: float | None = None,
