@@ -446,6 +446,21 @@ def test_horovods_ready_ranks_name_the_rank_the_others_waited_for(
         assert root["rank_source"] == "hang" and root["title"].startswith(f"Rank {rank} stalled")
 
 
+def test_of_several_stalled_ops_the_rank_missing_from_most_is_named(tmp_path: Path) -> None:
+    """One "Stalled ops:" line lists every stalled op with its ready ranks: here rank 3 took another
+    path (it alone submitted the loss's all-reduce, and none of the gradients'), so it is the rank
+    the others waited for, though the first op lists only rank 3 as ready."""
+    root = diagnosed(tmp_path, (
+        "WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks "
+        "and are waiting for remainder of ranks for more than 60 seconds. Stalled ops: "
+        "HorovodAllreduce_loss_Mean_0 [ready ranks: 3], "
+        "DistributedMomentumOptimizer_Allreduce/HorovodAllreduce_gradients_Conv2D_grad_0 [ready ranks: 2, 0, 1], "
+        "DistributedMomentumOptimizer_Allreduce/HorovodAllreduce_gradients_BiasAdd_grad_0 [ready ranks: 0, 1, 2]\n"
+    ))["root_cause"]
+    assert (root["rule"], root["rank"], root["rank_source"]) == ("horovod-stall", 3, "hang")
+    assert "rank 3 is missing from 2 of the 3 stalled collectives" in root["remedy"]
+
+
 @pytest.mark.parametrize("lead", ["2024-11-20 14:37:16 ", "2021-03-10T13:22:37.443Z: ", "Fri Oct 23 17:16:00 2020"])
 def test_a_time_written_before_the_rank_prefix_is_not_part_of_the_traceback(tmp_path: Path, lead: str) -> None:
     """A logging wrapper's (or ts's, or horovodrun --timestamp-output's) time before each line's

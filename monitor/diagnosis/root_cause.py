@@ -39,6 +39,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+import regex
+
 from monitor.diagnosis.pyexc import RULE_ID as PYTHON_EXCEPTION_RULE
 from monitor.model import CONFIDENCE_ORDER, STOPPED, Category, Confidence, Finding, chronological, is_timeout
 
@@ -105,6 +107,7 @@ TEXTS = {
         "never_reached": "{ranks} never reported the timeout the others hit: it never reached the collective",
         "rank": "rank {ranks}", "ranks": "ranks {ranks}",
         "waited": "the others timed out waiting", "not_ready": "rank {rank} is not among the ranks that were ready ({ready})",
+        "not_ready_most": "rank {rank} is missing from {missing} of the {ops} stalled collectives the report lists",
         "waited_for": "the others waited for it",
         "hang": "Hang: {reason}. Look at what rank {rank} was doing last (its final lines, a slow checkpoint or eval, "
                 "a data-loader stall, a code path the other ranks did not take).",
@@ -119,6 +122,7 @@ TEXTS = {
         "never_reached": "{ranks} 没有报告其他 rank 遇到的超时：它从未进入那个集合通信",
         "rank": "rank {ranks}", "ranks": "rank {ranks}",
         "waited": "其他 rank 等它等到了超时", "not_ready": "rank {rank} 不在已就绪的 rank 中（{ready}）",
+        "not_ready_most": "报告列出的 {ops} 个停滞的集合通信中，有 {missing} 个缺少 rank {rank}",
         "waited_for": "其他 rank 在等它",
         "hang": "卡住：{reason}。看看 rank {rank} 最后在做什么（它最后的几行、一次很慢的 checkpoint 或评估、"
                 "DataLoader 卡住、其他 rank 没有走的一条代码路径）。",
@@ -311,19 +315,42 @@ def _launcher_saw_fail(finding: Finding) -> bool:
     return finding.rank_source == "summary" or (finding.rank_source == "launcher" and finding.severity == "error")
 
 
+# The lists of ready ranks after the first on a stall report's line (field ``ready_more``: the rest of
+# the line, "..., <tensor> [ready ranks: 2, 0, 1], ..."): each bracketed list of ranks.
+_MORE_READY = regex.compile(r":\s*(\d+(?:,\s*\d+)*)\]")
+
+
+def _rank_list(text: str) -> set[int]:
+    return {int(r) for r in text.replace(" ", "").split(",") if r.isdigit()}
+
+
 def _not_ready(root: Finding, evidence: RankEvidence | None, lang: str = "en") -> Finding | None:
     """A stall report that lists the ranks that were ready (Horovod's "[ready ranks: 0, 1, 3]",
     field ``ready``) names the rank the others waited for: the lowest rank of the job missing
-    from it (the job's ranks: those below the highest ready one, and those the log showed)."""
-    ready = {int(r) for r in str(root.fields.get("ready", "")).replace(" ", "").split(",") if r.isdigit()}
-    if not ready:
+    from it (the job's ranks: those below the highest ready one, and those the log showed).
+    Where the line lists several stalled collectives (``ready_more``), the rank missing from the
+    most of them: a rank that took another path can be ready for the one collective the others
+    never called."""
+    lists = [_rank_list(str(root.fields.get("ready", "")))]
+    lists += [_rank_list(found) for found in _MORE_READY.findall(str(root.fields.get("ready_more", "")))]
+    lists = [ready for ready in lists if ready]
+    if not lists:
         return None
-    known = set(range(max(ready) + 1)) | (set(evidence.known_ranks) if evidence is not None else set())
-    missing = _missing(known, ready, evidence.world_size if evidence is not None else None)
-    if not missing:
+    known = set(range(max(max(ready) for ready in lists) + 1)) | (set(evidence.known_ranks) if evidence is not None else set())
+    world = evidence.world_size if evidence is not None else None
+    absences: dict[int, int] = {}
+    for ready in lists:
+        for rank in _missing(known, ready, world):
+            absences[rank] = absences.get(rank, 0) + 1
+    if not absences:
         return None
-    reason = _texts(lang)["not_ready"].format(rank=missing[0], ready=root.fields["ready"])
-    return _suspected(root, missing[0], reason, _texts(lang)["waited_for"], lang)
+    suspect = min(absences, key=lambda rank: (-absences[rank], rank))
+    texts = _texts(lang)
+    if len(lists) == 1:
+        reason = texts["not_ready"].format(rank=suspect, ready=root.fields["ready"])
+    else:
+        reason = texts["not_ready_most"].format(rank=suspect, missing=absences[suspect], ops=len(lists))
+    return _suspected(root, suspect, reason, texts["waited_for"], lang)
 
 
 # Fields in which a launcher names the local rank of a failed process: torchelastic's "failed
