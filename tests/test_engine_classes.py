@@ -461,6 +461,43 @@ def test_of_several_stalled_ops_the_rank_missing_from_most_is_named(tmp_path: Pa
     assert "rank 3 is missing from 2 of the 3 stalled collectives" in root["remedy"]
 
 
+STALL_HEADER = ("WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of "
+                "ranks and are waiting for remainder of ranks for more than 60 seconds. Stalled ops: ")
+
+
+@pytest.mark.parametrize("before, ops, rank", [
+    # horovodrun --tag-output: the coordinator's own prefix is no answer to who was missing.
+    ("", "[1,0]<stderr>:" + STALL_HEADER + "loss_0 [ready ranks: 3], grad_a_0 [ready ranks: 2, 0, 1], "
+     "grad_b_0 [ready ranks: 0, 1, 2]", 3),
+    # One rank alone ready for a metric, the three others waiting for it in the gradients': the
+    # absence that kept three ranks waiting outweighs the three that kept one waiting.
+    ("", STALL_HEADER + "metric_avg_0 [ready ranks: 2], grad_0 [ready ranks: 0, 1, 3]", 2),
+    # Two ranks each alone in a collective: the report does not say which one stalled.
+    ("", STALL_HEADER + "a_0 [ready ranks: 0], b_0 [ready ranks: 1]", None),
+    # A world size some line gave that the report's own lists exceed: the lists say those ranks exist.
+    ("world_size=2\n", STALL_HEADER + "loss_0 [ready ranks: 3], grad_a_0 [ready ranks: 2, 0, 1], "
+     "grad_b_0 [ready ranks: 0, 1, 2]", 3),
+    # A list cut before its bracket closes is not read as one.
+    ("", STALL_HEADER + "loss_0 [ready ranks: 1], grad_a_0 [ready ranks: 0, 2], grad_b_0 [ready ranks: 0, 1", 1),
+])
+def test_a_stall_report_names_the_rank_whose_absence_kept_most_ranks_waiting(
+        tmp_path: Path, before: str, ops: str, rank: int | None) -> None:
+    root = diagnosed(tmp_path, before + ops + "\n")["root_cause"]
+    assert (root["rule"], root["rank"]) == ("horovod-stall", rank)
+    if rank is not None:
+        assert root["rank_source"] == "hang"
+
+
+def test_a_stall_report_in_chinese_names_the_rank_in_chinese(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(STALL_HEADER + "loss_0 [ready ranks: 3], grad_a_0 [ready ranks: 2, 0, 1], "
+                   "grad_b_0 [ready ranks: 0, 1, 2]\n")
+    root = diagnose_json("--lang", "zh", str(log))["root_cause"]
+    assert root["rank"] == 3
+    assert "3 个停滞的集合通信中，有 2 个缺少 rank 3" in root["remedy"]
+    assert "a rank" not in root["title"] + root["remedy"]
+
+
 @pytest.mark.parametrize("lead", ["2024-11-20 14:37:16 ", "2021-03-10T13:22:37.443Z: ", "Fri Oct 23 17:16:00 2020"])
 def test_a_time_written_before_the_rank_prefix_is_not_part_of_the_traceback(tmp_path: Path, lead: str) -> None:
     """A logging wrapper's (or ts's, or horovodrun --timestamp-output's) time before each line's

@@ -268,6 +268,9 @@ class PythonException:
     # The service whose own code the user's frame called into and it rose from ("wandb"), else "";
     # with no frame of the user's shown, the frame is the service's own raise site.
     service: str = ""
+    # The service whose code the traceback went through that the frames clear of it ("wandb" where
+    # it failed in wandb's data types: the user's data), else "": no opinion may name it instead.
+    cleared: str = ""
     # Raised by torch.multiprocessing.spawn's join in the parent (``SPAWN_JOIN``): a child's failure.
     spawn_join: bool = False
     # The exception raised while handling this one (the chain's next traceback) is cut from the
@@ -284,10 +287,13 @@ class PythonException:
                 or bool(self.launcher) and self.short_type in LAUNCHER_CASCADE_TYPES or self.spawn_join)
 
     def fields(self) -> dict[str, str]:
-        return {
+        fields = {
             "exc_type": self.exc_type, "message": self.message, "frame_file": self.frame_file,
             "frame_line": self.frame_line, "frame_func": self.frame_func,
         }
+        if self.cleared:
+            fields["cleared"] = self.cleared
+        return fields
 
 
 def parse_exception_line(body: str) -> PythonException | None:
@@ -320,7 +326,7 @@ def cut_traceback(bodies: list[str], ended_there: bool = False) -> PythonExcepti
     user = _user_frame(list(range(len(frames))), [file for file, _, _ in shown], None)
     at = len(frames) - 1 if user is None else user
     return PythonException("", "", *shown[at], indexes[at],
-                           service=_service(shown, ("", "", "") if user is None else shown[user]))
+                           service=_service(shown, ("", "", "") if user is None else shown[user]), cleared=_cleared(shown))
 
 
 def _user_frame(items: list, files: list[str], default):
@@ -425,7 +431,7 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
         # the library that did).
         user = _service_frame(frames)
     return PythonException(exc_type, message, user[0], user[1], user[2], index, service=service,
-                           spawn_join=spawn_join, chained_cut=chained_cut)
+                           cleared=_cleared(frames), spawn_join=spawn_join, chained_cut=chained_cut)
 
 
 def _service(frames: list[tuple[str, str, str]], user: tuple[str, str, str]) -> str:
@@ -433,13 +439,19 @@ def _service(frames: list[tuple[str, str, str]], user: tuple[str, str, str]) -> 
     frame of the user's code shown (a paste cut above wandb's frames, a thread of wandb's own
     started from Python's threading), where the outermost frame past Python's own library is;
     else "". Never where the failure went through wandb's data types (the user's data)."""
-    if any(_WANDB_DATA_TYPES.search(file) for file, _, _ in frames):
+    if _cleared(frames):
         return ""
     if not user[0]:
         outer = next((frame for frame in frames if not _STDLIB.search(frame[0])), None)
         return "wandb" if outer is not None and _WANDB_CODE.search(outer[0]) else ""
     last = max((i for i, frame in enumerate(frames) if frame == user), default=len(frames))
     return "wandb" if last + 1 < len(frames) and _WANDB_CODE.search(frames[last + 1][0]) else ""
+
+
+def _cleared(frames: list[tuple[str, str, str]]) -> str:
+    """"wandb" where the traceback went through wandb's data types (wandb.Image, wandb.Table): the
+    user's data failed there, not the tracker; else ""."""
+    return "wandb" if any(_WANDB_DATA_TYPES.search(file) for file, _, _ in frames) else ""
 
 
 def _service_frame(frames: list[tuple[str, str, str]]) -> tuple[str, str, str]:

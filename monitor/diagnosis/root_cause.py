@@ -276,7 +276,9 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
     # A hang's suspect is already the rank the others waited for (``hang_suspect``).
     if root is None or (root.rank is not None and (root.role != "cascade" or root.rank_source == "hang")):
         return root
-    if root.rank is None and (waited := _not_ready(root, evidence, lang)) is not None:
+    # A stall report's own rank prefix is the rank that printed it (Horovod's coordinator, rank 0),
+    # not the one it reports missing.
+    if (root.rank is None or root.rank_source == "prefix") and (waited := _not_ready(root, evidence, lang)) is not None:
         return waited
     if root.rank is None and (named := _named_by_its_kin(root, findings)) is not None:
         return replace(root, rank=named, ranks=list(root.ranks) or [named], rank_source="related")
@@ -316,8 +318,8 @@ def _launcher_saw_fail(finding: Finding) -> bool:
 
 
 # The lists of ready ranks after the first on a stall report's line (field ``ready_more``: the rest of
-# the line, "..., <tensor> [ready ranks: 2, 0, 1], ..."): each bracketed list of ranks.
-_MORE_READY = regex.compile(r":\s*(\d+(?:,\s*\d+)*)\]")
+# the line): Horovod's operations.cc writes each stalled op as "<tensor> [ready ranks: 2, 0, 1]".
+_MORE_READY = regex.compile(r"\[ready ranks: (\d+(?:, \d+)*)\]")
 
 
 def _rank_list(text: str) -> set[int]:
@@ -328,26 +330,34 @@ def _not_ready(root: Finding, evidence: RankEvidence | None, lang: str = "en") -
     """A stall report that lists the ranks that were ready (Horovod's "[ready ranks: 0, 1, 3]",
     field ``ready``) names the rank the others waited for: the lowest rank of the job missing
     from it (the job's ranks: those below the highest ready one, and those the log showed).
-    Where the line lists several stalled collectives (``ready_more``), the rank missing from the
-    most of them: a rank that took another path can be ready for the one collective the others
-    never called."""
+    Where the line lists several stalled collectives (``ready_more``), the rank whose absences
+    kept the most ranks waiting (each absence weighs as many as were ready for that collective):
+    a rank that took another path is the only one ready for the collective the others never
+    called. None where two ranks weigh the same: the report does not say which."""
     lists = [_rank_list(str(root.fields.get("ready", "")))]
     lists += [_rank_list(found) for found in _MORE_READY.findall(str(root.fields.get("ready_more", "")))]
     lists = [ready for ready in lists if ready]
     if not lists:
         return None
-    known = set(range(max(max(ready) for ready in lists) + 1)) | (set(evidence.known_ranks) if evidence is not None else set())
-    world = evidence.world_size if evidence is not None else None
+    highest = max(max(ready) for ready in lists)
+    known = set(range(highest + 1)) | (set(evidence.known_ranks) if evidence is not None else set())
+    # The report's own lists say those ranks exist, whatever world size a line seemed to give.
+    world = max(evidence.world_size, highest + 1) if evidence is not None and evidence.world_size else None
+    waiting: dict[int, int] = {}
     absences: dict[int, int] = {}
     for ready in lists:
         for rank in _missing(known, ready, world):
+            waiting[rank] = waiting.get(rank, 0) + len(ready)
             absences[rank] = absences.get(rank, 0) + 1
-    if not absences:
+    if not waiting:
         return None
-    suspect = min(absences, key=lambda rank: (-absences[rank], rank))
+    ranked = sorted(waiting, key=lambda rank: (-waiting[rank], rank))
+    suspect = ranked[0]
     texts = _texts(lang)
     if len(lists) == 1:
         reason = texts["not_ready"].format(rank=suspect, ready=root.fields["ready"])
+    elif len(ranked) > 1 and waiting[ranked[1]] == waiting[suspect]:
+        return None
     else:
         reason = texts["not_ready_most"].format(rank=suspect, missing=absences[suspect], ops=len(lists))
     return _suspected(root, suspect, reason, texts["waited_for"], lang)

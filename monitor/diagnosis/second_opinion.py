@@ -248,6 +248,10 @@ def _asked(diagnosis: Diagnosis, lines: list[str], model: Model, remedies: dict[
         return diagnosis
     if root is not None and said.confidence != "likely" and _says_what_failed(root):
         return diagnosis  # a weak guess never replaces what a line says
+    if root is not None and root.fields.get("cleared") == said.category:
+        # The rules read that service's frames and found the error the user's (wandb.Image given
+        # a bad tensor): the model sees its name in the frames, not who failed.
+        return diagnosis
     if root is not None and _says_what_failed(root) and any(
             f.category == said.category and f.origin != "model" for f in diagnosis.findings):
         # The rules read that failure's lines and judged them (a watchdog's timeout after a rank's
