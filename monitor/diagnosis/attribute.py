@@ -53,10 +53,7 @@ def process_claim(text: str) -> ProcessClaim | None:
     """What an NCCL_DEBUG=INFO setup line says of its process's rank, or None."""
     if " NCCL INFO " not in text:
         return None
-    prefix = parse_prefix(text)
-    # The NCCL process behind a launcher's rank label too ("[default0]:host:pid:tid [0] NCCL ..."):
-    # read the same from the whole line (the fast scan) as from its body (the line-by-line reading).
-    stream = prefix.stream or parse_prefix(prefix.body).stream
+    stream = nccl_stream(text)
     if stream is None:
         return None
     if (comm := _NCCL_COMM.search(text)) is not None:
@@ -68,9 +65,18 @@ def process_claim(text: str) -> ProcessClaim | None:
     return None
 
 
+def nccl_stream(text: str) -> str | None:
+    """The NCCL process (host:pid) whose line ``text`` is, behind a launcher's label too
+    ("[default0]:host:pid:tid [0] NCCL ...", Ray's "(pid=34272) host:pid:tid [0] NCCL ..."): NCCL's
+    own host:pid first, so the whole line (the fast scan) and its body (the line-by-line reading)
+    name the same process."""
+    prefix = parse_prefix(text)
+    return parse_prefix(prefix.body).stream or prefix.stream
+
+
 def process_of(match: Match) -> str | None:
     """The NCCL process (host:pid) whose line ``match`` is (its first matched line), if it is one."""
-    return parse_prefix(match.record.lines[match.positions[0]].text).stream
+    return nccl_stream(match.record.lines[match.positions[0]].text)
 
 
 @dataclass(frozen=True, slots=True)
