@@ -737,6 +737,25 @@ def test_the_rank_a_process_says_after_its_error_is_the_errors_rank_in_both_read
             assert root is not None and (root.rank, root.ranks) == (2, ranks), (fast, ranks)
 
 
+def test_an_nccl_line_behind_rays_worker_label_is_its_process_in_both_readings(tmp_path: Path) -> None:
+    """Ray prints a worker's output behind "(pid=N) ": NCCL's own host:pid, not Ray's label, keys the
+    process, so the channel line's rank reaches the WARN in the fast scan and the line-by-line reading."""
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.diagnosis.diagnose import diagnose_paths
+
+    log = tmp_path / "ray.log"
+    log.write_text(
+        "(pid=34272) n5:34272:34565 [0] NCCL INFO Channel 00 : 3[b0] -> 0[80] via P2P/IPC\n"
+        "(pid=34272) n5:34272:34565 [0] transport/p2p.cc:238 NCCL WARN Cuda failure 'peer access is not supported "
+        "between these two devices'\n"
+        "(pid=34275) n5:34275:34567 [0] NCCL INFO Channel 00 : 0[80] -> 1[90] via P2P/IPC\n")
+    catalogue = load_catalogue(include_user=False)
+    catalogue.model_path = None
+    for fast in (True, False):
+        root = diagnose_paths([str(log)], catalogue, fast=fast).root_cause
+        assert root is not None and (root.rule, root.rank, root.rank_source) == ("nccl-cuda-failure", 3, "process"), fast
+
+
 def test_a_traceback_cut_before_its_exception_still_says_something_failed_there(tmp_path: Path) -> None:
     """CPython's traceback (its header, then '  File "{}", line {}, in {}' frames) with the paste or
     the file ending before the exception line: a weak finding with the rank and the user's frame,
