@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+import time
 from contextlib import asynccontextmanager
 
 import pytest
 from textual.geometry import Region
 
 from monitor.model import LogLine
-from monitor.tui.app import MonitorApp
+from monitor.tui.app import POLL_S, MonitorApp
 from monitor.session.feeds import LogBatch
 from monitor.tui.findings_panel import FindingsPanel
 from monitor.tui.log_view import LogView
@@ -669,3 +671,48 @@ async def test_several_files_read_at_once_are_shown_in_the_order_of_their_times(
         await settle(pilot, app, 5)
         shown = [app.store.text(i).split("] ", 1)[-1] for i in range(len(app.store))]
     assert shown == ["step 1", "step 1", "ValueError: boom", "  the rest of its message, with no time", "rank 0 timed out"]
+
+
+class SlowToStopFeed(ScriptedLogFeed):
+    """A feed whose poll, once ``slow`` is set, takes longer than the app waits for it at unmount
+    (a loaded machine); it records whether ``close`` ever ran while a poll was under way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slow = threading.Event()
+        self.sleeping = threading.Event()
+        self.polling = threading.Event()
+        self.closed_during_poll = False
+        self.closes = 0
+        self.closed_event = threading.Event()
+
+    def poll(self, timeout: float) -> LogBatch:
+        self.polling.set()
+        try:
+            if self.slow.is_set():
+                self.sleeping.set()
+                time.sleep(2 * POLL_S + 2.0)
+            return super().poll(timeout)
+        finally:
+            self.polling.clear()
+
+    def close(self) -> None:
+        self.closed_during_poll |= self.polling.is_set()
+        self.closes += 1
+        super().close()
+        self.closed_event.set()
+
+
+async def test_a_poll_that_outlasts_the_quit_closes_the_feed_itself_never_beside_it():
+    """The feed is not thread-safe: closing the session while the log worker's poll still reads
+    it raised "dictionary changed size during iteration" from the finding book under load. The
+    close waits for the poll; one that outlasts the wait is closed by the worker when it ends."""
+    feed = SlowToStopFeed()
+    app = MonitorApp(feed, FixedMetricsFeed(host_sample()), clock=lambda: 0.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        feed.slow.set()
+        while not feed.sleeping.is_set():
+            await pilot.pause(0.05)
+    assert feed.closed_event.wait(10), "the feed was never closed"
+    assert feed.closes == 1 and not feed.closed_during_poll

@@ -143,6 +143,10 @@ class MonitorApp(App[int]):
         self._applied = threading.Event()
         self._log_stopped = threading.Event()
         self._log_worker: Worker | None = None
+        # Who closes the feed: this thread once the log worker has stopped; the worker itself when
+        # its poll outlasts the wait at unmount (the feed is not thread-safe: never both at once).
+        self._feed_lock = threading.Lock()
+        self._close_when_stopped = False
         self._unplaced = False  # some finding's line has not arrived yet
         self._found: tuple[int, int] | None = None  # the find's match under the cursor: (k, of n)
         # Lines left in the files between lines read back around a finding and those shown after.
@@ -216,7 +220,11 @@ class MonitorApp(App[int]):
         try:
             self._poll_logs(get_current_worker())
         finally:
-            self._log_stopped.set()
+            with self._feed_lock:
+                self._log_stopped.set()
+                close = self._close_when_stopped
+            if close:
+                self.log_feed.close()
 
     def _poll_logs(self, worker) -> None:
         """Reading never waits for drawing: while the screen applies one batch (one in flight at
@@ -789,8 +797,13 @@ class MonitorApp(App[int]):
 
     def on_unmount(self) -> None:
         self._terminal_write("\x1b[23;0t")  # give the user's title back
-        # The feed is not thread-safe: let the worker's poll in progress end before closing it.
+        # The feed is not thread-safe: let the worker's poll in progress end before closing it; a
+        # poll that outlasts the wait (a loaded machine) closes it itself when it ends.
         if self._log_worker is not None:
             self._log_worker.cancel()
             self._log_stopped.wait(2 * POLL_S + 1.0)
+            with self._feed_lock:
+                if not self._log_stopped.is_set():
+                    self._close_when_stopped = True
+                    return
         self.log_feed.close()
