@@ -95,6 +95,7 @@ def _run(app) -> int:
     try:
         result = app.run()
     finally:
+        app.wait_log_reader()
         if app.job is None:
             close = getattr(app.metrics_feed, "close", None)
             if close is not None:

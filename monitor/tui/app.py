@@ -795,6 +795,13 @@ class MonitorApp(App[int]):
         yield SystemCommand("Follow: pause / resume", "Stop or resume following the end of the log", self.action_toggle_follow)
         yield SystemCommand("Keys", "Show the key help", self.action_help)
 
+    def wait_log_reader(self) -> None:
+        """Return once the log worker is done with the feed (its last poll, and the close it may have
+        been left): the session outlives the screen under ``monitor run``, and only one thread may
+        step it. A poll's work is bounded, so this ends."""
+        if self._log_worker is not None:
+            self._log_stopped.wait()
+
     def on_unmount(self) -> None:
         self._terminal_write("\x1b[23;0t")  # give the user's title back
         # The feed is not thread-safe: let the worker's poll in progress end before closing it; a
