@@ -325,8 +325,9 @@ def cut_traceback(bodies: list[str], ended_there: bool = False) -> PythonExcepti
     indexes = [i for i, _ in frames]
     user = _user_frame(list(range(len(frames))), [file for file, _, _ in shown], None)
     at = len(frames) - 1 if user is None else user
-    return PythonException("", "", *shown[at], indexes[at],
-                           service=_service(shown, ("", "", "") if user is None else shown[user]), cleared=_cleared(shown))
+    cleared = _cleared(shown)
+    service = "" if cleared else _service(shown, ("", "", "") if user is None else shown[user])
+    return PythonException("", "", *shown[at], indexes[at], service=service, cleared=cleared)
 
 
 def _user_frame(items: list, files: list[str], default):
@@ -425,22 +426,21 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
         return PythonException(exc_type, message, *frames[-1], index, launcher, chained_cut=chained_cut)
     user = _user_frame(frames, [f[0] for f in frames], ("", "", ""))
     spawn_join = bool(frames) and SPAWN_JOIN.search(frames[-1][0]) is not None
-    service = _service(frames, user)
+    cleared = _cleared(frames)
+    service = "" if cleared else _service(frames, user)
     if service and not user[0]:
         # No call of the user's to point at: where the service's own code raised it (or called
         # the library that did).
         user = _service_frame(frames)
     return PythonException(exc_type, message, user[0], user[1], user[2], index, service=service,
-                           cleared=_cleared(frames), spawn_join=spawn_join, chained_cut=chained_cut)
+                           cleared=cleared, spawn_join=spawn_join, chained_cut=chained_cut)
 
 
 def _service(frames: list[tuple[str, str, str]], user: tuple[str, str, str]) -> str:
     """"wandb" where the frame the user's innermost frame called is wandb's own code, or, with no
     frame of the user's code shown (a paste cut above wandb's frames, a thread of wandb's own
     started from Python's threading), where the outermost frame past Python's own library is;
-    else "". Never where the failure went through wandb's data types (the user's data)."""
-    if _cleared(frames):
-        return ""
+    else "". Asked only of frames ``_cleared`` did not clear (wandb's data types: the user's data)."""
     if not user[0]:
         outer = next((frame for frame in frames if not _STDLIB.search(frame[0])), None)
         return "wandb" if outer is not None and _WANDB_CODE.search(outer[0]) else ""
