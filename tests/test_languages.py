@@ -15,6 +15,7 @@ from monitor.commands.options import language
 from monitor.diagnosis.advice import speaking
 from monitor.diagnosis.catalogue import RuleError, load_catalogue
 from monitor.diagnosis.ruletest import check_rules
+from tests.diagnosis_helpers import diagnose_run
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
 RULE = '''
@@ -186,3 +187,14 @@ def test_the_reports_own_words_are_chinese_too(tmp_path):
     assert "\n  证据：\n" in out and "\n  怎么办：\n" in out and "\n其他发现\n" in out and "\n时间线\n" in out
     for english in ("Root cause", "What to do", "Evidence", "Other findings", "Timeline", "from its line"):
         assert english not in out
+
+
+def test_how_often_and_where_a_root_cause_was_seen_is_said_in_chinese(tmp_path):
+    """"seen 2 times on rank 3" was "出现 2 次 on rank 3": the rank's words come from the same text."""
+    log = tmp_path / "stall.log"
+    log.write_text("WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of "
+                   "ranks and are waiting for remainder of ranks for more than 60 seconds. Stalled ops: "
+                   "loss_0 [ready ranks: 3], grad_0 [ready ranks: 0, 1, 2]\n" * 2)
+    out = diagnose_run("--lang", "zh", str(log)).stdout
+    assert "\n  在 rank 3 上出现 2 次\n" in out and " on rank" not in out
+

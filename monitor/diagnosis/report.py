@@ -69,8 +69,9 @@ def _root_cause(finding: Finding, confidence: str | None, note: str) -> list[Ren
     where = " · ".join(part for part in (finding.category, rank, _where(finding), f"rule {finding.rule}") if part)
     parts: list[RenderableType] = [header, _indented(Text(where, style="dim"), 2)]
     if finding.count > 1:
-        on = f" on {who(finding)}" if who(finding) else ""
-        parts.append(_indented(Text(advice("report-seen", count=str(finding.count)) + on, style="dim"), 2))
+        seen = (advice("report-seen-on", count=str(finding.count), who=ranks) if (ranks := who(finding))
+                else advice("report-seen", count=str(finding.count)))
+        parts.append(_indented(Text(seen, style="dim"), 2))
     if confidence is not None:
         parts.append(_indented(Text(advice("report-confidence", level=confidence) + (f" ({note})" if note else ""),
                                     style="dim" if confidence == "certain" else "yellow"), 2))
