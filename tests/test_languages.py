@@ -195,6 +195,7 @@ def test_how_often_and_where_a_root_cause_was_seen_is_said_in_chinese(tmp_path):
     log.write_text("WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of "
                    "ranks and are waiting for remainder of ranks for more than 60 seconds. Stalled ops: "
                    "loss_0 [ready ranks: 3], grad_0 [ready ranks: 0, 1, 2]\n" * 2)
-    out = diagnose_run("--lang", "zh", str(log)).stdout
+    with speaking("en"):  # `--lang zh` sets the process's language: the tests after this one speak English
+        out = diagnose_run("--lang", "zh", str(log)).stdout
     assert "\n  在 rank 3 上出现 2 次\n" in out and " on rank" not in out
 
