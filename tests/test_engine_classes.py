@@ -1269,6 +1269,32 @@ def test_an_exception_wandbs_own_code_raised_under_the_users_call_is_wandb(tmp_p
         assert root["category"] == "python_exception", exception
 
 
+def test_an_exception_of_wandbs_own_classes_is_wandbs_whatever_frames_the_log_shows(tmp_path: Path) -> None:
+    """wandb/errors/errors.py's classes (CommError, UsageError, ...) are raised by wandb alone: printed
+    with their module, they name the tracker even where the frames shown are the user's (a paste cut
+    above wandb's) or there are none. A UsageError (wandb's "invalid usage of the SDK API") is a call
+    to change, not a login; an exception of the user's own class of the same name is the user's."""
+    under_call = diagnosed(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/proj/utils/tracking.py", line 12, in init_tracking\n'
+        "    return wandb.init(project=cfg.project)\n"
+        "wandb.errors.errors.UsageError: Invalid project name 'a/b': cannot contain characters '/,\\\\,#,?,%,:', found '/'\n"
+    ))["root_cause"]
+    assert (under_call["rule"], under_call["category"]) == ("python-exception", "wandb")
+    assert under_call["fields"]["frame_file"] == "/home/u/proj/utils/tracking.py"
+    assert "wandb rejected how it was called" in under_call["remedy"] and "wandb login" not in under_call["remedy"]
+    bare = diagnosed(tmp_path, "wandb.errors.CommError: Error uploading run: returned error 500: {}\n")["root_cause"]
+    assert (bare["category"], bare["confidence"]) == ("wandb", "weak")
+    assert "no frame" in bare["remedy"] and "WANDB_MODE=offline" in bare["remedy"] and ":  (" not in bare["remedy"]
+    own = diagnosed(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/proj/train.py", line 30, in main\n'
+        "    check(cfg)\n"
+        "proj.errors.UsageError: --epochs must be positive\n"
+    ))["root_cause"]
+    assert own["category"] == "python_exception"
+
+
 def test_the_launcher_reraising_its_childs_exit_status_is_no_failed_launch(tmp_path: Path) -> None:
     """accelerate's simple_launcher: ``raise subprocess.CalledProcessError(returncode=..., cmd=cmd)``
     after the training process failed: the child's error (above it) is the cause."""

@@ -243,6 +243,7 @@ class ExceptionClassifier:
         self._launcher_hints = pyexc.LAUNCHER_HINTS.get(lang, pyexc.LAUNCHER_HINTS["en"])
         self._service = pyexc.SERVICE_TEXTS.get(lang, pyexc.SERVICE_TEXTS["en"])
         self._service_own = pyexc.SERVICE_OWN_TEXTS.get(lang, pyexc.SERVICE_OWN_TEXTS["en"])
+        self._service_bare = pyexc.SERVICE_BARE_TEXTS.get(lang, pyexc.SERVICE_BARE_TEXTS["en"])
         self._service_advice = pyexc.SERVICE_ADVICE.get(lang, pyexc.SERVICE_ADVICE["en"])
 
     def classify(self, record: Record) -> list[Match]:
@@ -280,10 +281,12 @@ class ExceptionClassifier:
             fields["launcher"] = exception.launcher
             fields["hint"] = self._launcher_hints[exception.launcher]
         elif exception.service and not cascade:
-            own = pyexc.is_service_code(exception.frame_file)
-            category, (title, remedy) = exception.service, self._service_own if own else self._service
+            texts = (self._service_bare if not exception.frame_file
+                     else self._service_own if pyexc.is_service_code(exception.frame_file) else self._service)
+            category, (title, remedy) = exception.service, texts
             fields["service_advice"] = self._service_advice[
-                "code" if exception.short_type in pyexc.SERVICE_CODE_TYPES else "service"]
+                "code" if exception.short_type in pyexc.SERVICE_CODE_TYPES
+                else "usage" if exception.short_type in pyexc.SERVICE_USAGE_TYPES else "service"]
         elif exception.chained_cut:
             remedy = self._texts[7]
         return [Match(

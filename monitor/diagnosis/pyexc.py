@@ -209,9 +209,21 @@ SERVICE_OWN_TEXTS = {
            "这是 wandb 自己的代码在 {frame_file}:{frame_line}（{frame_func}）抛出的；日志里它上面没有你的调用：失败的是实验"
            "跟踪工具，不是训练。{exc_type}: {message}\n{service_advice}"),
 }
+# The same where the log shows the exception's line alone, no frame: its class is wandb's own.
+SERVICE_BARE_TEXTS = {
+    "en": (SERVICE_TEXTS["en"][0],
+           "wandb raised its own error (the log shows its last line alone, no frame): the experiment tracker failed, "
+           "not the training. {exc_type}: {message}\n{service_advice}"),
+    "zh": (SERVICE_TEXTS["zh"][0],
+           "这是 wandb 自己的错误（日志里只有它的最后一行，没有调用栈）：失败的是实验跟踪工具，不是训练。"
+           "{exc_type}: {message}\n{service_advice}"),
+}
 # What to do about a service's failure ({service_advice}), by what it raised: an error of its code
 # (the attribute, the import, the call it made is wrong) is no login or network problem.
 SERVICE_CODE_TYPES = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "NameError", "TypeError"})
+# wandb's own errors for a call it rejects (wandb/errors/errors.py: "Raised when an invalid usage of
+# the SDK API is detected", and UnsupportedError, its kind for a feature not supported).
+SERVICE_USAGE_TYPES = frozenset({"UsageError", "UnsupportedError"})
 SERVICE_ADVICE = {
     "en": {
         "code": "An error of wandb's code itself, not of its login or its server: a bug, or a wandb older or newer than "
@@ -219,12 +231,17 @@ SERVICE_ADVICE = {
                 "it; WANDB_MODE=disabled turns wandb off to train meanwhile.",
         "service": "Check its login (`wandb login`, WANDB_API_KEY) and its connection to the wandb server; "
                    "WANDB_MODE=offline trains without it (`wandb sync` uploads the run later).",
+        "usage": "wandb rejected how it was called: its message names the argument or the call to change (in "
+                 "wandb.init, wandb.log, or the settings and WANDB_* variables they read). WANDB_MODE=disabled "
+                 "turns wandb off to train meanwhile.",
     },
     "zh": {
         "code": "这是 wandb 自己代码的错误，不是登录或服务器的问题：bug，或者 wandb 的版本比调用它的代码旧或新"
                 "（先试试 `pip install -U wandb`）。WANDB_MODE=offline 避不开它；WANDB_MODE=disabled 可以关掉 wandb 先训练。",
         "service": "检查它的登录（`wandb login`、WANDB_API_KEY）和到 wandb 服务器的连接；WANDB_MODE=offline 可以不依赖它训练"
                    "（之后用 `wandb sync` 上传这次运行）。",
+        "usage": "wandb 拒绝了这种调用方式：它的消息指出了要改的参数或调用（在 wandb.init、wandb.log，或它们读取的设置和 "
+                 "WANDB_* 环境变量里）。WANDB_MODE=disabled 可以关掉 wandb 先训练。",
     },
 }
 # The same in Chinese (``--lang zh``): the same fields.
@@ -301,7 +318,7 @@ def parse_exception_line(body: str) -> PythonException | None:
     match = _EXCEPTION_LINE.match(body.strip()) if "rror: " in body or "xception: " in body else None
     if match is None:
         return None
-    return PythonException(match["type"], match["message"].strip(), "", "", "", 0)
+    return PythonException(match["type"], match["message"].strip(), "", "", "", 0, service=_own_error(match["type"]))
 
 
 def cut_traceback(bodies: list[str], ended_there: bool = False) -> PythonException | None:
@@ -427,7 +444,7 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
     user = _user_frame(frames, [f[0] for f in frames], ("", "", ""))
     spawn_join = bool(frames) and SPAWN_JOIN.search(frames[-1][0]) is not None
     cleared = _cleared(frames)
-    service = "" if cleared else _service(frames, user)
+    service = "" if cleared else _service(frames, user) or _own_error(exc_type)
     if service and not user[0]:
         # No call of the user's to point at: where the service's own code raised it (or called
         # the library that did).
@@ -448,6 +465,12 @@ def _service(frames: list[tuple[str, str, str]], user: tuple[str, str, str]) -> 
     return "wandb" if last + 1 < len(frames) and _WANDB_CODE.search(frames[last + 1][0]) else ""
 
 
+def _own_error(exc_type: str) -> str:
+    """"wandb" where the exception's class is one of wandb's own (``wandb.errors.CommError``, printed
+    with its module: only wandb raises those), whatever frames the log shows; else ""."""
+    return "wandb" if exc_type.startswith("wandb.") else ""
+
+
 def _cleared(frames: list[tuple[str, str, str]]) -> str:
     """"wandb" where the traceback went through wandb's data types (wandb.Image, wandb.Table): the
     user's data failed there, not the tracker; else ""."""
@@ -455,8 +478,10 @@ def _cleared(frames: list[tuple[str, str, str]]) -> str:
 
 
 def _service_frame(frames: list[tuple[str, str, str]]) -> tuple[str, str, str]:
-    """The innermost frame of the service's own code (where it raised, or called what did)."""
-    return next((frame for frame in reversed(frames) if _WANDB_CODE.search(frame[0])), frames[-1])
+    """The innermost frame of the service's own code (where it raised, or called what did), else
+    the last frame shown (none: a traceback of its exception line alone)."""
+    return next((frame for frame in reversed(frames) if _WANDB_CODE.search(frame[0])),
+                frames[-1] if frames else ("", "", ""))
 
 
 def is_service_code(file: str) -> bool:
