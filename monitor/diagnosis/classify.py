@@ -242,8 +242,6 @@ class ExceptionClassifier:
         self._launcher = pyexc.LAUNCHER_TEXTS.get(lang, pyexc.LAUNCHER_TEXTS["en"])
         self._launcher_hints = pyexc.LAUNCHER_HINTS.get(lang, pyexc.LAUNCHER_HINTS["en"])
         self._service = pyexc.SERVICE_TEXTS.get(lang, pyexc.SERVICE_TEXTS["en"])
-        self._service_own = pyexc.SERVICE_OWN_TEXTS.get(lang, pyexc.SERVICE_OWN_TEXTS["en"])
-        self._service_bare = pyexc.SERVICE_BARE_TEXTS.get(lang, pyexc.SERVICE_BARE_TEXTS["en"])
         self._service_advice = pyexc.SERVICE_ADVICE.get(lang, pyexc.SERVICE_ADVICE["en"])
 
     def classify(self, record: Record) -> list[Match]:
@@ -281,9 +279,9 @@ class ExceptionClassifier:
             fields["launcher"] = exception.launcher
             fields["hint"] = self._launcher_hints[exception.launcher]
         elif exception.service and not cascade:
-            texts = (self._service_bare if not exception.frame_file
-                     else self._service_own if pyexc.is_service_code(exception.frame_file) else self._service)
-            category, (title, remedy) = exception.service, texts
+            shows = ("bare" if not exception.frame_file
+                     else "own" if pyexc.is_service_code(exception.frame_file) else "call")
+            category, title, remedy = exception.service, self._service["title"], self._service[shows]
             fields["service_advice"] = self._service_advice[
                 "code" if exception.short_type in pyexc.SERVICE_CODE_TYPES
                 else "usage" if exception.short_type in pyexc.SERVICE_USAGE_TYPES else "service"]

@@ -191,32 +191,28 @@ LAUNCHER_HINTS = {
         "torchrun": "检查传给 torchrun 的节点数、进程数和 rendezvous 参数（它的帮助里列出了这些参数）。",
     },
 }
-# An exception wandb's own code raised under the user's call (``PythonException.service``).
+# An exception of wandb's (``PythonException.service``): its title, and its remedy by what the log
+# shows above it: a call of the user's ("call"), only wandb's own frames, its raise site ("own"), or
+# no frame at all, the exception's line alone, its class wandb's ("bare").
 SERVICE_TEXTS = {
-    "en": ("wandb failed: {exc_type}",
-           "wandb's own code raised this under your call at {frame_file}:{frame_line} ({frame_func}): the experiment "
-           "tracker failed, not the training. {exc_type}: {message}\n{service_advice}"),
-    "zh": ("wandb 失败了：{exc_type}",
-           "这是 wandb 自己的代码在你的调用（{frame_file}:{frame_line} 的 {frame_func}）之下抛出的：失败的是实验跟踪工具，"
-           "不是训练。{exc_type}: {message}\n{service_advice}"),
-}
-# The same where the log shows no frame of the user's code, only wandb's (its frame is the raise site).
-SERVICE_OWN_TEXTS = {
-    "en": (SERVICE_TEXTS["en"][0],
-           "wandb's own code raised this at {frame_file}:{frame_line} ({frame_func}); the log shows no call of yours "
-           "above it: the experiment tracker failed, not the training. {exc_type}: {message}\n{service_advice}"),
-    "zh": (SERVICE_TEXTS["zh"][0],
-           "这是 wandb 自己的代码在 {frame_file}:{frame_line}（{frame_func}）抛出的；日志里它上面没有你的调用：失败的是实验"
-           "跟踪工具，不是训练。{exc_type}: {message}\n{service_advice}"),
-}
-# The same where the log shows the exception's line alone, no frame: its class is wandb's own.
-SERVICE_BARE_TEXTS = {
-    "en": (SERVICE_TEXTS["en"][0],
-           "wandb raised its own error (the log shows its last line alone, no frame): the experiment tracker failed, "
-           "not the training. {exc_type}: {message}\n{service_advice}"),
-    "zh": (SERVICE_TEXTS["zh"][0],
-           "这是 wandb 自己的错误（日志里只有它的最后一行，没有调用栈）：失败的是实验跟踪工具，不是训练。"
-           "{exc_type}: {message}\n{service_advice}"),
+    "en": {
+        "title": "wandb failed: {exc_type}",
+        "call": "wandb's own code raised this under your call at {frame_file}:{frame_line} ({frame_func}): the "
+                "experiment tracker failed, not the training. {exc_type}: {message}\n{service_advice}",
+        "own": "wandb's own code raised this at {frame_file}:{frame_line} ({frame_func}); the log shows no call of "
+               "yours above it: the experiment tracker failed, not the training. {exc_type}: {message}\n{service_advice}",
+        "bare": "wandb raised its own error (the log shows its last line alone, no frame): the experiment tracker "
+                "failed, not the training. {exc_type}: {message}\n{service_advice}",
+    },
+    "zh": {
+        "title": "wandb 失败了：{exc_type}",
+        "call": "这是 wandb 自己的代码在你的调用（{frame_file}:{frame_line} 的 {frame_func}）之下抛出的：失败的是实验跟踪工具，"
+                "不是训练。{exc_type}: {message}\n{service_advice}",
+        "own": "这是 wandb 自己的代码在 {frame_file}:{frame_line}（{frame_func}）抛出的；日志里它上面没有你的调用：失败的是实验"
+               "跟踪工具，不是训练。{exc_type}: {message}\n{service_advice}",
+        "bare": "这是 wandb 自己的错误（日志里只有它的最后一行，没有调用栈）：失败的是实验跟踪工具，不是训练。"
+                "{exc_type}: {message}\n{service_advice}",
+    },
 }
 # What to do about a service's failure ({service_advice}), by what it raised: an error of its code
 # (the attribute, the import, the call it made is wrong) is no login or network problem.
