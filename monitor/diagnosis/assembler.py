@@ -94,9 +94,11 @@ class RecordAssembler:
         if not (rule_hits or starter or file_pending or line.line <= EARLY_LINES):
             return
         prefix = parse_prefix(line.text)
-        if "[rank" in prefix.body and (glued := _GLUED.search(prefix.body)):
+        if (rule_hits or starter or file_pending) and "[rank" in prefix.body and (glued := _GLUED.search(prefix.body)):
             # "step 3 loss nan[rank3]: Traceback ...": two ranks wrote into one terminal line
-            # (torchrun without --tee). Each part is read as the line it should have been.
+            # (torchrun without --tee). Each part is read as the line it should have been. Not a
+            # line among a file's first ones that no literal marks: the fast scan reads those only
+            # for their ranks (scan.py), so neither path notes the glue there.
             cut = len(line.text) - len(prefix.body) + glued.start()
             if not self._glued_seen:
                 self._glued_seen = True
