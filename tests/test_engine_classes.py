@@ -1293,6 +1293,23 @@ def test_an_exception_of_wandbs_own_classes_is_wandbs_whatever_frames_the_log_sh
         "proj.errors.UsageError: --epochs must be positive\n"
     ))["root_cause"]
     assert own["category"] == "python_exception"
+    # Only another library's frames shown (the HF Trainer's wandb callback): no call of the user's to name.
+    site = "/opt/conda/lib/python3.10/site-packages"
+    through = diagnosed(tmp_path, (
+        "Traceback (most recent call last):\n"
+        f'  File "{site}/transformers/trainer.py", line 2100, in _inner_training_loop\n'
+        "    self.control = self.callback_handler.on_train_begin(args, self.state, self.control)\n"
+        f'  File "{site}/transformers/integrations/integration_utils.py", line 900, in setup\n'
+        "    self._wandb.init(**init_args)\n"
+        "wandb.errors.errors.CommError: failed to upsert bucket: returned error 403 Forbidden\n"
+    ))["root_cause"]
+    assert through["category"] == "wandb" and "under your call" not in through["remedy"]
+    assert "rose through" in through["remedy"] and "integration_utils.py:900" in through["remedy"]
+    # wandb's other kinds of usage error, and its installation's: each its own advice.
+    invalid = diagnosed(tmp_path, "wandb.errors.InvalidError: project name is invalid\n")["root_cause"]
+    assert "wandb rejected how it was called" in invalid["remedy"] and "wandb login" not in invalid["remedy"]
+    missing = diagnosed(tmp_path, "wandb.errors.DependencyError: The wandb-core binary is missing\n")["root_cause"]
+    assert "pip install -U wandb" in missing["remedy"] and "WANDB_MODE=offline trains" not in missing["remedy"]
 
 
 def test_the_launcher_reraising_its_childs_exit_status_is_no_failed_launch(tmp_path: Path) -> None:

@@ -279,8 +279,7 @@ class ExceptionClassifier:
             fields["launcher"] = exception.launcher
             fields["hint"] = self._launcher_hints[exception.launcher]
         elif exception.service and not cascade:
-            shows = ("bare" if not exception.frame_file
-                     else "own" if pyexc.is_service_code(exception.frame_file) else "call")
+            shows = pyexc.service_shows(exception.frame_file)
             category, title, remedy = exception.service, self._service["title"], self._service[shows]
             fields["service_advice"] = self._service_advice[
                 "code" if exception.short_type in pyexc.SERVICE_CODE_TYPES

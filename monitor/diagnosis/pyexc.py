@@ -192,8 +192,9 @@ LAUNCHER_HINTS = {
     },
 }
 # An exception of wandb's (``PythonException.service``): its title, and its remedy by what the log
-# shows above it: a call of the user's ("call"), only wandb's own frames, its raise site ("own"), or
-# no frame at all, the exception's line alone, its class wandb's ("bare").
+# shows above it (``service_shows``): a call of the user's ("call"), only wandb's own frames, its
+# raise site ("own"), no frame at all, the exception's line alone, its class wandb's ("bare"), or
+# only another library's frames, its class wandb's ("through").
 SERVICE_TEXTS = {
     "en": {
         "title": "wandb failed: {exc_type}",
@@ -203,6 +204,9 @@ SERVICE_TEXTS = {
                "yours above it: the experiment tracker failed, not the training. {exc_type}: {message}\n{service_advice}",
         "bare": "wandb raised its own error (the log shows its last line alone, no frame): the experiment tracker "
                 "failed, not the training. {exc_type}: {message}\n{service_advice}",
+        "through": "wandb raised its own error, which rose through {frame_file}:{frame_line} ({frame_func}), a "
+                   "library's code; the log shows neither wandb's frames nor a call of yours: the experiment tracker "
+                   "failed, not the training. {exc_type}: {message}\n{service_advice}",
     },
     "zh": {
         "title": "wandb 失败了：{exc_type}",
@@ -212,14 +216,20 @@ SERVICE_TEXTS = {
                "跟踪工具，不是训练。{exc_type}: {message}\n{service_advice}",
         "bare": "这是 wandb 自己的错误（日志里只有它的最后一行，没有调用栈）：失败的是实验跟踪工具，不是训练。"
                 "{exc_type}: {message}\n{service_advice}",
+        "through": "这是 wandb 自己的错误，它经过了一个库的代码 {frame_file}:{frame_line}（{frame_func}）；日志里既没有 wandb "
+                   "自己的帧，也没有你的调用：失败的是实验跟踪工具，不是训练。{exc_type}: {message}\n{service_advice}",
     },
 }
 # What to do about a service's failure ({service_advice}), by what it raised: an error of its code
 # (the attribute, the import, the call it made is wrong) is no login or network problem.
-SERVICE_CODE_TYPES = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "NameError", "TypeError"})
-# wandb's own errors for a call it rejects (wandb/errors/errors.py: "Raised when an invalid usage of
-# the SDK API is detected", and UnsupportedError, its kind for a feature not supported).
-SERVICE_USAGE_TYPES = frozenset({"UsageError", "UnsupportedError"})
+# wandb's own DependencyError ("a missing or invalid dependency"), WandbCoreNotAvailableError and
+# InternalError ("an SDK internal error") are its installation's or its code's too.
+SERVICE_CODE_TYPES = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "NameError", "TypeError",
+                                "DependencyError", "WandbCoreNotAvailableError", "InternalError"})
+# wandb's own errors for a call it rejects (wandb/errors: UsageError, "Raised when an invalid usage of
+# the SDK API is detected", and its kinds: InvalidError, an invalid argument; UnsupportedError;
+# ConfigurationError, something misconfigured; RequireError, wandb.require() failing).
+SERVICE_USAGE_TYPES = frozenset({"UsageError", "InvalidError", "UnsupportedError", "ConfigurationError", "RequireError"})
 SERVICE_ADVICE = {
     "en": {
         "code": "An error of wandb's code itself, not of its login or its server: a bug, or a wandb older or newer than "
@@ -480,9 +490,15 @@ def _service_frame(frames: list[tuple[str, str, str]]) -> tuple[str, str, str]:
                 frames[-1] if frames else ("", "", ""))
 
 
-def is_service_code(file: str) -> bool:
-    """Whether ``file`` is a service's own installed code (wandb's)."""
-    return _WANDB_CODE.search(file) is not None
+def service_shows(file: str) -> str:
+    """What the frame a service's exception points at is (a key of ``SERVICE_TEXTS``): none, the
+    exception's line alone ("bare"); the service's own installed code ("own"); another library's
+    code, wandb's own frames not shown ("through"); else the user's call ("call")."""
+    if not file:
+        return "bare"
+    if _WANDB_CODE.search(file):
+        return "own"
+    return "through" if _LIBRARY.search(file) else "call"
 
 
 def _launcher(file: str) -> str:
