@@ -64,7 +64,7 @@ def only(text: str, rule: str):
      "allocate 3.12GiB (rounded to 3350000128)requested by op Conv2D",
      "tf-gpu-alloc-failed", {"allocator": "GPU_2_bfc", "tried": "3.12GiB"}, "The BFC allocator GPU_2_bfc"),
     ("cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 536,870,912 bytes (allocated so far: "
-     "8,589,934,592 bytes).", "cuda-oom-raw", {"cupy_tried": "536,870,912"}, "A CUDA library"),
+     "8,589,934,592 bytes).", "cuda-oom-raw", {"cupy_tried": "536,870,912"}, "CuPy could not get 536,870,912 bytes"),
     ("RuntimeError: $ Torch: not enough memory: you tried to allocate 3GB. Buy new RAM! at "
      "/pytorch/aten/src/TH/THGeneral.cpp:204", "host-alloc-failed", {"tried_gb": "3"}, "could not allocate 3 GB"),
     ("ray.memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node worker-3 is used "

@@ -21,6 +21,7 @@ import regex
 
 from monitor.diagnosis import tail
 from monitor.files import read_at_most
+from monitor.logs.ranks import parse_prefix
 from monitor.model import Category, Confidence, Diagnosis, Finding
 from monitor.progress.parse import parse_progress
 
@@ -50,6 +51,9 @@ _SOMETHING_WRONG = regex.compile(
     # rich's marker of the line a traceback's frame was at; NCCL's trace of an error code returned.
     r"|❱|NCCL INFO \S+:\d+ -> [1-7]\b")
 _ZERO_DIGITS = str.maketrans("123456789", "000000000")
+# A conditional, a tip that says what to do should something happen ("If out-of-memory error
+# occurs, reduce the batch size"): no event of the job's.
+_HYPOTHETICAL = regex.compile(r"(?i)^if\s")
 
 
 class ModelError(Exception):
@@ -287,7 +291,8 @@ def _unexplained_alarm(lines: list[str], diagnosis: Diagnosis) -> bool:
     (c10d's "client socket has failed to connect" while it retries, NCCL's fallback warnings): the
     words of a known, harmless line are no reason to look further."""
     explained = {_key(line) for f in diagnosis.findings if f.severity != "error" for line in f.evidence}
-    return any(_SOMETHING_WRONG.search(line) and _key(line) not in explained for line in lines)
+    return any(_SOMETHING_WRONG.search(line) and _key(line) not in explained
+               and not _HYPOTHETICAL.match(parse_prefix(line).body.lstrip()) for line in lines)
 
 
 def _key(line: str) -> str:
