@@ -55,16 +55,18 @@ def watch_headless_root(log: Path, catalogue) -> tuple:
 
 async def screen_root(app, lines: int = 0) -> tuple:
     """The screen's root cause once it has read the job: a run's end, or a watched file's ``lines``
-    all in the screen's store (a root named before the last lines came can still change: under load
-    the screen named the hang's suspect from the ranks it had read so far)."""
+    all in the screen's store and its records completed (the session completes a record its file
+    leaves open after 0.5 s of quiet: under load the screen was read before that, and named the
+    hang's suspect from the timeouts completed so far)."""
     async with app.run_test(size=(160, 45)) as pilot:
         panel = app.query_one(FindingsPanel)
         for _ in range(300):
             await pilot.pause(0.05)
             if app.finished_note if app.job is not None else (
-                    panel.root is not None and app.files and len(app.store) >= lines):
+                    panel.root is not None and app.files and len(app.store) >= lines
+                    and not any(app.log_feed.session.engine.has_pending(f) for f in app.files)):
                 break
-        await pilot.pause(0.3)  # records completed by the idle flush
+        await pilot.pause(0.3)  # the findings of the last records, on the panel
         root = panel.root
         await pilot.press("q")
     return who(root)
