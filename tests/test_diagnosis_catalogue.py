@@ -189,6 +189,25 @@ def test_a_rule_matches_only_where_its_record_allows(tmp_path):
     assert [f.rule for f in example_findings(catalogue, "OSError: [Errno 28] No space left on device")[0]] == ["disk-full"]
 
 
+def test_an_advice_unless_field_skips_it_where_a_pattern_captured_that_field(tmp_path):
+    """An advice for the rule's other patterns: shown where the finding lacks the field, not where
+    the pattern that captures it matched; a field no pattern captures is refused where it is written."""
+    from monitor.diagnosis.ruletest import example_findings
+
+    rule = MINIMAL.replace("patterns = ['No space left on device']",
+                           "patterns = ['No space left on device', '(?P<quota>Disk quota exceeded)']")
+    advice = '\n[[rule.advice]]\ntext = "Delete old checkpoints."\nunless_field = ["quota"]\n'
+    catalogue = load_catalogue([write_rules(tmp_path / "pack", rule + advice).parent], include_user=False,
+                               include_shipped=False)
+    [full], _ = example_findings(catalogue, "OSError: [Errno 28] No space left on device")
+    [quota], _ = example_findings(catalogue, "OSError: [Errno 122] Disk quota exceeded")
+    assert "Delete old checkpoints." in full.remedy and "Delete old checkpoints." not in quota.remedy
+    path = write_rules(tmp_path / "bad", MINIMAL + advice)
+    with pytest.raises(RuleError) as caught:
+        load_catalogue([path.parent], include_user=False, include_shipped=False)
+    assert str(caught.value).startswith(f"{path}:13: rule disk-full: advice unless_field must name fields")  # its line
+
+
 def test_categories_are_the_documented_ones_and_every_shipped_rule_uses_one():
     import re
     from pathlib import Path

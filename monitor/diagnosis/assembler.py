@@ -91,10 +91,11 @@ class RecordAssembler:
         rule_hits, log_hits, starter = self._hits(line.text.encode("utf-8", "surrogatepass"))
         if log_hits:
             events.append(ConditionLiterals(line, frozenset(log_hits)))
-        if not (rule_hits or starter or file_pending or line.line <= EARLY_LINES):
+        read_for_content = bool(rule_hits or starter or file_pending)
+        if not (read_for_content or line.line <= EARLY_LINES):
             return
         prefix = parse_prefix(line.text)
-        if (rule_hits or starter or file_pending) and "[rank" in prefix.body and (glued := _GLUED.search(prefix.body)):
+        if read_for_content and "[rank" in prefix.body and (glued := _GLUED.search(prefix.body)):
             # "step 3 loss nan[rank3]: Traceback ...": two ranks wrote into one terminal line
             # (torchrun without --tee). Each part is read as the line it should have been. Not a
             # line among a file's first ones that no literal marks: the fast scan reads those only

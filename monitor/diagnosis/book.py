@@ -334,6 +334,8 @@ class FindingBook:
                 continue
             if advice.when is not None and not advice.when.holds(finding.fields):
                 continue
+            if any(finding.fields.get(name) for name in advice.unless_field):
+                continue
             if not self.conditions.holds(advice):
                 continue
             lines.append(render(advice.text, values))

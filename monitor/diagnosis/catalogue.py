@@ -36,7 +36,7 @@ RULE_KEYS = {
     "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", "if_record", "unless_record", "own_error", "retryable", "waits", "recovers", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
 }
 REQUIRED_KEYS = ("id", "category", "severity", "role", "title", "patterns")
-ADVICE_KEYS = {"text", "when", "unless_log", "if_log", "unless_record", "if_record",
+ADVICE_KEYS = {"text", "when", "unless_log", "if_log", "unless_record", "if_record", "unless_field",
                *(f"text_{lang}" for lang in LANGUAGES[1:])}
 EXAMPLE_KEYS = {"match", "no_match"}
 # Fields every template may use without a pattern capturing them.
@@ -71,6 +71,9 @@ class RuleAdvice:
     # (its traceback): where in the program the error happened.
     unless_record: regex.Pattern | None = None
     if_record: regex.Pattern | None = None
+    # Shown only where the finding has a value for none of these fields: advice for the rule's
+    # other patterns than those that capture them (PyTorch's advice, not where another framework failed).
+    unless_field: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -491,6 +494,12 @@ def _build_advice(item: dict, n: int, known: set[str], fail, loc: _Locator, star
     only_if = _log_condition(item, "if_log", fail, loc, line, end)
     unless_record = _record_condition(item, "unless_record", fail, loc, line, end)
     if_record = _record_condition(item, "if_record", fail, loc, line, end)
+    unless_field = item.get("unless_field", [])
+    unless_field = [unless_field] if isinstance(unless_field, str) else unless_field
+    if not isinstance(unless_field, list) or not all(isinstance(name, str) for name in unless_field) \
+            or _unknown_fields(set(unless_field), known):
+        raise fail(f"advice unless_field must name fields the rule's patterns capture, not {item['unless_field']!r}",
+                   loc.key_line("unless_field", line, end))
     translations = {}
     for lang in LANGUAGES[1:]:
         if (translated := item.get(f"text_{lang}")) is not None:
@@ -499,7 +508,8 @@ def _build_advice(item: dict, n: int, known: set[str], fail, loc: _Locator, star
             _check_translation(text, translated, f"advice text_{lang}", fail, loc.key_line(f"text_{lang}", line, end))
             translations[lang] = translated.strip()
     return RuleAdvice(text=text.strip(), when=when, unless_log=unless, if_log=only_if,
-                  unless_record=unless_record, if_record=if_record, translations=translations)
+                  unless_record=unless_record, if_record=if_record, unless_field=tuple(unless_field),
+                  translations=translations)
 
 
 def _record_condition(item: dict, key: str, fail, loc: _Locator, line: int, end: int, what: str = "advice ") -> regex.Pattern | None:
