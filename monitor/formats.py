@@ -32,7 +32,7 @@ class Lead:
     # "text": it stays in the line's text; "stream": its host names the stream; "nothing"; "header":
     # a logger's head on every line of a message, taken with or without a prefix before or after it.
     keeps: str
-    first: str  # "digit" | "alpha" | "quote" (">") | "table" ("|" or a space) | "backtick": what its first character is (a cheap test before the regex)
+    first: str  # "stamp" (a digit or "[") | "alpha" | "quote" (">") | "table" ("|" or a space) | "backtick": what its first character is (a cheap test before the regex)
     pattern: regex.Pattern
 
 

@@ -44,7 +44,7 @@ class Prefix:
 
 
 # What a lead's first character is (``formats.Lead.first``): a cheap test before its regex.
-_STARTS = {"digit": str.isdigit, "alpha": str.isalpha, "quote": lambda first: first == ">",
+_STARTS = {"stamp": lambda first: first.isdigit() or first == "[", "alpha": str.isalpha, "quote": lambda first: first == ">",
            "table": lambda first: first == "|" or first == " ", "backtick": lambda first: first == "`"}
 
 
