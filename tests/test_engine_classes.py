@@ -845,12 +845,21 @@ def test_activation_checkpointings_mismatch_is_its_own_error_with_the_sharding_a
     assert ("use_reentrant=True" in root["remedy"]) is partitioned
 
 
-def test_a_traceback_a_log_collector_timed_line_by_line_is_still_one_traceback(tmp_path: Path) -> None:
-    """kubectl logs --timestamps, journald exports, ``ts``: an RFC 3339 time before every line,
-    the frames' indentation after it."""
+@pytest.mark.parametrize("lead", [
+    "2024-05-01T10:11:12.000001Z ",  # kubectl logs --timestamps, docker logs -t
+    "Mar 04 01:22:35 ",  # ts's default format
+    "May  1 10:00:00 gpu-node-3 python[4242]: ",  # syslog, journalctl's short output
+    "2023/10/26 12:12:20 ",  # Go's log package (a collector's), ts "%Y/%m/%d %T"
+    "[2024-05-01 10:00:00] ",
+    "2023-11-21 00:57:56.933 [ERROR] ",  # stderr sent through a logger: every line gets its head
+    "2024-05-01 10:00:00.123 | ERROR    | ",  # loguru's
+    "2024-05-01 10:00:00,123 - ERROR - ",  # logging's "%(asctime)s - %(levelname)s - %(message)s"
+])
+def test_a_traceback_a_log_collector_timed_line_by_line_is_still_one_traceback(tmp_path: Path, lead: str) -> None:
+    """A time (and a logger's level) before every line, the frames' indentation after it."""
     lines = ["Traceback (most recent call last):", '  File "/home/u/train.py", line 61, in main',
              "    loss = step(batch)", "ValueError: Expected input batch_size (32) to match target batch_size (16)."]
-    result = diagnosed(tmp_path, "".join(f"2024-05-01T10:11:12.{n:06d}Z {line}\n" for n, line in enumerate(lines)))
+    result = diagnosed(tmp_path, "".join(f"{lead}{line}\n" for line in lines))
     root = result["root_cause"]
     assert (root["category"], root["fields"]["exc_type"], root["fields"]["frame_line"]) == \
         ("python_exception", "ValueError", "61")
@@ -1442,3 +1451,18 @@ def test_torch_before_1_8_spawn_join_bare_exception_is_the_childs_report(tmp_pat
         "ValueError: no samples in shard 1\n"
     ))
     assert (root["fields"]["exc_type"], root["rank"], root["fields"]["frame_line"]) == ("ValueError", 1, "77")
+
+
+def test_pytorch_s_test_runner_reporting_its_test_process_s_signal_is_no_root_cause(tmp_path: Path) -> None:
+    """run_test.py raises RuntimeError("{test} failed! Received signal: {signal}") after its child
+    died: the child's own error (here NCCL's, in C++'s terminate) is the cause."""
+    root = diagnosed_root(tmp_path, (
+        "test_broadcast_ops (__main__.ProcessGroupNCCLTest) ... terminate called after throwing an instance of "
+        "'std::runtime_error'\n"
+        "  what():  NCCL error in: /opt/torch/lib/c10d/NCCLUtils.hpp:29, unhandled cuda error\n"
+        "Traceback (most recent call last):\n"
+        '  File "test/run_test.py", line 385, in main\n'
+        "    raise RuntimeError(message)\n"
+        "RuntimeError: distributed/test_c10d 1/2 failed! Received signal: SIGIOT\n"
+    ))
+    assert root is not None and (root["category"], root["rule"]) == ("nccl_error", "nccl-error")
