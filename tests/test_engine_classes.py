@@ -1466,3 +1466,26 @@ def test_pytorch_s_test_runner_reporting_its_test_process_s_signal_is_no_root_ca
         "RuntimeError: distributed/test_c10d 1/2 failed! Received signal: SIGIOT\n"
     ))
     assert root is not None and (root["category"], root["rule"]) == ("nccl_error", "nccl-error")
+
+
+@pytest.mark.parametrize(("text", "frame"), [
+    # IPython 8 (Jupyter, Colab): "Cell In[n], line n", "File path:line, in func(args)".
+    ("-" * 75 + "\n" + "ValueError".ljust(42) + "Traceback (most recent call last)\n"
+     "Cell In[3], line 5\n      3 model = build()\n----> 5 train(model, loader)\n\n"
+     "File /content/train_lib.py:41, in train(model, loader)\n     39 for batch in loader:\n"
+     '---> 41     out = model(batch["input"])\n\n'
+     "ValueError: Expected input batch_size (16) to match target batch_size (8).\n",
+     ("/content/train_lib.py", "41", "train")),
+    # IPython 7: "<ipython-input-n-hash> in func()", "path in func(args)"; the line is the arrow's.
+    ("-" * 75 + "\n" + "KeyError".ljust(42) + "Traceback (most recent call last)\n"
+     "<ipython-input-7-2b1c3e0f> in <module>()\n      1 for batch in loader:\n----> 2     loss = step(batch)\n\n"
+     "<ipython-input-5-7a1d> in step(batch)\n      3 def step(batch):\n----> 4     x = batch['pixel_values']\n\n"
+     "KeyError: 'pixel_values'\n",
+     ("<ipython-input-5-7a1d>", "4", "step")),
+])
+def test_a_notebook_s_traceback_is_read_with_its_frames(tmp_path: Path, text: str, frame: tuple) -> None:
+    """IPython's traceback (ultratb): unindented frames, blank lines between them and before the
+    exception line, under "<Type>   Traceback (most recent call last)"."""
+    root = diagnosed_root(tmp_path, text)
+    assert root is not None and (root["category"], root["confidence"]) == ("python_exception", "likely")
+    assert (root["fields"]["frame_file"], root["fields"]["frame_line"], root["fields"]["frame_func"]) == frame

@@ -83,7 +83,10 @@ def test_logs_that_only_look_wrapped_are_left_alone() -> None:
         f"    self._take_model_step(lr_kwargs, block_eigenvalue={t})\n" for t in range(4))
     box = "".join("│ " + f"/home/u/train.py:{t} in main".ljust(60) + " │\n" for t in range(6)) + \
         "╰" + "─" * 62 + "╯\nAssertionError: Check batch related parameters.\n"
-    for text in (repeated, glog_and_logging, frames, box):
+    # IPython's ruler and header are its 75 columns wide, and the longest lines of a short paste.
+    notebook = ("-" * 75 + "\n" + "ValueError".ljust(42) + "Traceback (most recent call last)\n"
+                "Cell In[3], line 5\n----> 5 train(model)\n\nValueError: bad batch\n")
+    for text in (repeated, glog_and_logging, frames, box, notebook):
         assert wrap_of(text.encode()) is None, text[:80]
 
 

@@ -87,6 +87,15 @@ CHAIN_LINES = ("During handling of the above exception", "The above exception wa
 # prints it: llm-foundry's train.py, `accelerate launch --debug`): each stack in a panel titled
 # "Traceback (most recent call last)", its lines inside the panel's border, the exception line below.
 RICH_BORDER = ("│", "╭", "╰")
+# IPython's traceback (IPython/core/ultratb.py: Jupyter, Colab, Kaggle): under "<Type>   Traceback (most
+# recent call last)", each frame unindented with blank lines between, "Cell In[3], line 5" or "File
+# /path.py:41, in f(...)" (IPython 8), "<ipython-input-3-...> in <module>" or "/path.py in f(...)"
+# (7), its numbered source lines with "---> 41" at the one that ran; a blank line before the
+# exception line.
+NOTEBOOK_FRAME = regex.compile(r"^(?:Cell In\[\d+\], line \d+|File \S.*?:\d+, in \S|<ipython-input-[^>\s]+> in \S|\S+\.py in \S|-+> ?\d+ )")
+_NOTEBOOK_HEADER = regex.compile(r"^[A-Za-z_][\w.]*\s+Traceback \(most recent call last\)\s*$")
+# An exception's last line, as a notebook traceback ends: a dotted name, then its message or nothing.
+_NOTEBOOK_EXCEPTION = regex.compile(r"^[A-Za-z_][\w.]*(?::|$)")
 _CPP_START = regex.compile(r"^(?:terminate called after throwing an instance of|Exception raised from .* \(most recent call first\):)")
 _CPP_CONT = regex.compile(r"^(?:\s*what\(\):|\s*frame #\d+:|\s*<omitting python frames>|Exception raised from )")
 _RULER = regex.compile(r"^\s*={10,}\s*$")
@@ -131,6 +140,8 @@ class Record:
     followed_by: str = ""
     # The library's line that said it handled what this traceback shows (HANDLED_INTROS), if any.
     handled_by: str = ""
+    # A notebook's traceback (NOTEBOOK_FRAME): its frames are unindented, blank lines between them.
+    notebook: bool = False
 
     @property
     def last_line(self) -> int:
@@ -142,9 +153,11 @@ class Record:
 
 
 def is_traceback_header(stripped: str) -> bool:
-    """Whether a line (without its leading space) heads a traceback: Python's, or rich's panel."""
+    """Whether a line (without its leading space) heads a traceback: Python's, rich's panel, or
+    IPython's "<Type>   Traceback (most recent call last)"."""
     return stripped.startswith(TRACEBACK_HEADER) or (
-        stripped.startswith("╭") and "Traceback (most recent call last)" in stripped)
+        stripped.startswith("╭") and "Traceback (most recent call last)" in stripped) or (
+        _NOTEBOOK_HEADER.match(stripped) is not None)
 
 
 def starter_kind(body: str) -> str | None:
@@ -216,6 +229,9 @@ def _continues_traceback(record: Record, body: str) -> bool:
     if state == "frames":
         if body[:1] in (" ", "\t") or stripped.startswith(RICH_BORDER) or is_traceback_header(stripped):
             return True
+        if NOTEBOOK_FRAME.match(stripped):
+            record.notebook = True
+            return True
         if not stripped:
             record.state = "frames_blank"  # TensorFlow's op error may follow (TF_OP_ERROR)
             return True
@@ -244,9 +260,14 @@ def _continues_traceback(record: Record, body: str) -> bool:
         record.message_lines += 1
         return True
     if state == "frames_blank":
-        if TF_OP_ERROR.match(stripped):
+        if record.notebook and NOTEBOOK_FRAME.match(stripped):
+            record.state = "frames"
+            return True
+        if TF_OP_ERROR.match(stripped) or record.notebook and _NOTEBOOK_EXCEPTION.match(stripped):
             record.state = "message"
             record.message_lines = 0
+            return True
+        if record.notebook and not stripped:
             return True
         return False
     if state == "blank":

@@ -50,6 +50,9 @@ _OWN_START = re.compile(
     ])
 )
 _PROGRESS_END = re.compile(r"(?:it/s|s/it|B/s|\?it/s)[^\]]*\]$")
+# Lines complete at any width: a ruler (one character repeated), and a traceback's header line
+# (IPython pads "<Type>   Traceback (most recent call last)" to its 75 columns under a ruler as wide).
+_COMPLETE = re.compile(r"(.)\1*$|.*Traceback \(most recent call last\):?$")
 _DIGITS = re.compile(r"\d+")
 
 
@@ -62,7 +65,8 @@ class Wrap:
     def wraps(self, text: str) -> bool:
         """Whether a line of the file was cut at the width (the next line continues it)."""
         return (len(text) == self.width and not text.endswith(("  ", "\t") if not self.padded else (" ", "\t"))
-                and _PROGRESS_END.search(text) is None and not text.startswith(tuple(_BOX)))
+                and _PROGRESS_END.search(text) is None and not text.startswith(tuple(_BOX))
+                and _COMPLETE.match(text) is None)
 
 
 def _starts_own_line(text: str, before: str) -> bool:
