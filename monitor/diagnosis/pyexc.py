@@ -85,10 +85,10 @@ CASCADE_MESSAGES = (
     "Horovod detected that one or more processes exited with non-zero", "mpirun failed with exit code",
     "jsrun failed with exit code",
 )
-# A launcher's own code re-raising its child's exit status: the child failed, not the launch.
 # PyTorch's test runner (test/run_test.py) reporting its test process's death: RuntimeError(f"{test}
 # failed! Received signal: {signal_name}"), "{test} 1/2 failed!" where tests are sharded.
 CHILD_SIGNAL_REPORT = regex.compile(r"\S+ (?:\d+/\d+ )?failed! Received signal: SIG\w+\s*$")
+# A launcher's own code re-raising its child's exit status: the child failed, not the launch.
 LAUNCHER_CASCADE_TYPES = {"CalledProcessError"}
 # torch.multiprocessing.spawn's join, in the parent: whatever it raises reports a child's failure
 # (ProcessRaisedException, ProcessExitedException; before torch 1.8 a bare Exception(msg) whose
@@ -317,7 +317,8 @@ class PythonException:
     @property
     def is_cascade(self) -> bool:
         return (self.short_type in CASCADE_TYPES or self.message.lstrip().startswith(CASCADE_MESSAGES)
-                or CHILD_SIGNAL_REPORT.match(self.message.strip()) is not None or bool(self.launcher) and self.short_type in LAUNCHER_CASCADE_TYPES or self.spawn_join)
+                or self.short_type == "RuntimeError" and CHILD_SIGNAL_REPORT.match(self.message.strip()) is not None
+                or bool(self.launcher) and self.short_type in LAUNCHER_CASCADE_TYPES or self.spawn_join)
 
     def fields(self) -> dict[str, str]:
         fields = {
