@@ -852,8 +852,9 @@ def test_activation_checkpointings_mismatch_is_its_own_error_with_the_sharding_a
     "2023/10/26 12:12:20 ",  # Go's log package (a collector's), ts "%Y/%m/%d %T"
     "[2024-05-01 10:00:00] ",
     "2023-11-21 00:57:56.933 [ERROR] ",  # stderr sent through a logger: every line gets its head
-    "2024-05-01 10:00:00.123 | ERROR    | ",  # loguru's
+    "2024-05-01 10:00:00.123 | ERROR    | __main__:write:12 - ",  # loguru's default format
     "2024-05-01 10:00:00,123 - ERROR - ",  # logging's "%(asctime)s - %(levelname)s - %(message)s"
+    "2024-05-01 10:00:00,123 - stderr - ERROR - ",  # ... "%(asctime)s - %(name)s - %(levelname)s - ..."
 ])
 def test_a_traceback_a_log_collector_timed_line_by_line_is_still_one_traceback(tmp_path: Path, lead: str) -> None:
     """A time (and a logger's level) before every line, the frames' indentation after it."""
@@ -1466,6 +1467,9 @@ def test_pytorch_s_test_runner_reporting_its_test_process_s_signal_is_no_root_ca
         "RuntimeError: distributed/test_c10d 1/2 failed! Received signal: SIGIOT\n"
     ))
     assert root is not None and (root["category"], root["rule"]) == ("nccl_error", "nccl-error")
+    report = diagnosed(tmp_path, (tmp_path / "job.log").read_text())
+    runner = next(f for f in report["findings"] if f["rule"] == "python-exception")
+    assert (runner["fields"]["exc_type"], runner["role"]) == ("RuntimeError", "cascade")
 
 
 @pytest.mark.parametrize(("text", "frame"), [
@@ -1489,3 +1493,20 @@ def test_a_notebook_s_traceback_is_read_with_its_frames(tmp_path: Path, text: st
     root = diagnosed_root(tmp_path, text)
     assert root is not None and (root["category"], root["confidence"]) == ("python_exception", "likely")
     assert (root["fields"]["frame_file"], root["fields"]["frame_line"], root["fields"]["frame_func"]) == frame
+
+
+def test_torch_xla_s_spawn_report_gives_way_to_the_traceback_it_prints(tmp_path: Path) -> None:
+    """xla_multiprocessing prints 'Exception in device=TPU:n: <message>' and then the traceback: the
+    traceback names the type and the user's frame; the report alone still names the failure."""
+    report = "Exception in device=TPU:3: 'Model' object has no attribute 'forward_step'\n"
+    traceback = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 61, in _mp_fn\n'
+        "    out = model.forward_step(x)\n"
+        "AttributeError: 'Model' object has no attribute 'forward_step'\n"
+    )
+    root = diagnosed_root(tmp_path, report + traceback)
+    assert root is not None and (root["rule"], root["fields"]["frame_line"]) == ("python-exception", "61")
+    alone = diagnosed_root(tmp_path, report)
+    assert alone is not None and (alone["rule"], alone["category"], alone["confidence"]) == \
+        ("xla-spawn-exception", "python_exception", "weak")
