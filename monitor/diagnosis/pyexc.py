@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import regex
 
-from monitor.diagnosis.records import CHAIN_LINES, ORIGINAL_TRACEBACK, TF_SEE_ABOVE, is_traceback_header
+from monitor.diagnosis.records import (CHAIN_LINES, NOTEBOOK_ARROW, NOTEBOOK_FRAME, ORIGINAL_TRACEBACK, TF_SEE_ABOVE,
+                                        is_traceback_header)
 
 RULE_ID = "python-exception"
 CATEGORY = "python_exception"
@@ -20,13 +21,6 @@ _FRAME = regex.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (
 # rich's frame, inside its panel's border: "│ /home/u/train.py:88 in main      │" (rich/traceback.py,
 # Traceback._render_stack: filename, ":", lineno, " in ", name).
 _RICH_FRAME = regex.compile(r"^│ (?P<file>[^\s│:][^│]*?):(?P<line>\d+) in (?P<func>[^\s│]+)\s*│?\s*$")
-# IPython's frames (records.NOTEBOOK_FRAME): "File /path.py:41, in f(args)", "Cell In[3], line 5",
-# "<ipython-input-3-...> in <module>()" and "/path.py in f(args)" (IPython 7: the line is the arrow's).
-_NOTEBOOK_FRAME = regex.compile(
-    r"^(?:File (?P<file>\S.*?):(?P<line>\d+), in (?P<func>[^\s(]+)|(?P<file>Cell In\[\d+\]), line (?P<line>\d+)"
-    r"|(?P<file><ipython-input-[^>\s]+>|\S+\.py) in (?P<func>[^\s(]+))")
-# IPython's arrow at the source line that ran ("---> 41     out = model(x)"; "----> 2 ..." in 7.x).
-_NOTEBOOK_ARROW = regex.compile(r"^-+> ?(?P<line>\d+) ")
 # TensorFlow 1.x's op errors put " (see above for traceback)" between the type and its message
 # (records.TF_OP_ERROR).
 _EXCEPTION = regex.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?:" + TF_SEE_ABOVE + r")?(?::\s?(?P<message>.*))?$")
@@ -372,7 +366,7 @@ def _user_frame(items: list, files: list[str], default):
 def _frame(body: str) -> regex.Match | None:
     """A frame's line, as Python, rich or IPython prints it (groups file, line, func; IPython 7's
     without a line)."""
-    return _FRAME.match(body) or (_RICH_FRAME.match(body) if body.startswith("│") else _NOTEBOOK_FRAME.match(body))
+    return _FRAME.match(body) or (_RICH_FRAME.match(body) if body.startswith("│") else NOTEBOOK_FRAME.match(body))
 
 
 def _shifted_exception(stripped: str) -> bool:
@@ -432,7 +426,7 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
                 continue
             if not stripped:
                 continue
-            if frames and not frames[-1][1] and (arrow := _NOTEBOOK_ARROW.match(stripped)):
+            if frames and not frames[-1][1] and (arrow := NOTEBOOK_ARROW.match(stripped)):
                 frames[-1] = (frames[-1][0], arrow["line"], frames[-1][2])
                 continue
             if body[:1] in (" ", "\t") and (

@@ -92,7 +92,11 @@ RICH_BORDER = ("│", "╭", "╰")
 # /path.py:41, in f(...)" (IPython 8), "<ipython-input-3-...> in <module>" or "/path.py in f(...)"
 # (7), its numbered source lines with "---> 41" at the one that ran; a blank line before the
 # exception line.
-NOTEBOOK_FRAME = regex.compile(r"^(?:Cell In\[\d+\], line \d+|File \S.*?:\d+, in \S|<ipython-input-[^>\s]+> in \S|\S+\.py in \S|-+> ?\d+ )")
+NOTEBOOK_FRAME = regex.compile(
+    r"^(?:File (?P<file>\S.*?):(?P<line>\d+), in (?P<func>[^\s(]+)|(?P<file>Cell In\[\d+\]), line (?P<line>\d+)"
+    r"|(?P<file><ipython-input-[^>\s]+>|\S+\.py) in (?P<func>[^\s(]+))")
+# IPython's arrow at the source line that ran ("---> 41     out = model(x)"; "----> 2 ..." in 7.x).
+NOTEBOOK_ARROW = regex.compile(r"^-+> ?(?P<line>\d+) ")
 _NOTEBOOK_HEADER = regex.compile(r"^[A-Za-z_][\w.]*\s+Traceback \(most recent call last\)\s*$")
 # An exception's last line, as a notebook traceback ends: a dotted name, then its message or nothing.
 _NOTEBOOK_EXCEPTION = regex.compile(r"^[A-Za-z_][\w.]*(?::|$)")
@@ -229,7 +233,7 @@ def _continues_traceback(record: Record, body: str) -> bool:
     if state == "frames":
         if body[:1] in (" ", "\t") or stripped.startswith(RICH_BORDER) or is_traceback_header(stripped):
             return True
-        if NOTEBOOK_FRAME.match(stripped):
+        if NOTEBOOK_FRAME.match(stripped) or NOTEBOOK_ARROW.match(stripped):
             record.notebook = True
             return True
         if not stripped:
