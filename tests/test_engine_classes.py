@@ -1486,6 +1486,16 @@ def test_pytorch_s_test_runner_reporting_its_test_process_s_signal_is_no_root_ca
      "<ipython-input-5-7a1d> in step(batch)\n      3 def step(batch):\n----> 4     x = batch['pixel_values']\n\n"
      "KeyError: 'pixel_values'\n",
      ("<ipython-input-5-7a1d>", "4", "step")),
+    # IPython 8.0-8.5: "Input In [n], in <cell line: n>()" and "Input In [n], in f(args)".
+    ("-" * 75 + "\n" + "KeyError".ljust(42) + "Traceback (most recent call last)\n"
+     "Input In [1], in <cell line: 2>()\n      1 d = {}\n----> 2 step(d)\n\n"
+     "Input In [0], in step(batch)\n----> 4     x = batch['pixel_values']\n\nKeyError: 'pixel_values'\n",
+     ("Input In [0]", "4", "step")),
+    # IPython 8, an import's module-level frame: "File path:line" with no ", in".
+    ("-" * 75 + "\n" + "ImportError".ljust(42) + "Traceback (most recent call last)\n"
+     "Cell In[1], line 1\n----> 1 import mypkg\n\nFile ~/mypkg/__init__.py:3\n----> 3 from .core import thing\n\n"
+     "ImportError: cannot import name 'thing' from 'mypkg.core'\n",
+     ("~/mypkg/__init__.py", "3", "")),
 ])
 def test_a_notebook_s_traceback_is_read_with_its_frames(tmp_path: Path, text: str, frame: tuple) -> None:
     """IPython's traceback (ultratb): unindented frames, blank lines between them and before the
@@ -1510,3 +1520,14 @@ def test_torch_xla_s_spawn_report_gives_way_to_the_traceback_it_prints(tmp_path:
     alone = diagnosed_root(tmp_path, report)
     assert alone is not None and (alone["rule"], alone["category"], alone["confidence"]) == \
         ("xla-spawn-exception", "python_exception", "weak")
+
+
+def test_a_cut_notebook_traceback_does_not_take_later_output_for_its_exception(tmp_path: Path) -> None:
+    """A notebook traceback's exception line is the type its header named; output after its blank
+    lines ("Epoch: 3 ...") is not that exception."""
+    result = diagnosed(tmp_path, (
+        "-" * 75 + "\n" + "ValueError".ljust(42) + "Traceback (most recent call last)\n"
+        "Cell In[3], line 5\n----> 5 train(model)\n\n\n\nEpoch: 3 loss 0.52\n"
+    ))
+    assert all(f["fields"].get("exc_type") != "Epoch" for f in result["findings"])
+    assert result["root_cause"] is not None and result["root_cause"]["rule"] == "python-exception-cut"

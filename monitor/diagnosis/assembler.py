@@ -196,7 +196,6 @@ def _glued_traceback(body: str) -> int | None:
     """Where a traceback header starts in ``body`` when other text comes before it, else None.
     torch's "Original Traceback" (a DataLoader worker's, re-raised) is one line, not two."""
     at = body.find(records.TRACEBACK_HEADER)
-    if at <= 0 or not body[:at].strip() or body.lstrip().startswith(records.ORIGINAL_TRACEBACK) or \
-            records.is_traceback_header(body.lstrip()):
+    if at <= 0 or not body[:at].strip() or body.lstrip().startswith(records.ORIGINAL_TRACEBACK):
         return None
     return at

@@ -92,14 +92,18 @@ RICH_BORDER = ("│", "╭", "╰")
 # /path.py:41, in f(...)" (IPython 8), "<ipython-input-3-...> in <module>" or "/path.py in f(...)"
 # (7), its numbered source lines with "---> 41" at the one that ran; a blank line before the
 # exception line.
+# IPython 8.0-8.5 wrote a cell's frame "Input In [1], in <cell line: 2>()"; a module's frame in 8 has
+# no ", in" ("File ~/pkg/__init__.py:3"); 7 names Cython's .pyx/.pxi frames too.
 NOTEBOOK_FRAME = regex.compile(
-    r"^(?:File (?P<file>\S.*?):(?P<line>\d+), in (?P<func>[^\s(]+)|(?P<file>Cell In\[\d+\]), line (?P<line>\d+)"
-    r"|(?P<file><ipython-input-[^>\s]+>|\S+\.py) in (?P<func>[^\s(]+))")
+    r"^(?:File (?P<file>\S.*?):(?P<line>\d+)(?:, in (?P<func>[^\s(]+)|\s*$)"
+    r"|(?P<file>Cell In\[\d+\]), line (?P<line>\d+)(?:, in (?P<func>[^\s(]+))?"
+    r"|(?P<file>Input In \[\d+\]), in (?:<cell line: (?P<line>\d+)>|(?P<func>[^\s(]+))"
+    r"|(?P<file><ipython-input-[^>\s]+>|(?>\S+)(?<=\.py|\.pyx|\.pxi)) in (?P<func><cell line: \d+>|[^\s(]+))")
 # IPython's arrow at the source line that ran ("---> 41     out = model(x)"; "----> 2 ..." in 7.x).
 NOTEBOOK_ARROW = regex.compile(r"^-+> ?(?P<line>\d+) ")
-_NOTEBOOK_HEADER = regex.compile(r"^[A-Za-z_][\w.]*\s+Traceback \(most recent call last\)\s*$")
-# An exception's last line, as a notebook traceback ends: a dotted name, then its message or nothing.
-_NOTEBOOK_EXCEPTION = regex.compile(r"^[A-Za-z_][\w.]*(?::|$)")
+_NOTEBOOK_HEADER = regex.compile(r"^(?P<type>[A-Za-z_][\w.]*)\s+Traceback \(most recent call last\)\s*$")
+# Blank lines a notebook traceback puts in a row (between frames, before the exception line).
+_NOTEBOOK_BLANKS = 2
 _CPP_START = regex.compile(r"^(?:terminate called after throwing an instance of|Exception raised from .* \(most recent call first\):)")
 _CPP_CONT = regex.compile(r"^(?:\s*what\(\):|\s*frame #\d+:|\s*<omitting python frames>|Exception raised from )")
 _RULER = regex.compile(r"^\s*={10,}\s*$")
@@ -144,8 +148,11 @@ class Record:
     followed_by: str = ""
     # The library's line that said it handled what this traceback shows (HANDLED_INTROS), if any.
     handled_by: str = ""
-    # A notebook's traceback (NOTEBOOK_FRAME): its frames are unindented, blank lines between them.
-    notebook: bool = False
+    # A notebook's traceback: the exception type its IPython header names ("" for any other
+    # traceback), whose frames are unindented with blank lines between them; and the blank lines
+    # seen in a row.
+    notebook_type: str = ""
+    notebook_blanks: int = 0
 
     @property
     def last_line(self) -> int:
@@ -184,6 +191,8 @@ def start(kind: str, line: LogLine, body: str, rank: int | None, arrival: int = 
     record = Record(kind, [line], [body], rank, arrival=arrival)
     if kind == "summary":
         record.state = "summary"
+    elif (notebook := _NOTEBOOK_HEADER.match(body.strip())) is not None:
+        record.notebook_type = notebook["type"]
     return record
 
 
@@ -233,11 +242,11 @@ def _continues_traceback(record: Record, body: str) -> bool:
     if state == "frames":
         if body[:1] in (" ", "\t") or stripped.startswith(RICH_BORDER) or is_traceback_header(stripped):
             return True
-        if NOTEBOOK_FRAME.match(stripped) or NOTEBOOK_ARROW.match(stripped):
-            record.notebook = True
+        if record.notebook_type and (NOTEBOOK_FRAME.match(stripped) or NOTEBOOK_ARROW.match(stripped)):
             return True
         if not stripped:
             record.state = "frames_blank"  # TensorFlow's op error may follow (TF_OP_ERROR)
+            record.notebook_blanks = 1
             return True
         if MESSAGE_START.match(body):
             return False
@@ -264,14 +273,15 @@ def _continues_traceback(record: Record, body: str) -> bool:
         record.message_lines += 1
         return True
     if state == "frames_blank":
-        if record.notebook and NOTEBOOK_FRAME.match(stripped):
+        if record.notebook_type and (NOTEBOOK_FRAME.match(stripped) or NOTEBOOK_ARROW.match(stripped)):
             record.state = "frames"
             return True
-        if TF_OP_ERROR.match(stripped) or record.notebook and _NOTEBOOK_EXCEPTION.match(stripped):
+        if TF_OP_ERROR.match(stripped) or record.notebook_type and _is_notebook_exception(record, stripped):
             record.state = "message"
             record.message_lines = 0
             return True
-        if record.notebook and not stripped:
+        if record.notebook_type and not stripped and record.notebook_blanks < _NOTEBOOK_BLANKS:
+            record.notebook_blanks += 1
             return True
         return False
     if state == "blank":
@@ -287,6 +297,12 @@ def _continues_traceback(record: Record, body: str) -> bool:
             return True
         return False
     return False
+
+
+def _is_notebook_exception(record: Record, stripped: str) -> bool:
+    """Whether ``stripped`` is the exception line of the notebook traceback ``record``: the type
+    its header named, with or without its module."""
+    return regex.match(r"(?:[\w.]+\.)?" + regex.escape(record.notebook_type) + r"(?::|$)", stripped) is not None
 
 
 def is_ignored(record: Record) -> bool:

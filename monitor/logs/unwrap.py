@@ -51,8 +51,9 @@ _OWN_START = re.compile(
 )
 _PROGRESS_END = re.compile(r"(?:it/s|s/it|B/s|\?it/s)[^\]]*\]$")
 # Lines complete at any width: a ruler (one character repeated), and a traceback's header line
-# (IPython pads "<Type>   Traceback (most recent call last)" to its 75 columns under a ruler as wide).
-_COMPLETE = re.compile(r"(.)\1*$|.*Traceback \(most recent call last\):?$")
+# (IPython pads "<Type>   Traceback (most recent call last)", no colon, to its 75 columns under a
+# ruler as wide; Python's own header ends in its colon, so a wrap cut before the colon still joins).
+_COMPLETE = re.compile(r"(.)\1*$|.*Traceback \(most recent call last\):$|[A-Za-z_][\w.]*\s+Traceback \(most recent call last\)$")
 _DIGITS = re.compile(r"\d+")
 
 
