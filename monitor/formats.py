@@ -78,6 +78,10 @@ RANK_TAG = regex.compile("|".join(f"(?:{e['pattern']})" for e in TABLE["rank_tag
 TIMESTAMPS = tuple(Timestamp(e["name"], regex.compile(e["pattern"]), e.get("anchored", False)) for e in TABLE["timestamp"])
 LEVELS = tuple((e["name"], regex.compile(e["pattern"])) for e in TABLE["level"])
 MESSAGE_START = regex.compile("^(?:" + "|".join(f"(?:{e['pattern']})" for e in TABLE["message_start"]) + ")")
+# IPython's traceback header (IPython/core/ultratb.py): the exception's type, then "Traceback (most
+# recent call last)" padded to its 75 columns, no colon. The records read it (diagnosis/records.py),
+# and the unwrapper must not take the padded line for a terminal's cut (logs/unwrap.py).
+NOTEBOOK_HEADER = r"(?P<type>[A-Za-z_][\w.]*)\s+Traceback \(most recent call last\)"
 
 
 def progress_patterns() -> dict[str, regex.Pattern]:

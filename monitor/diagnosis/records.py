@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import regex
 
-from monitor.formats import MESSAGE_START
+from monitor.formats import MESSAGE_START, NOTEBOOK_HEADER
 from monitor.model import LogLine
 
 # Literal text of every starter line, for the prefilter: a line without any cannot start a record.
@@ -101,7 +101,8 @@ NOTEBOOK_FRAME = regex.compile(
     r"|(?P<file><ipython-input-[^>\s]+>|(?>\S+)(?<=\.py|\.pyx|\.pxi)) in (?P<func><cell line: \d+>|[^\s(]+))")
 # IPython's arrow at the source line that ran ("---> 41     out = model(x)"; "----> 2 ..." in 7.x).
 NOTEBOOK_ARROW = regex.compile(r"^-+> ?(?P<line>\d+) ")
-_NOTEBOOK_HEADER = regex.compile(r"^(?P<type>[A-Za-z_][\w.]*)\s+Traceback \(most recent call last\)\s*$")
+_NOTEBOOK_HEADER = regex.compile(rf"^{NOTEBOOK_HEADER}\s*$")
+_DOTTED_NAME = regex.compile(r"[A-Za-z_][\w.]*")
 # Blank lines a notebook traceback puts in a row (between frames, before the exception line).
 _NOTEBOOK_BLANKS = 2
 _CPP_START = regex.compile(r"^(?:terminate called after throwing an instance of|Exception raised from .* \(most recent call first\):)")
@@ -302,7 +303,9 @@ def _continues_traceback(record: Record, body: str) -> bool:
 def _is_notebook_exception(record: Record, stripped: str) -> bool:
     """Whether ``stripped`` is the exception line of the notebook traceback ``record``: the type
     its header named, with or without its module."""
-    return regex.match(r"(?:[\w.]+\.)?" + regex.escape(record.notebook_type) + r"(?::|$)", stripped) is not None
+    name = stripped.split(":", 1)[0]
+    return (name == record.notebook_type or name.endswith("." + record.notebook_type)) and \
+        _DOTTED_NAME.fullmatch(name) is not None
 
 
 def is_ignored(record: Record) -> bool:

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from monitor.formats import LEAD_ALTERNATION, PREFIX_ALTERNATION
+from monitor.formats import LEAD_ALTERNATION, NOTEBOOK_HEADER, PREFIX_ALTERNATION
 from monitor.model import LogLine
 
 # Terminals are never narrower; a file whose longest line is shorter is wrapped nowhere that matters.
@@ -51,9 +51,9 @@ _OWN_START = re.compile(
 )
 _PROGRESS_END = re.compile(r"(?:it/s|s/it|B/s|\?it/s)[^\]]*\]$")
 # Lines complete at any width: a ruler (one character repeated), and a traceback's header line
-# (IPython pads "<Type>   Traceback (most recent call last)", no colon, to its 75 columns under a
-# ruler as wide; Python's own header ends in its colon, so a wrap cut before the colon still joins).
-_COMPLETE = re.compile(r"(.)\1*$|.*Traceback \(most recent call last\):$|[A-Za-z_][\w.]*\s+Traceback \(most recent call last\)$")
+# (IPython pads its header to 75 columns under a ruler as wide; Python's own header ends in its
+# colon, so a wrap cut before the colon still joins).
+_COMPLETE = re.compile(rf"(.)\1*$|.*Traceback \(most recent call last\):$|{NOTEBOOK_HEADER}$")
 _DIGITS = re.compile(r"\d+")
 
 
