@@ -191,3 +191,64 @@ def test_wandbs_login_menu_answered_is_a_warning(tmp_path, catalogue):
     diagnosis = diagnose_paths([str(log)], catalogue)
     assert diagnosis.root_cause is None and not diagnosis.failed
     assert [f.severity for f in diagnosis.findings if f.rule == "wandb-login-prompt"] == ["warning"]
+
+
+def test_a_log_that_ends_on_lightnings_banner_and_its_ruler_hung_in_the_first_collective(tmp_path, catalogue):
+    """The banner is closed by a ruler of 100 dashes (_init_dist_connection): a line with no letter
+    or digit is passed over when the log's last line is looked for."""
+    log = tmp_path / "job.log"
+    log.write_text(LIGHTNING_RANK0.split("Epoch 0")[0] + "\n```\n")
+    root = diagnose_paths([str(log)], catalogue).root_cause
+    assert root is not None and (root.rule, root.category, root.confidence) == ("lightning-processes-registered", "hang", "weak")
+    assert "NCCL_DEBUG=INFO" in root.remedy and root.fields["world_size"] == "2"
+    (tmp_path / "job.log").write_text(LIGHTNING_RANK0)  # the job went on past it
+    assert diagnose_paths([str(log)], catalogue).root_cause is None
+
+
+def test_rulers_alone_are_no_wait(tmp_path, catalogue):
+    log = tmp_path / "job.log"
+    log.write_text(LIGHTNING_RANK0 + "-" * 100 + "\n" + "=" * 40 + "\n")
+    assert diagnose_paths([str(log)], catalogue).root_cause is None
+
+
+# torch's _store_based_barrier (torch 1.9-2.0): logger.info("Added key: {} to store for rank: {}").
+BARRIER = "INFO:torch.distributed.distributed_c10d:Added key: store_based_barrier_key:1 to store for rank: {rank}\n"
+COMPLETED = "INFO:torch.distributed.distributed_c10d:Rank {rank}: Completed store-based barrier for key:store_based_barrier_key:1 with 4 nodes.\n"
+
+
+def test_a_log_that_ends_in_the_store_barrier_hung_there_and_one_that_completed_did_not(tmp_path, catalogue):
+    log = tmp_path / "job.log"
+    log.write_text("".join(BARRIER.format(rank=r) for r in (0, 2, 3)))
+    root = diagnose_paths([str(log)], catalogue).root_cause
+    assert root is not None and (root.rule, root.category, root.confidence) == ("store-barrier-joined", "hang", "weak")
+    assert root.rank is None and "to store for rank: n" in root.remedy  # the rank that joined is not the one missing
+    log.write_text("".join(BARRIER.format(rank=r) + COMPLETED.format(rank=r) for r in range(4)))
+    assert diagnose_paths([str(log)], catalogue).root_cause is None
+
+
+def test_a_log_that_ends_where_torch_builds_an_extension_waits_on_its_lock(tmp_path, catalogue):
+    log = tmp_path / "job.log"
+    log.write_text("[2024-10-14 14:31:35,657] [INFO] [engine.py:88:__init__] Creating DeepSpeed engine\n"
+                   + "Using /home/u/.cache/torch_extensions/py310_cu118 as PyTorch extensions root...\n" * 3)
+    root = diagnose_paths([str(log)], catalogue).root_cause
+    assert root is not None and (root.rule, root.confidence) == ("torch-extension-lock-wait", "weak")
+    assert root.fields["root"] == "/home/u/.cache/torch_extensions/py310_cu118" and "TORCH_EXTENSIONS_DIR" in root.remedy
+    log.write_text(log.read_text() + "Emitting ninja build file /home/u/.cache/torch_extensions/py310_cu118/cpu_adam/build.ninja...\n"
+                   "Building extension module cpu_adam...\nLoading extension module cpu_adam...\n")
+    assert diagnose_paths([str(log)], catalogue).root_cause is None
+
+
+def test_an_xla_process_that_never_reached_its_mesh_master(tmp_path, catalogue):
+    wait = ("2020-06-15 10:45:21.337106: I    3221 tensorflow/compiler/xla/xla_client/mesh_service.cc:208] Waiting "
+            "to connect to client mesh master (300 seconds) 10.164.0.77:8477\n")
+    log = tmp_path / "job.log"
+    log.write_text("`" + wait + "`\n")  # a paste's inline code marks around it
+    root = diagnose_paths([str(log)], catalogue).root_cause
+    assert root is not None and (root.rule, root.category) == ("xla-mesh-master-wait", "hang")
+    assert root.fields["address"] == "10.164.0.77:8477" and "XRT_MESH_CONNECT_WAIT" in root.remedy
+    log.write_text(wait + "RuntimeError: tensorflow/compiler/xla/xla_client/mesh_service.cc:329 : Check failed: "
+                   "impl_->channel->WaitForConnected( std::chrono::system_clock::now() + "
+                   "std::chrono::seconds(connect_wait_seconds)) == true (0 vs. 1)Failed to connect to client mesh "
+                   "master: 10.164.0.77:8477\n")
+    root = diagnose_paths([str(log)], catalogue).root_cause
+    assert (root.rule, root.category, root.severity) == ("xla-mesh-master-unreachable", "rendezvous_timeout", "error")

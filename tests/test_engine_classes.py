@@ -1531,3 +1531,41 @@ def test_a_cut_notebook_traceback_does_not_take_later_output_for_its_exception(t
     ))
     assert all(f["fields"].get("exc_type") != "Epoch" for f in result["findings"])
     assert result["root_cause"] is not None and result["root_cause"]["rule"] == "python-exception-cut"
+
+
+@pytest.mark.parametrize("dump", [
+    # gdb's "thread apply all bt": a thread header, then frames (here a busy MPI progress loop, no wait call).
+    ("Thread 2 (Thread 0x7fe9be0b1700 (LWP 442)):\n"
+     "#0  0x00007fe934790bce in mca_btl_smcuda_component_progress ()\n"
+     "   from /usr/local/openmpi/lib/openmpi/mca_btl_smcuda.so\n"
+     "#1  0x00007fe93edd3dac in opal_progress ()\n"),
+    # py-spy dump before 0.3: "Thread {:#X} ({})", frames as "\t {} ({}:{})".
+    "Thread 0x7F4AA2ED8700 (active)\n\t recv (redis/_compat.py:79)\n\t readline (redis/connection.py:216)\n",
+    # glog's failure signal handler: the program counter in poll when SIGTERM came.
+    ("*** Aborted at 1510470426 (unix time) try \"date -d @1510470426\" if you are using GNU date ***\n"
+     "PC: @     0x7f3cb215f70d __poll\n"
+     "*** SIGTERM (@0x3f400004fc2) received by PID 20421 (TID 0x7f3cb2844700) from PID 20418; stack trace: ***\n"
+     "    @     0x7f3c91f2bf65 ompi_request_default_wait_all\n"),
+])
+def test_stack_dumps_of_a_stuck_process_in_other_tools_words(tmp_path: Path, dump: str) -> None:
+    root = diagnosed(tmp_path, dump)["root_cause"]
+    assert (root["rule"], root["category"], root["confidence"]) == ("stack-dump", "hang", "weak")
+
+
+@pytest.mark.parametrize("text, rule, category", [
+    # faulthandler after a fatal signal: its thread headers are those of a dump, but the process crashed.
+    ("Fatal Python error: Segmentation fault\n\nThread 0x00007f5e3a7fc700 (most recent call first):\n"
+     '  File "/usr/lib/python3.8/threading.py", line 302 in wait\n\n'
+     "Current thread 0x00007f5e5a1d1740 (most recent call first):\n"
+     '  File "/home/u/model.py", line 12 in forward\n  File "/home/u/train.py", line 40 in <module>\n'
+     "Segmentation fault (core dumped)\n", "native-crash", "launcher"),
+    ("epoch 1 step 40\ntrain.sh: line 12: 48213 Illegal instruction     (core dumped) python train.py\n",
+     "native-crash", "launcher"),
+    # SIGBUS in a training job is shared memory running out, not a crash of the code.
+    ("2019-04-16 11:58:14  Creating workers...\nBus error (core dumped)\n", "sigbus", "shm_exhausted"),
+])
+def test_a_process_dead_of_a_signal_in_native_code(tmp_path: Path, text: str, rule: str, category: str) -> None:
+    root = diagnosed(tmp_path, text)["root_cause"]
+    assert (root["rule"], root["category"]) == (rule, category)
+    if rule == "native-crash":
+        assert "PYTHONFAULTHANDLER=1" in root["remedy"]

@@ -11,6 +11,7 @@ screen, ``watch --headless``, the Prometheus root-cause series, ``run``'s end re
 from __future__ import annotations
 
 import math
+from itertools import islice
 from dataclasses import replace
 
 import regex
@@ -33,6 +34,10 @@ WAIT_FILES = 16
 WAIT_TAIL_BYTES = 64 * 1024
 # Where the last value of a metric that went non-finite is looked for: its file's last this many bytes.
 METRIC_TAIL_BYTES = 64 * 1024
+# A line with no letter or digit in it, and how many of them a log's end may have after its wait
+# (Lightning closes its start-up banner with a ruler; a paste may end in a Markdown fence).
+_DECORATION = regex.compile(r"[^\p{L}\p{N}]*")
+DECORATION_LINES = 3
 
 
 def conclude(diagnosis: Diagnosis, catalogue, against: Against | None = None, *, finished: bool = False,
@@ -159,9 +164,11 @@ def ended_waiting(diagnosis: Diagnosis, catalogue) -> Diagnosis:
 
 def _ends_in(path: str, rule) -> bool:
     """Whether ``path``'s last line is ``rule``'s wait; or its line before, where the last is the
-    indented source line Python's warnings print after a warning ("  warnings.warn(")."""
+    indented source line Python's warnings print after a warning ("  warnings.warn("). Lines with
+    no letter or digit (a banner's closing ruler, a paste's closing fence) say nothing a process
+    did, and are passed over."""
     lines, _ = tail_lines(path, WAIT_TAIL_BYTES)
-    last = next(lines, None)
+    last = next((line for line in islice(lines, DECORATION_LINES + 1) if not _DECORATION.fullmatch(line.text)), None)
     if last is None:
         return False
     if any(pattern.search(last.text) for pattern in rule.patterns):
