@@ -1569,3 +1569,21 @@ def test_a_process_dead_of_a_signal_in_native_code(tmp_path: Path, text: str, ru
     assert (root["rule"], root["category"]) == (rule, category)
     if rule == "native-crash":
         assert "PYTHONFAULTHANDLER=1" in root["remedy"]
+
+
+@pytest.mark.parametrize("how, rank", [("terminated with exit code 1", 1), ("terminated with signal SIGSEGV", 2)])
+def test_mp_spawns_report_of_a_child_that_died_without_a_traceback_is_the_launchers(
+        tmp_path: Path, how: str, rank: int) -> None:
+    """torch.multiprocessing.spawn's ProcessContext.join: "process %d terminated with exit code %d"
+    (or "with signal %s"): a launcher's report naming the process index, not the user's exception."""
+    root = diagnosed(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "main.py", line 50, in <module>\n'
+        "    mp.spawn(train, nprocs=4)\n"
+        '  File "/usr/lib/python3.10/site-packages/torch/multiprocessing/spawn.py", line 170, in join\n'
+        "    raise ProcessExitedException(\n"
+        f"torch.multiprocessing.spawn.ProcessExitedException: process {rank} {how}\n"
+    ))["root_cause"]
+    assert (root["rule"], root["category"], root["rank"], root["confidence"]) == (
+        "mp-spawn-process-exited", "launcher", rank, "weak")
+    assert ("PYTHONFAULTHANDLER=1" in root["remedy"]) == ("SIGSEGV" in how)
