@@ -1587,3 +1587,47 @@ def test_mp_spawns_report_of_a_child_that_died_without_a_traceback_is_the_launch
     assert (root["rule"], root["category"], root["rank"], root["confidence"]) == (
         "mp-spawn-process-exited", "launcher", rank, "weak")
     assert ("PYTHONFAULTHANDLER=1" in root["remedy"]) == ("SIGSEGV" in how)
+
+
+# torchelastic's ChildFailedError.format_msg: a border, "{name} FAILED", a section line, "Failures:",
+# the others, a section line, "Root Cause (first observed failure):" and its entry, a border.
+SUMMARY_AFTER_HEAD = (
+    "------------------------------------------------------------\n"
+    "Failures:\n"
+    "  <NO_OTHER_FAILURES>\n"
+    "------------------------------------------------------------\n"
+    "Root Cause (first observed failure):\n"
+    "[0]:\n"
+    "  time      : 2025-02-21_20:07:38\n"
+    "  host      : node1\n"
+    "  rank      : 3 (local_rank: 3)\n"
+    "  exitcode  : 1 (pid: 14661)\n"
+    "  error_file: <N/A>\n"
+    "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+    "============================================================\n"
+)
+
+
+@pytest.mark.parametrize("head", [
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+    "============================================================\ntrain.py FAILED\n",
+    "============================================================\ntrain.py FAILED\n",
+    "lib/python3.10/site-packages/llamafactory/launcher.py FAILED\n",  # a paste cut inside the path
+    "",
+])
+def test_torchruns_summary_names_its_root_cause_rank_however_much_of_its_head_a_paste_kept(
+        tmp_path: Path, head: str) -> None:
+    root = diagnosed(tmp_path, head + SUMMARY_AFTER_HEAD)["root_cause"]
+    assert (root["rule"], root["rank"], root["rank_source"], root["fields"]["pid"]) == (
+        "torchrun-child-failed", 3, "summary", "14661")
+
+
+def test_a_speech_trainer_that_skips_a_nan_batch_and_goes_on_still_diverged(tmp_path: Path) -> None:
+    """deepspeech.pytorch's check_loss: 'WARNING: received a nan loss, setting loss value to 0',
+    "Skipping grad update", and the run goes on with finite losses: no recovery for this one."""
+    steps = "".join(f"Epoch: [1][{n}/6051]   Time 1.781 (1.857)      Data 0.005 (0.005)      Loss 42.{n} (73.39)\n"
+                    for n in range(4686, 4692))
+    root = diagnosed(tmp_path, steps + "WARNING: received a nan loss, setting loss value to 0\nSkipping grad update\n"
+                     + steps)["root_cause"]
+    assert (root["rule"], root["category"], root["confidence"]) == ("nan-loss-batch-skipped", "nan_loss", "likely")
+    assert "--max-norm" in root["remedy"]

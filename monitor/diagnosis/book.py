@@ -170,12 +170,14 @@ class FindingBook:
             changes["ranks"] = sorted([*finding.ranks, rank])
         entry.occurrences.append(Occurrence(rank, dict(fields)))
         entry.streams.append(_process_of(match))
-        if finding.rank is None and rank is not None and entry.first_text == record.bodies[positions[0]]:
+        if finding.rank is None and rank is not None and (
+                entry.first_text == record.bodies[positions[0]] or match.rank_source == "summary"):
             # The first occurrence named no rank and this is the same message with one (a
-            # traceback printed bare and again through a rank prefix): title and remedy can now.
-            # Another message (a later rank's traceback after a bare "loss inf") tells nothing
-            # of which rank printed the first.
-            changes["rank"], changes["rank_source"] = rank, record_rank_source(record) or "message"
+            # traceback printed bare and again through a rank prefix), or the rank a launcher's
+            # summary names (a paste that lost the summary's head: its title line came alone):
+            # title and remedy can now. Another message (a later rank's traceback after a bare
+            # "loss inf") tells nothing of which rank printed the first.
+            changes["rank"], changes["rank_source"] = rank, match.rank_source or "message"
         # Numbers the finding lacks, from a line that has them (the kernel's OOM report: its
         # first lines name the process, the victim line its memory).
         gained = {name: value for name, value in fields.items() if value and name not in finding.fields}
