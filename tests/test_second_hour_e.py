@@ -19,7 +19,7 @@ from monitor.session.feeds import LogBatch
 from monitor.tui.app import MonitorApp
 from monitor.tui.log_view import LogView
 from tests.clock_helpers import FakeClock
-from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, crash_feed, crash_lines, host_sample, settle
+from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, crash_feed, crash_lines, host_sample, settle, until
 from tests.zone_helpers import in_time_zone
 from tests.tmux_helpers import Terminal
 
@@ -58,9 +58,8 @@ async def test_a_slash_is_text_in_the_find_box_and_stays_in_place_in_a_burst():
         await pilot.press("enter")
         assert view.find_text == "tcp/pair" and "tcp/pair" in app.store.text(view.cursor_index)
         burst(app, "/a/b/c")
-        await pilot.pause(0.2)
+        await until(pilot, lambda: view.line_filter.pattern == "a/b/c", "the burst's filter")
         assert app.query_one("#filter-input").value == "a/b/c"
-        assert view.line_filter.pattern == "a/b/c"
 
 
 # ----- item 5: each finding's detail opens at its top

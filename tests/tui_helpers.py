@@ -147,3 +147,13 @@ async def settle(pilot, app, lines: int, tries: int = 200) -> None:
             await pilot.pause()
             return
     raise AssertionError(f"only {len(app.store)} of {lines} lines arrived")
+
+
+async def until(pilot, done, what: str, tries: int = 250) -> None:
+    """Wait until ``done()`` holds (keys a burst delivered, handled in the app's own time): a
+    fixed pause is too short on a loaded machine."""
+    for _ in range(tries):
+        if done():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError(f"{what} did not happen within {tries * 0.02:.0f} s")
