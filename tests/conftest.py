@@ -75,3 +75,45 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if _shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(module))
 
+
+
+# Most diagnosis tests run `monitor diagnose` through its own entry in the test's process
+# (diagnosis_helpers.diagnose_json): each call loaded the rule files and the learned model again,
+# ~0.7 s of CPU of the ~0.8 s a call costs. Within one process of the suite a file is parsed once
+# for each content it has had (its path and a digest of its bytes): a test that writes or edits a
+# rule file or a model gets it parsed afresh. Rules and models are not changed once loaded.
+_LARGEST_CACHED = 8 << 20
+
+
+def _once_per_content(load):
+    import functools
+    import hashlib
+
+    @functools.lru_cache(maxsize=64)
+    def cached(path: str, digest: bytes, *args):
+        return load(path, *args)
+
+    @functools.wraps(load)
+    def reading(path, *args):
+        try:
+            with open(path, "rb") as stream:
+                content = stream.read(_LARGEST_CACHED + 1)
+        except OSError:
+            return load(path, *args)  # the loader says what is wrong with it
+        if len(content) > _LARGEST_CACHED:
+            return load(path, *args)  # a test of the loader's own bound
+        digest = hashlib.blake2b(content).digest()
+        found = cached(str(path), digest, *args)
+        return list(found) if isinstance(found, list) else found
+
+    return reading
+
+
+def _parse_each_content_once() -> None:
+    from monitor.diagnosis import catalogue, second_opinion
+
+    catalogue.load_file = _once_per_content(catalogue.load_file)
+    second_opinion.load_model = _once_per_content(second_opinion.load_model)
+
+
+_parse_each_content_once()
