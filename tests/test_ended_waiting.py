@@ -252,3 +252,37 @@ def test_an_xla_process_that_never_reached_its_mesh_master(tmp_path, catalogue):
                    "master: 10.164.0.77:8477\n")
     root = diagnose_paths([str(log)], catalogue).root_cause
     assert (root.rule, root.category, root.severity) == ("xla-mesh-master-unreachable", "rendezvous_timeout", "error")
+
+
+# Each library's own line before a wait for the other processes (its format string), and the line
+# a healthy run prints once the wait is over.
+WAITS_AND_WHAT_FOLLOWS = [
+    ("[2024-06-11 00:23:36,254] [INFO] [comm.py:668:init_distributed] Initializing TorchBackend in DeepSpeed "
+     "with backend nccl\n[2024-06-11 00:23:36,296] [INFO] [comm.py:637:init_distributed] cdb=None\n",
+     "deepspeed-joining-process-group", "hang",
+     "[2024-06-11 00:23:40,001] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: version=0.14.0\n"),
+    ("setting number of micro-batches to constant 1\n> initializing torch distributed ...\n",
+     "megatron-joining-process-group", "hang", "> initializing tensor model parallel with size 1\n"),
+    ("I0301 20:48:15.700560 139823437018944 distributed.py:79] Connecting to JAX distributed service on 10.68.5.45:1234\n",
+     "jax-connecting-to-coordinator", "hang", "I0301 20:48:19.122679 139823437018944 main.py:66] JAX process: 0 / 4\n"),
+    ("(autoscaler +9m40s) Warning: The following resource request cannot be scheduled right now: {'CPU': 1.0, "
+     "'GPU': 1.0}. This is likely due to all cluster resources being claimed by actors. Consider creating fewer "
+     "actors or adding more nodes to this Ray cluster.\n",
+     "ray-resources-unschedulable", "hang", "(TaskRunner pid=191435) step:1 - actor/loss:0.31\n"),
+    ("INFO:torch.distributed.elastic.agent.server.api:[default] Rendezvous'ing worker group\n",
+     "elastic-rendezvous-joining", "rendezvous_timeout",
+     "INFO:torch.distributed.elastic.agent.server.api:[default] Rendezvous complete for workers. Result:\n"),
+    ("srun: job 81234 queued and waiting for resources\n", "slurm-job-queued", "slurm_event",
+     "srun: job 81234 has been allocated resources\n"),
+]
+
+
+@pytest.mark.parametrize("wait, rule, category, after", WAITS_AND_WHAT_FOLLOWS)
+def test_a_log_that_ends_waiting_for_the_others_in_each_librarys_words(tmp_path, catalogue, wait, rule, category, after):
+    log = tmp_path / "job.log"
+    log.write_text(wait)
+    root = diagnose_paths([str(log)], catalogue).root_cause
+    assert root is not None and (root.rule, root.category, root.confidence) == (rule, category, "weak")
+    assert root.remedy.startswith("The log ends here, still waiting")
+    log.write_text(wait + after)
+    assert diagnose_paths([str(log)], catalogue).root_cause is None
