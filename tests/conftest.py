@@ -81,11 +81,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # (diagnosis_helpers.diagnose_json): each call loaded the rule files and the learned model again,
 # ~0.7 s of CPU of the ~0.8 s a call costs. Within one process of the suite a file is parsed once
 # for each content it has had (its path and a digest of its bytes): a test that writes or edits a
-# rule file or a model gets it parsed afresh. Rules and models are not changed once loaded.
+# rule file or a model gets it parsed afresh. Each load hands out rules of its own, as they were
+# parsed: a rule compiles its patterns on first use (Rule.patterns), and one test's use must not
+# show in the next test's catalogue. A model is frozen. Modules that imported the loaders by name
+# before this ran keep the uncached ones (slower, not wrong).
 _LARGEST_CACHED = 8 << 20
 
 
-def _once_per_content(load):
+def _once_per_content(load, fresh=lambda parsed: parsed):
     import functools
     import hashlib
 
@@ -102,17 +105,23 @@ def _once_per_content(load):
             return load(path, *args)  # the loader says what is wrong with it
         if len(content) > _LARGEST_CACHED:
             return load(path, *args)  # a test of the loader's own bound
-        digest = hashlib.blake2b(content).digest()
-        found = cached(str(path), digest, *args)
-        return list(found) if isinstance(found, list) else found
+        return fresh(cached(str(path), hashlib.blake2b(content).digest(), *args))
 
     return reading
 
 
 def _parse_each_content_once() -> None:
+    from dataclasses import replace
+
     from monitor.diagnosis import catalogue, second_opinion
 
-    catalogue.load_file = _once_per_content(catalogue.load_file)
+    def parsed_rules(path, *args):
+        # Kept as (rule, its compiled patterns as parsed): the rules kept are never handed out.
+        return tuple((rule, rule.compiled) for rule in load_rules_file(path, *args))
+
+    load_rules_file = catalogue.load_file
+    catalogue.load_file = _once_per_content(
+        parsed_rules, fresh=lambda kept: [replace(rule, compiled=compiled) for rule, compiled in kept])
     second_opinion.load_model = _once_per_content(second_opinion.load_model)
 
 

@@ -245,6 +245,7 @@ def test_the_shipped_patterns_compile_when_first_used_and_a_users_as_they_load(t
     oom = catalogue.by_id["cuda-oom"]
     assert oom.patterns[0].search("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
     assert oom.compiled is not None
+    assert load(include_user=False).by_id["cuda-oom"].compiled is None  # each load's rules are its own
     (tmp_path / "mine.toml").write_text(
         '[[rule]]\nid = "mine"\ncategory = "disk_full"\nseverity = "error"\nrole = "root"\n'
         'title = "t"\npatterns = ["quota (?P<used>\\\\d+) exceeded"]\n'

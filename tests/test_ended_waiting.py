@@ -286,3 +286,24 @@ def test_a_log_that_ends_waiting_for_the_others_in_each_librarys_words(tmp_path,
     assert root.remedy.startswith("The log ends here, still waiting")
     log.write_text(wait + after)
     assert diagnose_paths([str(log)], catalogue).root_cause is None
+
+
+def test_a_last_line_that_a_waits_pattern_cannot_decide_in_time_is_no_wait(tmp_path):
+    """The log's last line is read for a wait with the classifier's time bound: a line that makes a
+    pattern backtrack for ages is not that wait (without the bound this test never ends)."""
+    rules = write_rules(tmp_path / "rules", """
+[[rule]]
+id = "slow-wait"
+category = "hang"
+severity = "warning"
+role = "cascade"
+waits = true
+title = "waiting"
+patterns = ['^wait (?:w|ww)+$']
+""")
+    log = tmp_path / "job.log"
+    log.write_text("wait w\n" + "wait " + "w" * 64 + "x\n")
+    catalogue = load_catalogue([rules.parent], include_user=False, include_shipped=False)
+    diagnosis = diagnose_paths([str(log)], catalogue)
+    assert diagnosis.root_cause is None
+    assert [f.rule for f in diagnosis.findings] == ["slow-wait"]

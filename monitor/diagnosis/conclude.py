@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import regex
 
+from monitor.diagnosis.classify import REGEX_TIMEOUT_S
 from monitor.diagnosis.novelty import Against, compare
 from monitor.diagnosis.root_cause import RankEvidence, choose, confidence, with_rank
 from monitor.diagnosis.second_opinion import review
@@ -171,10 +172,19 @@ def _ends_in(path: str, rule) -> bool:
     last = next((line for line in islice(lines, DECORATION_LINES + 1) if not _DECORATION.fullmatch(line.text)), None)
     if last is None:
         return False
-    if any(pattern.search(last.text) for pattern in rule.patterns):
+    if _holds(rule, last.text):
         return True
     before = next(lines, None) if last.text[:1].isspace() else None
-    return before is not None and any(pattern.search(before.text) for pattern in rule.patterns)
+    return before is not None and _holds(rule, before.text)
+
+
+def _holds(rule, text: str) -> bool:
+    """Whether one of ``rule``'s patterns is in ``text``, within the time the classifier gives a
+    pattern: a line that takes longer is not that wait (the last line of a log is any length)."""
+    try:
+        return any(pattern.search(text, timeout=REGEX_TIMEOUT_S) for pattern in rule.patterns)
+    except TimeoutError:
+        return False
 
 
 def with_last_line(diagnosis: Diagnosis) -> Diagnosis:
