@@ -205,10 +205,17 @@ def test_a_log_that_ends_on_lightnings_banner_and_its_ruler_hung_in_the_first_co
     assert diagnose_paths([str(log)], catalogue).root_cause is None
 
 
-def test_rulers_alone_are_no_wait(tmp_path, catalogue):
-    log = tmp_path / "job.log"
-    log.write_text(LIGHTNING_RANK0 + "-" * 100 + "\n" + "=" * 40 + "\n")
-    assert diagnose_paths([str(log)], catalogue).root_cause is None
+def test_a_line_with_no_letter_or_digit_is_no_last_line(tmp_path):
+    """A ruler, a row of dots or a fence says nothing of what a process did last: the last line
+    (a wait's, the hung rank's quoted one) is the one before them."""
+    from monitor.diagnosis.tail import last_line
+
+    log = tmp_path / "rank0.log"
+    log.write_text("step 5 loss 0.31\n" + "-" * 100 + "\n......\n```\n" + "=" * 40 + "\n")
+    line = last_line(str(log))
+    assert line is not None and line.text == "step 5 loss 0.31"
+    log.write_text("-" * 100 + "\n")
+    assert last_line(str(log)) is None
 
 
 # torch's _store_based_barrier (torch 1.9-2.0): logger.info("Added key: {} to store for rank: {}").
@@ -257,6 +264,7 @@ def test_an_xla_process_that_never_reached_its_mesh_master(tmp_path, catalogue):
 # Each library's own line before a wait for the other processes (its format string), and the line
 # a healthy run prints once the wait is over.
 WAITS_AND_WHAT_FOLLOWS = [
+    # Two ranks in one log: rank 0's "Initializing TorchBackend", then rank 1's "cdb=None".
     ("[2024-06-11 00:23:36,254] [INFO] [comm.py:668:init_distributed] Initializing TorchBackend in DeepSpeed "
      "with backend nccl\n[2024-06-11 00:23:36,296] [INFO] [comm.py:637:init_distributed] cdb=None\n",
      "deepspeed-joining-process-group", "hang",
@@ -307,3 +315,15 @@ patterns = ['^wait (?:w|ww)+$']
     diagnosis = diagnose_paths([str(log)], catalogue)
     assert diagnosis.root_cause is None
     assert [f.rule for f in diagnosis.findings] == ["slow-wait"]
+
+
+def test_each_ranks_file_ending_on_its_own_everyday_wait_is_a_job_that_ended_waiting(tmp_path, catalogue):
+    """Lightning prints its banner on rank 0 alone: with a file per rank, rank 0's ends on the
+    banner and the others' on their join, and the job ended waiting there."""
+    (tmp_path / "rank0.log").write_text(LIGHTNING_RANK0.split("Epoch 0")[0])
+    (tmp_path / "rank1.log").write_text("Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2\n")
+    root = diagnose_paths([str(tmp_path)], catalogue).root_cause
+    assert root is not None and root.category == "hang" and root.confidence == "weak"
+    assert root.rule in ("lightning-processes-registered", "lightning-joining-process-group")
+    (tmp_path / "rank1.log").write_text("Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2\nEpoch 0: 3/32 loss 0.4\n")
+    assert diagnose_paths([str(tmp_path)], catalogue).root_cause is None  # rank 1 went on

@@ -11,7 +11,6 @@ screen, ``watch --headless``, the Prometheus root-cause series, ``run``'s end re
 from __future__ import annotations
 
 import math
-from itertools import islice
 from dataclasses import replace
 
 import regex
@@ -35,10 +34,6 @@ WAIT_FILES = 16
 WAIT_TAIL_BYTES = 64 * 1024
 # Where the last value of a metric that went non-finite is looked for: its file's last this many bytes.
 METRIC_TAIL_BYTES = 64 * 1024
-# A line with no letter or digit in it, and how many of them a log's end may have after its wait
-# (Lightning closes its start-up banner with a ruler; a paste may end in a Markdown fence).
-_DECORATION = regex.compile(r"[^\p{L}\p{N}]*")
-DECORATION_LINES = 3
 
 
 def conclude(diagnosis: Diagnosis, catalogue, against: Against | None = None, *, finished: bool = False,
@@ -142,14 +137,17 @@ def ended_waiting(diagnosis: Diagnosis, catalogue) -> Diagnosis:
         return diagnosis  # the training loop said it finished: whatever ends waiting came after
     waits = [f for f in diagnosis.findings
              if f.origin == "log" and (rule := catalogue.by_id.get(f.rule)) is not None and rule.waits]
+    everyday = list({rule.id: rule for f in waits if (rule := catalogue.by_id[f.rule]).severity == "info"}.values())
     for finding in waits:
         rule = catalogue.by_id[finding.rule]
         files = list(dict.fromkeys([finding.file, *diagnosis.files[:WAIT_FILES]]))
         if rule.severity == "info":
             # A wait every healthy run prints (Lightning's on each rank): a rank's own file can end
             # on it while rank 0's goes on (the rest is printed on rank 0 alone), so the job ended
-            # there only where every file does.
-            ended = files[0] if all(_ends_in(path, rule) for path in files) else None
+            # there only where every file ends on such a wait (rank 0's on its banner, the others'
+            # on their join).
+            ended = files[0] if _ends_in(files[0], rule) and all(
+                any(_ends_in(path, other) for other in everyday) for path in files[1:]) else None
         else:
             ended = next((path for path in files if _ends_in(path, rule)), None)
         if ended is None:
@@ -165,11 +163,9 @@ def ended_waiting(diagnosis: Diagnosis, catalogue) -> Diagnosis:
 
 def _ends_in(path: str, rule) -> bool:
     """Whether ``path``'s last line is ``rule``'s wait; or its line before, where the last is the
-    indented source line Python's warnings print after a warning ("  warnings.warn("). Lines with
-    no letter or digit (a banner's closing ruler, a paste's closing fence) say nothing a process
-    did, and are passed over."""
+    indented source line Python's warnings print after a warning ("  warnings.warn(")."""
     lines, _ = tail_lines(path, WAIT_TAIL_BYTES)
-    last = next((line for line in islice(lines, DECORATION_LINES + 1) if not _DECORATION.fullmatch(line.text)), None)
+    last = next(lines, None)
     if last is None:
         return False
     if _holds(rule, last.text):

@@ -108,8 +108,6 @@ _NOTEBOOK_BLANKS = 2
 _CPP_START = regex.compile(r"^(?:terminate called after throwing an instance of|Exception raised from .* \(most recent call first\):)")
 _CPP_CONT = regex.compile(r"^(?:\s*what\(\):|\s*frame #\d+:|\s*<omitting python frames>|Exception raised from )")
 _RULER = regex.compile(r"^\s*={10,}\s*$")
-# The head of the summary's section on the rank torchelastic saw fail first (ChildFailedError.format_msg).
-ROOT_CAUSE_HEADER = "Root Cause (first observed failure):"
 # torchelastic's summary of a failed rank (``_format_failure`` in torch/distributed/elastic/
 # multiprocessing/errors): "  rank      : 5 (local_rank: 1)" and, where the entry point was
 # decorated with @record, "  traceback : " + the rank's traceback with each line after the first
@@ -183,8 +181,6 @@ def starter_kind(body: str) -> str | None:
         return "cpp"
     if "ChildFailedError" in body and body.rstrip().endswith(("ChildFailedError:", "ChildFailedError")):
         return "summary"
-    if stripped.startswith(ROOT_CAUSE_HEADER):
-        return "summary"  # a paste that begins inside the summary: its root cause's entry is still one record
     if stripped.rstrip() == "Last error:":
         return "last_error"
     if SPAWNED.match(stripped):
@@ -196,7 +192,6 @@ def start(kind: str, line: LogLine, body: str, rank: int | None, arrival: int = 
     record = Record(kind, [line], [body], rank, arrival=arrival)
     if kind == "summary":
         record.state = "summary"
-        record.seen_root_cause = ROOT_CAUSE_HEADER in body
     elif (notebook := _NOTEBOOK_HEADER.match(body.strip())) is not None:
         record.notebook_type = notebook["type"]
     return record
