@@ -1569,6 +1569,8 @@ def test_a_process_dead_of_a_signal_in_native_code(tmp_path: Path, text: str, ru
     assert (root["rule"], root["category"]) == (rule, category)
     if rule == "native-crash":
         assert root["fields"]["signal_name"] in root["title"] and root["fields"]["signal_name"] in text
+        # Never what the job already does: a log with faulthandler's stacks is not told to turn it on.
+        assert ("PYTHONFAULTHANDLER=1" in root["remedy"]) == ("most recent call first" not in text)
 
 
 @pytest.mark.parametrize("how, rank", [("terminated with exit code 1", 1), ("terminated with signal SIGSEGV", 2)])
