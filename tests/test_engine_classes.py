@@ -1646,3 +1646,24 @@ def test_gdb_on_the_core_of_a_crashed_process_is_the_crash_not_a_stuck_process(t
         "#0  0x00007f3b2c8a8ad3 in futex_wait_cancelable (private=<optimized out>) at futex-internal.h:183\n"
     ))["root_cause"]
     assert (root["rule"], root["category"], root["fields"]["signal_name"]) == ("native-crash", "launcher", "Segmentation fault")
+
+
+def test_a_meters_running_mean_gone_nan_with_a_finite_value_is_no_divergence(tmp_path: Path) -> None:
+    """"grad_norm 1.0323 (nan)": an AverageMeter's value and mean; with fp16, apex's skipped
+    overflow step left the mean non-finite while training goes on. A warning, and no second
+    opinion asked about the word "nan"; a value non-finite too is the run diverging."""
+    apex = "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 131072.0\n"
+    row = ("[2021-04-25 05:35:19 swin_base](main.py 310): INFO Train: [0/300][4050/5004]   eta 0:17:06 lr 0.000500 "
+           "time 1.1737 (1.0765)    loss 3.2572 (3.3279)    grad_norm {} (nan)  mem 4814MB\n")
+    result = diagnosed(tmp_path, apex + row.format("1.0323"))
+    assert result["root_cause"] is None
+    assert {f["rule"]: f["severity"] for f in result["findings"]}.get("running-mean-nonfinite") == "warning"
+    assert diagnosed(tmp_path, apex + row.format("nan"))["root_cause"]["rule"] == "nan-loss"
+
+
+def test_a_yolo_training_row_with_nan_losses(tmp_path: Path) -> None:
+    """YOLOv5's row ('%10s' * 2 + '%10.4g' * 5: epoch, memory, box, obj, cls, labels, size)."""
+    header = "     Epoch   gpu_mem       box       obj       cls    labels  img_size\n"
+    root = diagnosed(tmp_path, header + "      1/99     2.64G         nan       nan       nan         4       416\n")["root_cause"]
+    assert (root["rule"], root["category"], root["fields"]["epoch"]) == ("yolo-loss-nan", "nan_loss", "1/99")
+    assert diagnosed(tmp_path, header + "      1/99     2.64G     0.1043   0.03321   0.02871         4       416\n")["root_cause"] is None
