@@ -14,19 +14,17 @@ from monitor.model import LogLine
 
 # How much of a file's end is read for its last lines.
 TAIL_BYTES = 256 * 1024
-# What a line left out as empty may hold: blanks, a paste's closing backticks, the NUL bytes a
-# crashed node leaves at a file's end.
-_EMPTY = b" \t\r`\x00"
-# A line that holds a letter or a digit; the others (a banner's ruler, a paste's fence, a row of
-# dots) say nothing of what a process did last, and are left out too.
+# A line that holds a letter or a digit; the others (blanks, a banner's ruler, a paste's closing
+# fence, a row of dots, the NUL bytes a crashed node leaves at a file's end) say nothing of what a
+# process did last, and are left out.
 _SAYS_SOMETHING = regex.compile(r"[\p{L}\p{N}]")
 
 
 def tail_lines(path: str, size: int = TAIL_BYTES) -> tuple[Iterator[LogLine], int]:
     """The complete lines in the last ``size`` bytes of ``path``, last first, those with no
-    letter or digit left out, each read as the engine reads it (prefixes and leads taken off, its rank known) as it is
-    asked for; and the bytes read. Nothing, when it cannot be read or is compressed (a gzip's end
-    is no text)."""
+    letter or digit left out, each read as the engine reads it (prefixes and leads taken off, its
+    rank known) as it is asked for; and the bytes read. Nothing, when it cannot be read or is
+    compressed (a gzip's end is no text)."""
     try:
         with open(path, "rb") as stream:
             if stream.read(2) == b"\x1f\x8b":
@@ -44,7 +42,7 @@ def tail_lines(path: str, size: int = TAIL_BYTES) -> tuple[Iterator[LogLine], in
         # text after its last "\r" is the whole of what the terminal showed last.
         cut = raws[0].rstrip(b"\r")  # a bar drawn as "bar\r", or a pty's "\r\n"
         raws[0] = cut[cut.rfind(b"\r") + 1:] if b"\r" in cut else b""
-    lines = (make_line(path, 0, LineAssembler().feed(raw + b"\n")[0], ranks) for raw in reversed(raws) if raw.strip(_EMPTY))
+    lines = (make_line(path, 0, LineAssembler().feed(raw + b"\n")[0], ranks) for raw in reversed(raws))
     return (line for line in lines if _SAYS_SOMETHING.search(line.text)), len(tail)
 
 
