@@ -128,9 +128,9 @@ def ended_waiting(diagnosis: Diagnosis, catalogue) -> Diagnosis:
     """Where nothing failed and a file's last line is a wait (a rule with ``waits``: a worker
     waiting for its chief, a TPU host for the rest of its slice), the wait as the root cause,
     ``weak``: the process never got past it. Any of the job's files (the first ``WAIT_FILES``)
-    may be the one that ended waiting; for a wait of severity info, every one must. Not in a job
-    whose training loop said it finished. While a job runs such a line is only a warning; the live
-    session has its stall detector for silences."""
+    may be the one that ended waiting; for a wait of severity info, every one must end on such a
+    wait. Not in a job whose training loop said it finished. While a job runs such a line is only
+    a warning; the live session has its stall detector for silences."""
     if diagnosis.root_cause is not None or diagnosis.failed:
         return diagnosis
     if any(f.fields.get("finished") for f in diagnosis.findings):
@@ -138,6 +138,13 @@ def ended_waiting(diagnosis: Diagnosis, catalogue) -> Diagnosis:
     waits = [f for f in diagnosis.findings
              if f.origin == "log" and (rule := catalogue.by_id.get(f.rule)) is not None and rule.waits]
     everyday = list({rule.id: rule for f in waits if (rule := catalogue.by_id[f.rule]).severity == "info"}.values())
+    endings: dict[str, list[str]] = {}  # each file's end, read once however many waits are asked of it
+
+    def ends_in(path: str, rule) -> bool:
+        if path not in endings:
+            endings[path] = _last_lines(path)
+        return any(_holds(rule, text) for text in endings[path])
+
     for finding in waits:
         rule = catalogue.by_id[finding.rule]
         files = list(dict.fromkeys([finding.file, *diagnosis.files[:WAIT_FILES]]))
@@ -146,10 +153,10 @@ def ended_waiting(diagnosis: Diagnosis, catalogue) -> Diagnosis:
             # on it while rank 0's goes on (the rest is printed on rank 0 alone), so the job ended
             # there only where every file ends on such a wait (rank 0's on its banner, the others'
             # on their join).
-            ended = files[0] if _ends_in(files[0], rule) and all(
-                any(_ends_in(path, other) for other in everyday) for path in files[1:]) else None
+            ended = files[0] if ends_in(files[0], rule) and all(
+                any(ends_in(path, other) for other in everyday) for path in files[1:]) else None
         else:
-            ended = next((path for path in files if _ends_in(path, rule)), None)
+            ended = next((path for path in files if ends_in(path, rule)), None)
         if ended is None:
             continue
         note, said = ENDED_WAITING.get(catalogue.lang, ENDED_WAITING["en"])
@@ -161,17 +168,15 @@ def ended_waiting(diagnosis: Diagnosis, catalogue) -> Diagnosis:
     return diagnosis
 
 
-def _ends_in(path: str, rule) -> bool:
-    """Whether ``path``'s last line is ``rule``'s wait; or its line before, where the last is the
-    indented source line Python's warnings print after a warning ("  warnings.warn(")."""
+def _last_lines(path: str) -> list[str]:
+    """The lines a wait that ends ``path`` may be on: its last line; and the line before, where the
+    last is the indented source line Python's warnings print after a warning ("  warnings.warn(")."""
     lines, _ = tail_lines(path, WAIT_TAIL_BYTES)
     last = next(lines, None)
     if last is None:
-        return False
-    if _holds(rule, last.text):
-        return True
+        return []
     before = next(lines, None) if last.text[:1].isspace() else None
-    return before is not None and _holds(rule, before.text)
+    return [last.text] if before is None else [last.text, before.text]
 
 
 def _holds(rule, text: str) -> bool:
