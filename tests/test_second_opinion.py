@@ -292,6 +292,42 @@ def test_a_category_never_wrong_held_out_still_needs_a_score_off_the_boundary() 
     classes = ["clean", "cuda_oom", "nan_loss"]
     rows = [[-1.0, 0.4, -1.0], [-1.0, 0.02, -1.0], [-1.0, 0.001, -1.0], [0.5, -1.0, -1.0]]
     labels = ["cuda_oom", "cuda_oom", "cuda_oom", "clean"]
-    likely, weak, per_category = learn._thresholds(rows, labels, classes)
+    likely, weak, per_category = learn._thresholds(rows, labels, classes, [True] * len(rows))
     assert per_category["cuda_oom"] == [learn.MIN_SCORE, learn.MIN_SCORE]
     assert likely >= learn.MIN_SCORE and weak >= learn.MIN_SCORE
+
+
+def test_only_a_clean_log_the_model_would_be_asked_about_sets_a_threshold() -> None:
+    """A healthy run's held-out score above a category's opinions raises that category's
+    thresholds above it, but only where the rules would leave that log to the model: one whose
+    alarm a rule reads as a warning (apex's skipped step beside "grad_norm 1.0 (nan)") never meets
+    it, and once raised the NaN threshold to 0.62 when a corpus gained it."""
+    from monitor.diagnosis import learn
+    classes = ["clean", "nan_loss"]
+    rows = [[-1.0, 0.7], [-1.0, 0.5], [-1.0, 0.3], [-1.0, 0.2], [-0.5, 0.6]]
+    labels = ["nan_loss", "nan_loss", "nan_loss", "nan_loss", "clean"]
+    _, _, asked = learn._thresholds(rows, labels, classes, [True] * 5)
+    assert asked["nan_loss"][0] == 0.7  # only the opinion above the healthy log's stands
+    _, _, never_asked = learn._thresholds(rows, labels, classes, [True] * 4 + [False])
+    assert never_asked["nan_loss"] == [0.2, 0.2]
+
+
+def test_training_sets_thresholds_on_the_clean_logs_the_rules_leave_to_the_model(tmp_path: Path) -> None:
+    """`asked_by` is the rules' own word: a healthy apex run whose NaN running mean a rule reads as
+    a warning is not left to the model (microsoft/Swin-Transformer#47, as posted); the same run
+    with a line no rule reads that says something failed is."""
+    from monitor.diagnosis import learn
+    from monitor.diagnosis.corpus import Case
+    asked = learn.asked_by(load_catalogue(include_user=False))
+    swin = ("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 131072.0\n"
+            "[2021-04-25 05:35:19 swin_base_patch4_window7_224](main_prune.py 310): INFO Train: [0/300][4050/5004]"
+            "   eta 0:17:06 lr 0.000500 time 1.1737 (1.0765)    loss 3.2572 (3.3279)    grad_norm 1.0323 (nan)"
+            "  mem 4814MB\n")
+
+    def case(text: str) -> Case:
+        log = tmp_path / f"{len(list(tmp_path.iterdir()))}.log"
+        log.write_text(text)
+        return Case(name=log.stem, log=log, label=log.with_suffix(".toml"), source="owner/repo#1", category="clean")
+
+    assert not asked(case(swin))
+    assert asked(case(swin + "the evaluation hook failed to write its report; going on\n"))

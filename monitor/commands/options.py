@@ -14,13 +14,17 @@ from typing import TypedDict
 
 
 def add_rules_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rules", action="append", default=[], metavar="DIR",
-                        help="add a directory of rule files (repeatable)")
-    parser.add_argument("--no-user-rules", action="store_true", help="ignore ~/.config/monitor/rules")
+    add_rule_dirs_options(parser)
     parser.add_argument("--model", metavar="FILE",
                         help="the second opinion's model, trained with `monitor rules learn`, used where the rules "
                              "are unsure ('none': the rules alone; default: the last rule directory's model.json)")
     add_language_option(parser)
+
+
+def add_rule_dirs_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rules", action="append", default=[], metavar="DIR",
+                        help="add a directory of rule files (repeatable)")
+    parser.add_argument("--no-user-rules", action="store_true", help="ignore ~/.config/monitor/rules")
 
 
 def add_language_option(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from monitor.commands.options import add_rules_options, load_rules
+from monitor.commands.options import add_rule_dirs_options, add_rules_options, load_rules
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,12 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     learning = actions.add_parser(
         "learn", help="Train the second opinion on a labelled corpus (never on its check third).",
         description="Train the learned second opinion (used where the rules are unsure) on a labelled corpus "
-                    "in the format `rules eval` reads, leaving out its check third. Deterministic: the same "
-                    "corpus gives the same file. Needs scikit-learn (pip install 'monitor[learn]').")
+                    "in the format `rules eval` reads, leaving out its check third; its thresholds are set on the "
+                    "logs the rules (shipped, the user's, --rules) leave to it. Deterministic: the same "
+                    "corpus and rules give the same file. Needs scikit-learn (pip install 'monitor[learn]').")
     learning.add_argument("corpus", metavar="DIR", help="the corpus folder (e.g. sample_logs/real)")
     learning.add_argument("-o", "--output", required=True, metavar="MODEL",
                           help="the model file to write (put it in a rule directory as model.json, or pass --model)")
     learning.set_defaults(lang="en")
+    add_rule_dirs_options(learning)
     for action in (listing, testing, evaluating):
         add_rules_options(action)
     parser.set_defaults(func=run, rules_parser=parser)
@@ -44,11 +46,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.rules_command:
         args.rules_parser.print_help()
         return 2
-    if args.rules_command == "learn":
-        return _learn(args.corpus, args.output)
     if args.rules_command in ("test", "eval"):
         args.lang = "en"  # the translations are checked against the English texts, whatever the locale
     catalogue = load_rules(args, (args.dir,) if getattr(args, "dir", None) else ())
+    if args.rules_command == "learn":
+        return _learn(catalogue, args.corpus, args.output)
     if args.rules_command == "list":
         return _list(catalogue, args.json)
     if args.rules_command == "eval":
@@ -56,16 +58,16 @@ def run(args: argparse.Namespace) -> int:
     return _test(catalogue, args.dir)
 
 
-def _learn(corpus: str, output: str) -> int:
+def _learn(catalogue, corpus: str, output: str) -> int:
     from pathlib import Path
 
     from monitor.diagnosis.corpus import CorpusError, load_corpus
-    from monitor.diagnosis.learn import LearnError, train, write_model
+    from monitor.diagnosis.learn import LearnError, asked_by, train, write_model
     from monitor.text import say
 
     try:
         cases = load_corpus(Path(corpus))
-        model = train(cases)
+        model = train(cases, asked_by(catalogue))
         write_model(model, Path(output))
     except (CorpusError, LearnError) as exc:
         say(str(exc))

@@ -4,6 +4,12 @@ scikit-learn does the training (a development extra: ``pip install 'monitor[lear
 is written as plain JSON that ``second_opinion`` scores without it. Deterministic: the same
 corpus gives the same file (sorted terms, fixed folds, rounded numbers). Never trained on the
 check third: those cases are how the model is judged.
+
+The thresholds are set where the model is used: a clean log sets one only where the rules leave
+it to the model (``second_opinion.would_ask``). A healthy run whose alarming line a rule reads as
+a warning (apex's skipped fp16 step, "grad_norm 1.0 (nan)") never meets the model, yet its
+held-out score once raised the NaN threshold from 0.24 to 0.62 and lost a dozen cases of before
+when a corpus gained it.
 """
 
 from __future__ import annotations
@@ -11,10 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
 
 from monitor.diagnosis.corpus import Case
-from monitor.diagnosis.second_opinion import CLEAN, FORMAT, read_lines, tokens
+from monitor.diagnosis.second_opinion import CLEAN, FORMAT, read_lines, tokens, would_ask
 
 # Terms in fewer training logs than this are left out: one log's host or path is no evidence.
 MIN_DF = 2
@@ -22,7 +30,8 @@ MIN_CASES = 2
 C = 0.5
 FOLDS = 5
 # The thresholds, from cross-validated scores on the training cases: "likely" where at least
-# this share of the opinions above it were right, and no clean log is above either. Per category:
+# this share of the opinions above it were right, and no clean log the model would be asked about
+# is above either. Per category:
 # a clean log that resembles one failure (a stall warning that passed) must not silence the
 # model on the others; a category with fewer held-out opinions than MIN_OPINIONS takes the
 # thresholds of all opinions together.
@@ -47,8 +56,9 @@ class LearnError(Exception):
     """Training cannot run; ``str()`` is one line."""
 
 
-def train(cases: list[Case]) -> dict:
-    """The model (plain data, as written to JSON) trained on the cases outside the check third."""
+def train(cases: list[Case], asked: Callable[[Case], bool]) -> dict:
+    """The model (plain data, as written to JSON) trained on the cases outside the check third;
+    ``asked``: whether the rules leave a clean case to the model (``asked_by``)."""
     try:
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.model_selection import KFold, cross_val_predict
@@ -71,7 +81,8 @@ def train(cases: list[Case]) -> dict:
     folds = KFold(n_splits=min(FOLDS, len(training)), shuffle=True, random_state=0)
     held_out = cross_val_predict(svm, x, labels, cv=folds, method="decision_function")
     svm.fit(x, labels)
-    likely, weak, per_category = _thresholds(held_out, labels, list(svm.classes_))
+    meets_model = [case.category != CLEAN or asked(case) for case in training]
+    likely, weak, per_category = _thresholds(held_out, labels, list(svm.classes_), meets_model)
     terms = list(vectorizer.get_feature_names_out())
     weights = {str(c): [[i, round(float(w), DIGITS)] for i, w in enumerate(row) if abs(w) >= MIN_WEIGHT]
                for c, row in zip(svm.classes_, svm.coef_)}
@@ -90,14 +101,15 @@ def train(cases: list[Case]) -> dict:
     }
 
 
-def _thresholds(scores, labels: list[str], classes: list[str]) -> tuple[float, float, dict[str, list[float]]]:
-    """(likely, weak) over all held-out opinions (top class, not clean), and per category: the
-    lowest scores at which that category's opinions were right often enough, with no clean log
-    above them."""
+def _thresholds(scores, labels: list[str], classes: list[str],
+                meets_model: list[bool]) -> tuple[float, float, dict[str, list[float]]]:
+    """(likely, weak) over the held-out opinions (top class, not clean) of the cases that would
+    meet the model, and per category: the lowest scores at which that category's opinions were
+    right often enough, with no clean log above them."""
     opinions = []
-    for row, label in zip(scores, labels):
+    for row, label, meets in zip(scores, labels, meets_model):
         best = max(range(len(classes)), key=lambda i: row[i])
-        if classes[best] != CLEAN:
+        if meets and classes[best] != CLEAN:
             opinions.append((float(row[best]), classes[best] == label, label == CLEAN, classes[best]))
     opinions.sort(reverse=True)
     likely, weak = _levels(opinions)
@@ -123,6 +135,15 @@ def _levels(opinions: list[tuple]) -> tuple[float, float]:
     # A negative score means "not this category" for every category (one-vs-rest): never an opinion.
     likely = max(lowest(LIKELY_PRECISION), MIN_SCORE)
     return likely, max(min(likely, lowest(WEAK_PRECISION)), MIN_SCORE)
+
+
+def asked_by(catalogue) -> Callable[[Case], bool]:
+    """Whether ``catalogue``'s rules, alone, leave a case to the model (as ``rules eval`` and
+    ``diagnose`` would)."""
+    from monitor.diagnosis.diagnose import diagnose_paths
+
+    rules_only = replace(catalogue, model_path=None)
+    return lambda case: would_ask(diagnose_paths([case.log], rules_only))
 
 
 def _sparse(row) -> list[list[float]]:

@@ -226,6 +226,11 @@ def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str])
     return _asked(diagnosis, lines, model, remedies)
 
 
+def would_ask(diagnosis: Diagnosis) -> bool:
+    """Whether ``consult`` would ask the model about ``diagnosis`` (the rules' own)."""
+    return _worth_asking(diagnosis) is not None
+
+
 def _worth_asking(diagnosis: Diagnosis) -> list[str] | None:
     """The lines the model would read, where the rules were unsure and (with no root cause at all)
     a line says something went wrong in a job that did not go on training; else None."""
