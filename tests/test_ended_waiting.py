@@ -157,6 +157,8 @@ def test_an_information_wait_ends_the_job_only_where_every_file_ends_on_it(tmp_p
                                           f"MEMBER: {r + 1}/4\n" for r in range(4)))
     root = diagnose_paths([str(hung)], catalogue).root_cause
     assert root is not None and (root.rule, root.confidence) == ("lightning-joining-process-group", "weak")
+    # Every rank that printed the join waited there for the others: none of them is named the cause.
+    assert root.rank is None and root.ranks == [0, 1, 2, 3]
 
 
 def test_a_job_whose_training_loop_finished_did_not_end_waiting(tmp_path, catalogue):
@@ -182,6 +184,15 @@ def test_a_log_that_ends_on_wandbs_login_menu_waits_for_an_answer(tmp_path, cata
     root = diagnosis.root_cause
     assert root is not None and (root.rule, root.category, root.confidence) == ("wandb-login-prompt", "wandb", "weak")
     assert "WANDB_API_KEY" in root.remedy and diagnosis.failed
+
+
+def test_a_rank_that_ends_on_wandbs_login_menu_is_named_its_wait_being_its_own(tmp_path, catalogue):
+    """wandb's prompt waits for an answer on the rank that asks (``own_error``), not for its
+    peers: unlike a join, the log that ends there names that rank."""
+    log = tmp_path / "train.log"
+    log.write_text("[rank1]: step 0 starting\n" + "".join(f"[rank1]: {line}\n" for line in WANDB_MENU.splitlines()))
+    root = diagnose_paths([str(log)], catalogue).root_cause
+    assert root is not None and (root.rule, root.rank) == ("wandb-login-prompt", 1)
 
 
 def test_wandbs_login_menu_answered_is_a_warning(tmp_path, catalogue):

@@ -372,10 +372,10 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
     if recovers and table["category"] != "nan_loss":
         raise fail("'recovers' is for nan_loss rules: a metric finite again says the run went on",
                    loc.key_line("recovers", start, end))
-    if table.get("own_error") and table["category"] not in TIMEOUT_CATEGORIES:
+    if table.get("own_error") and table["category"] not in TIMEOUT_CATEGORIES and not table.get("waits"):
         raise fail("own_error marks a rank's own error in a timeout category "
-                   f"({', '.join(TIMEOUT_CATEGORIES)}): every other category's error is its own",
-                   loc.key_line("own_error", start, end))
+                   f"({', '.join(TIMEOUT_CATEGORIES)}) or a wait of the rank's own making (a prompt): every other "
+                   "category's error is its own", loc.key_line("own_error", start, end))
     if "rank_source" in table and table["rank_source"] not in RANK_SOURCES:
         raise fail(f"rank_source must be one of {', '.join(RANK_SOURCES)}", loc.key_line("rank_source", start, end))
     if table.get("confidence", "certain") not in CONFIDENCES:

@@ -163,6 +163,10 @@ def ended_waiting(diagnosis: Diagnosis, catalogue) -> Diagnosis:
         evidence = finding.evidence if ended == finding.file else [*finding.evidence, f"{ended} ends here"]
         root = replace(finding, severity="error", role="root", confidence="weak", confidence_note=note,
                        remedy=f"{said}\n{finding.remedy}", evidence=evidence)
+        if not rule.own_error:
+            # The rank that printed a join waited there for the others; which of them never came,
+            # the log does not say (wandb's prompt is the rank's own wait: ``own_error``).
+            root = replace(root, rank=None, rank_source="")
         findings = [root if f.seq == finding.seq else f for f in diagnosis.findings]
         return replace(diagnosis, root_cause=root, findings=findings, confidence="weak", confidence_note=note)
     return diagnosis
