@@ -20,7 +20,8 @@ from monitor.diagnosis.novelty import Against, compare
 from monitor.diagnosis.root_cause import RankEvidence, choose, confidence, with_rank
 from monitor.diagnosis.second_opinion import review
 from monitor.diagnosis.secrets import mask
-from monitor.diagnosis.tail import tail_lines
+from monitor.diagnosis import pyexc
+from monitor.diagnosis.tail import all_end_training, step_of, tail_lines
 from monitor.logs.ranks import FileRanks
 from monitor.model import Category, Diagnosis
 
@@ -42,10 +43,11 @@ def conclude(diagnosis: Diagnosis, catalogue, against: Against | None = None, *,
     ``against`` (the last good run) when there is one; a rank named as the one that hung gets
     its last line quoted. ``finished``: the files are read post-mortem (``diagnose``), so one
     that ends in a wait ended there (``ended_waiting``), and a metric whose last value is finite
-    again did not end the run (``came_back_finite``; ``ranks``: the engine's rank evidence, for
-    the root cause chosen again)."""
+    again (``came_back_finite``) or an exception training went on after (``went_on_training``)
+    did not end the run (``ranks``: the engine's rank evidence, for the root cause chosen again)."""
     if finished:
-        diagnosis = ended_waiting(came_back_finite(diagnosis, catalogue, ranks), catalogue)
+        diagnosis = came_back_finite(diagnosis, catalogue, ranks)
+        diagnosis = ended_waiting(went_on_training(diagnosis, catalogue, ranks), catalogue)
     diagnosis = review(diagnosis, catalogue)
     diagnosis = compared(diagnosis, against) if against is not None else diagnosis
     return with_last_line(diagnosis)
@@ -107,6 +109,63 @@ def came_back_finite(diagnosis: Diagnosis, catalogue, ranks: RankEvidence | None
     chosen = with_rank(choose(findings, ranks, catalogue.lang), findings, ranks, catalogue.lang)
     sure, note = confidence(chosen, catalogue.lang)
     return replace(diagnosis, root_cause=chosen, findings=findings, confidence=sure, confidence_note=note)
+
+
+# A run that went on training past an exception, in each output language: the title's addition,
+# the remedy's first line.
+WENT_ON_TRAINING = {
+    "en": (" (training went on after it)",
+           "Training went on after this exception (step {step} and on, to the end of the log): it was caught and "
+           "logged, not what stopped the job; it may still cost you data or an evaluation."),
+    "zh": ("（之后训练仍在继续）",
+           "这个异常之后训练仍在继续（从第 {step} 步起直到日志结束）：它被捕获并记录了下来，并不是作业停止的原因；"
+           "但它仍可能让你丢失一部分数据或一次评估。"),
+}
+# How many lines of training progress past the exception, each at a step beyond the last one
+# before it, say the process went on: one could be a peer's step already under way when it died.
+STEPS_PAST = 2
+# How many files' ends are read to see that every one ends in training progress.
+TRAINING_FILES = 16
+
+
+def went_on_training(diagnosis: Diagnosis, catalogue, ranks: RankEvidence | None = None) -> Diagnosis:
+    """Where the root cause is an exception no rule names (``python-exception``: a traceback, or
+    its last line alone) and the job went on training after it (every file ends in training
+    progress, and its own file shows steps past the last one before it), it did not end the job:
+    a traceback the code caught and logged (a data loader skipping a bad sample, an evaluation
+    hook). The finding becomes a warning and the root cause is chosen again from the others.
+    Post-mortem only: while the job runs, what comes next is not known yet."""
+    root = diagnosis.root_cause
+    if root is None or root.rule != pyexc.RULE_ID or root.category != Category.PYTHON_EXCEPTION or not root.file:
+        return diagnosis
+    if not root.evidence or not all_end_training(diagnosis.files, TRAINING_FILES):
+        return diagnosis
+    step = _first_step_past(root.file, root.evidence[-1])
+    if step is None:
+        return diagnosis
+    added, said = WENT_ON_TRAINING.get(catalogue.lang, WENT_ON_TRAINING["en"])
+    went_on = replace(root, severity="warning", role="cascade", title=root.title + added,
+                      remedy=f"{said.format(step=step)}\n{root.remedy}")
+    findings = [went_on if f.seq == root.seq else f for f in diagnosis.findings]
+    chosen = with_rank(choose(findings, ranks, catalogue.lang), findings, ranks, catalogue.lang)
+    sure, note = confidence(chosen, catalogue.lang)
+    return replace(diagnosis, root_cause=chosen, findings=findings, confidence=sure, confidence_note=note)
+
+
+def _first_step_past(path: str, exception: str) -> int | None:
+    """The first step ``path`` reports after its line holding ``exception`` where ``STEPS_PAST``
+    progress lines after it are at steps beyond the last one before it; None where fewer are, or
+    where that line is not in the file's end that is read (what came before it is unknown)."""
+    after: list[int] = []
+    lines, _ = tail_lines(path)  # last first
+    for line in lines:
+        if exception in line.text:
+            before = next((step for older in lines if (step := step_of(older)) is not None), None)
+            past = [step for step in after if before is None or step > before]
+            return min(past) if len(past) >= STEPS_PAST else None
+        if (step := step_of(line)) is not None:
+            after.append(step)
+    return None
 
 
 def _last_values(path: str, metrics: list[str]) -> dict[str, str | None]:

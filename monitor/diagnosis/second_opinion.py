@@ -23,7 +23,6 @@ from monitor.diagnosis import tail
 from monitor.files import read_at_most
 from monitor.logs.ranks import parse_prefix
 from monitor.model import Category, Confidence, Diagnosis, Finding
-from monitor.progress.parse import parse_progress
 
 FORMAT = "monitor-second-opinion/1"
 RULE_ID = "learned-opinion"
@@ -277,18 +276,11 @@ def _asked(diagnosis: Diagnosis, lines: list[str], model: Model, remedies: dict[
 
 
 def _still_training(files: list[str]) -> bool:
-    """Whether every file of the job ends with a line of training progress (a step, a loss): the
-    job went on past whatever it warned of, and words alone must not name a failure the rules did
-    not see (a rendezvous's warning that passed, srun retrying a step it then created). One file
-    that ends otherwise (a rank's traceback beside a peer's progress) may hold the failure."""
+    """Whether every file of the job ends with a line of training progress (``tail.ends_training``):
+    the job went on past whatever it warned of, and words alone must not name a failure the rules
+    did not see (a rendezvous's warning that passed, srun retrying a step it then created)."""
     # Within the reading budget of the model itself: a few files' ends, however many there are.
-    read = files[:max(1, MAX_READ_BYTES // tail.TAIL_BYTES)]
-    return bool(read) and len(read) == len(files) and all(_ends_training(path) for path in read)
-
-
-def _ends_training(path: str) -> bool:
-    last = tail.last_line(path)
-    return last is not None and (progress := parse_progress(last.text)) is not None and progress.step is not None
+    return tail.all_end_training(files, max(1, MAX_READ_BYTES // tail.TAIL_BYTES))
 
 
 def _unexplained_alarm(lines: list[str], diagnosis: Diagnosis) -> bool:

@@ -11,6 +11,7 @@ from monitor.logs.decode import LineAssembler
 from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import make_line
 from monitor.model import LogLine
+from monitor.progress.parse import parse_progress
 
 # How much of a file's end is read for its last lines.
 TAIL_BYTES = 256 * 1024
@@ -50,3 +51,22 @@ def last_line(path: str, size: int = TAIL_BYTES) -> LogLine | None:
     """The last line of ``path`` that holds anything (see ``tail_lines``), or None."""
     lines, _ = tail_lines(path, size)
     return next(lines, None)
+
+
+def step_of(line: LogLine) -> int | None:
+    """The training step ``line`` reports as progress (a step, a loss beside it), or None."""
+    progress = parse_progress(line.text)
+    return progress.step if progress is not None else None
+
+
+def ends_training(path: str) -> bool:
+    """Whether ``path``'s last line is training progress."""
+    last = last_line(path)
+    return last is not None and step_of(last) is not None
+
+
+def all_end_training(files: list[str], max_files: int) -> bool:
+    """Whether every one of ``files`` ends with a line of training progress: the job went on. One
+    file that ends otherwise (a rank's traceback beside a peer's progress) may hold a failure; more
+    than ``max_files`` files (each end read costs ``TAIL_BYTES``) is not known, so no."""
+    return bool(files) and len(files) <= max_files and all(ends_training(path) for path in files)
