@@ -147,9 +147,19 @@ class FindingsPanel(Container):
         with VerticalScroll(id="finding-detail"):
             yield Static(Text("no findings yet", style="dim"), id="finding-text")
 
+    def on_mount(self) -> None:
+        # The log worker's first batch can be handled before this panel's table is composed (a
+        # loaded machine): what it brought is shown now.
+        self.fit_columns()
+        if self.findings:
+            self.show(self.findings, self.root)
+
     @property
     def table(self) -> DataTable:
         return self.query_one(DataTable)
+
+    def _composed(self) -> bool:
+        return bool(self.query(DataTable))
 
     def fit(self, screen_width: int) -> None:
         """Fewer columns on a narrower screen, so the title shows."""
@@ -157,8 +167,12 @@ class FindingsPanel(Container):
         if columns == self._columns:
             return
         self._columns = columns
-        self.table.show_header = columns != NARROW_COLUMNS
-        self.show(self.findings, self.root)
+        if self._composed():
+            self.fit_columns()
+            self.show(self.findings, self.root)
+
+    def fit_columns(self) -> None:
+        self.table.show_header = self._columns != NARROW_COLUMNS
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._fit_text)  # once the table and the detail have their sizes
@@ -174,6 +188,9 @@ class FindingsPanel(Container):
             self._show_detail()  # its paths are broken for another width
 
     def show(self, findings: list[Finding], root: Finding | None, selected: str | None = None) -> None:
+        if not self._composed():
+            self.findings, self.root = findings, root  # shown once the table is there (``on_mount``)
+            return
         table = self.table
         selected = selected or self.selected_key()
         root_key = root.id if root else None
