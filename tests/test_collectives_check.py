@@ -232,9 +232,12 @@ def test_run_reports_a_node_slow_on_all_reduce_before_the_launch_and_with_the_jo
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_during_the_test_stops_the_test_too(tmp_path: Path, signum: int):
     env = _launcher(tmp_path, "import subprocess; subprocess.Popen(['sleep', '61']); time.sleep(61)")
+    # The monitor's own temporary folder, where the measurement's private folder is made: SIGTERM's
+    # default action ended the monitor before it removed that folder.
+    (tmp_path / "tmp").mkdir()
     monitor = subprocess.Popen([sys.executable, "-m", "monitor", "check-collectives", "--log-dir", str(tmp_path),
-                                "--", "torchrun", "train.py"], env=env, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                "--", "torchrun", "train.py"], env={**env, "TMPDIR": str(tmp_path / "tmp")},
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def launched() -> list[psutil.Process]:
         return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "61"]
@@ -248,3 +251,4 @@ def test_a_stop_signal_during_the_test_stops_the_test_too(tmp_path: Path, signum
     assert monitor.returncode in (-signum, 130, 128 + signum), err.decode()[-2000:]
     psutil.wait_procs(test, timeout=5)
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in test)
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -102,7 +102,7 @@ def check(command: list[str] | None, stem: Path, env: dict[str, str] | None = No
         output, fd = create_new(stem.with_name(f"{name}.collectives.txt") for name in _names(stem.stem))
         saved = output.with_name(output.name.replace(".collectives.txt", ".collectives.json"))
         with os.fdopen(fd, "wb") as log:
-            code = _run(launch, log, env, timeout_s)
+            code = _run(launch, log, env, timeout_s, folder)
         record["exit_code"] = code
         if code is None:
             problem = f"the test did not end within {timeout_s:g} s (a node that never joined the rendezvous?); its output: {output}"
@@ -145,15 +145,16 @@ def _names(stem: str) -> Iterator[str]:
         yield f"{stem}-{n}"
 
 
-def _run(launch: list[str], log, env: dict[str, str] | None, timeout_s: float) -> int | None:
+def _run(launch: list[str], log, env: dict[str, str] | None, timeout_s: float, private: Path) -> int | None:
     """The launcher's exit code, or None when it ran past ``timeout_s`` (then it and everything
     it started are stopped: a session of their own, signalled whole). Ctrl-C, SIGTERM or SIGHUP
     to the monitor meanwhile stop them too before they take their usual course: the test's
     session hears none of the terminal's signals, and a launcher left behind would hold the
-    rendezvous port the job is about to use."""
+    rendezvous port the job is about to use; and ``private`` (the measurement's folder) is
+    removed, since a signal's default action ends the monitor before ``check`` could."""
     process = subprocess.Popen(launch, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                start_new_session=True)
-    with _StopsTheTest(process):
+    with _StopsTheTest(process, private):
         try:
             return process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -167,8 +168,9 @@ class _StopsTheTest:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __init__(self, process: subprocess.Popen) -> None:
+    def __init__(self, process: subprocess.Popen, private: Path) -> None:
         self.process = process
+        self.private = private
         self.previous: dict = {}
 
     def __enter__(self) -> None:
@@ -186,6 +188,7 @@ class _StopsTheTest:
 
     def _stop_then_pass_on(self, signum: int, frame) -> None:
         _stop(self.process)
+        shutil.rmtree(self.private, ignore_errors=True)
         self.__exit__()
         previous = self.previous[signum]
         if callable(previous):
