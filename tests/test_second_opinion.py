@@ -174,7 +174,10 @@ def test_clean_logs_of_the_corpus_stay_clean_with_the_model() -> None:
     clean = [case for case in load_corpus(REAL) if case.category == "clean"]
     assert len(clean) >= 80
     for case in clean:
-        assert diagnose_paths([str(case.log)], catalogue).root_cause is None, case.name
+        # The model names no failure in a clean log; what the rules flag is floor.toml's count
+        # (clean_flagged), judged by test_rules_eval.
+        root = diagnose_paths([str(case.log)], catalogue).root_cause
+        assert root is None or root.origin != "model", case.name
 
 
 def test_a_peer_still_training_does_not_hide_the_rank_that_failed(tmp_path: Path) -> None:
