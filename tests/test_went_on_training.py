@@ -58,3 +58,29 @@ def test_every_file_of_the_job_must_go_on(tmp_path, catalogue):
     assert root is not None and (root.rule, root.rank) == ("python-exception", 1)
     (tmp_path / "rank1.log").write_text(_steps(range(1, 11)) + LOGGED + _steps(range(11, 40)))
     assert diagnose_paths([str(tmp_path)], catalogue).root_cause is None
+
+
+def test_a_peers_progress_says_nothing_of_the_rank_that_raised(tmp_path, catalogue):
+    """Rank 1 raises; rank 0's steps go on in the same file (its prefixed lines): rank 1 died of it."""
+    log = tmp_path / "train.log"
+    raised = "".join(f"[rank1]: {line}\n" for line in LOGGED.splitlines())
+    log.write_text("".join(f"[rank0]: {line}" for line in _steps(range(1, 11)).splitlines(True)) + raised
+                   + "".join(f"[rank0]: {line}" for line in _steps(range(11, 14)).splitlines(True)))
+    root = diagnose_paths([str(log)], catalogue).root_cause
+    assert root is not None and (root.rule, root.rank) == ("python-exception", 1)
+
+
+def test_one_step_printed_by_several_peers_is_one_step(tmp_path, catalogue):
+    """Three surviving ranks each print step 11 (unprefixed): one step under way, not two past it."""
+    log = tmp_path / "train.log"
+    log.write_text(_steps(range(1, 11)) + LOGGED + _steps([11, 11, 11]))
+    assert diagnose_paths([str(log)], catalogue).root_cause.rule == "python-exception"
+
+
+def test_every_exception_training_went_on_after_is_passed_over(tmp_path, catalogue):
+    log = tmp_path / "train.log"
+    keyerror = LOGGED.replace("ValueError: cannot identify image file '/data/17.jpg'", "KeyError: 'label'")
+    log.write_text(_steps(range(1, 11)) + LOGGED + _steps(range(11, 20)) + keyerror + _steps(range(20, 30)))
+    diagnosis = diagnose_paths([str(log)], catalogue)
+    assert diagnosis.root_cause is None
+    assert sorted(f.fields["exc_type"] for f in diagnosis.findings if f.severity == "warning") == ["KeyError", "ValueError"]

@@ -29,9 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     learning = actions.add_parser(
         "learn", help="Train the second opinion on a labelled corpus (never on its check third).",
         description="Train the learned second opinion (used where the rules are unsure) on a labelled corpus "
-                    "in the format `rules eval` reads, leaving out its check third; its thresholds are set on the "
-                    "logs the rules (shipped, the user's, --rules) leave to it. Deterministic: the same "
-                    "corpus and rules give the same file. Needs scikit-learn (pip install 'monitor[learn]').")
+                    "in the format `rules eval` reads, leaving out its check third; no clean log that the rules "
+                    "(shipped, the user's, --rules) leave to it scores above its thresholds. Deterministic: the "
+                    "same corpus and rules give the same file. Needs scikit-learn (pip install 'monitor[learn]').")
     learning.add_argument("corpus", metavar="DIR", help="the corpus folder (e.g. sample_logs/real)")
     learning.add_argument("-o", "--output", required=True, metavar="MODEL",
                           help="the model file to write (put it in a rule directory as model.json, or pass --model)")

@@ -23,7 +23,7 @@ from monitor.diagnosis.secrets import mask
 from monitor.diagnosis import pyexc
 from monitor.diagnosis.tail import all_end_training, step_of, tail_lines
 from monitor.logs.ranks import FileRanks
-from monitor.model import Category, Diagnosis
+from monitor.model import Category, Diagnosis, Finding
 
 # What is read for the last line of the rank that hung: each file's end (``tail.TAIL_BYTES``), and
 # at most this much in all (a folder of a thousand nodes' files costs what a few do); the rank's
@@ -105,63 +105,79 @@ def came_back_finite(diagnosis: Diagnosis, catalogue, ranks: RankEvidence | None
     added, said = CAME_BACK_FINITE.get(catalogue.lang, CAME_BACK_FINITE["en"])
     went_on = replace(root, severity="warning", role="cascade", title=root.title + added,
                       remedy=f"{said.format(metric=said_of, value=last[said_of])}\n{root.remedy}")
-    findings = [went_on if f.seq == root.seq else f for f in diagnosis.findings]
+    return _chosen_again(diagnosis, went_on, catalogue, ranks)
+
+
+def _chosen_again(diagnosis: Diagnosis, went_on: Finding, catalogue, ranks: RankEvidence | None) -> Diagnosis:
+    """``diagnosis`` with its root cause replaced by ``went_on`` (that finding as a warning: the run
+    went on past it) and the root cause chosen again from the findings, with the engine's rank
+    evidence."""
+    findings = [went_on if f.seq == went_on.seq else f for f in diagnosis.findings]
     chosen = with_rank(choose(findings, ranks, catalogue.lang), findings, ranks, catalogue.lang)
     sure, note = confidence(chosen, catalogue.lang)
     return replace(diagnosis, root_cause=chosen, findings=findings, confidence=sure, confidence_note=note)
 
 
 # A run that went on training past an exception, in each output language: the title's addition,
-# the remedy's first line.
+# the remedy (replacing the exception's, which calls it uncaught), and where it was raised.
 WENT_ON_TRAINING = {
     "en": (" (training went on after it)",
-           "Training went on after this exception (step {step} and on, to the end of the log): it was caught and "
-           "logged, not what stopped the job; it may still cost you data or an evaluation."),
+           "Training went on after this exception (step {step} and on, to the end of the log): it did not stop the "
+           "job (the code caught and logged it, or the job resumed past it), though it may have cost a batch, a "
+           "sample or an evaluation.",
+           "It was raised at {frame_file}:{frame_line} in {frame_func}."),
     "zh": ("（之后训练仍在继续）",
-           "这个异常之后训练仍在继续（从第 {step} 步起直到日志结束）：它被捕获并记录了下来，并不是作业停止的原因；"
-           "但它仍可能让你丢失一部分数据或一次评估。"),
+           "这个异常之后训练仍在继续（从第 {step} 步起直到日志结束）：它没有让作业停下来（代码捕获并记录了它，"
+           "或者作业越过它恢复了运行），不过它可能让你损失了一个 batch、一个样本或一次评估。",
+           "它是在 {frame_file}:{frame_line} 的 {frame_func} 中抛出的。"),
 }
-# How many lines of training progress past the exception, each at a step beyond the last one
-# before it, say the process went on: one could be a peer's step already under way when it died.
+# How many distinct steps past the exception, each beyond the last step before it, say the process
+# went on: one could be a peer's step already under way when it died.
 STEPS_PAST = 2
-# How many files' ends are read to see that every one ends in training progress.
-TRAINING_FILES = 16
+# The most exceptions passed over one after another (each a logged one training went on after).
+MAX_PASSED_OVER = 8
 
 
 def went_on_training(diagnosis: Diagnosis, catalogue, ranks: RankEvidence | None = None) -> Diagnosis:
     """Where the root cause is an exception no rule names (``python-exception``: a traceback, or
     its last line alone) and the job went on training after it (every file ends in training
-    progress, and its own file shows steps past the last one before it), it did not end the job:
-    a traceback the code caught and logged (a data loader skipping a bad sample, an evaluation
-    hook). The finding becomes a warning and the root cause is chosen again from the others.
-    Post-mortem only: while the job runs, what comes next is not known yet."""
-    root = diagnosis.root_cause
-    if root is None or root.rule != pyexc.RULE_ID or root.category != Category.PYTHON_EXCEPTION or not root.file:
+    progress, and its rank's lines, where they name one, show steps past the last one before it),
+    it did not end the job: a traceback the code caught and logged (a data loader skipping a bad
+    sample, an evaluation hook). The finding becomes a warning and the root cause is chosen again
+    from the others, which may be another such exception. Post-mortem only: while the job runs,
+    what comes next is not known yet."""
+    if not all_end_training(diagnosis.files):
         return diagnosis
-    if not root.evidence or not all_end_training(diagnosis.files, TRAINING_FILES):
-        return diagnosis
-    step = _first_step_past(root.file, root.evidence[-1])
-    if step is None:
-        return diagnosis
-    added, said = WENT_ON_TRAINING.get(catalogue.lang, WENT_ON_TRAINING["en"])
-    went_on = replace(root, severity="warning", role="cascade", title=root.title + added,
-                      remedy=f"{said.format(step=step)}\n{root.remedy}")
-    findings = [went_on if f.seq == root.seq else f for f in diagnosis.findings]
-    chosen = with_rank(choose(findings, ranks, catalogue.lang), findings, ranks, catalogue.lang)
-    sure, note = confidence(chosen, catalogue.lang)
-    return replace(diagnosis, root_cause=chosen, findings=findings, confidence=sure, confidence_note=note)
+    for _ in range(MAX_PASSED_OVER):
+        root = diagnosis.root_cause
+        if root is None or root.rule != pyexc.RULE_ID or root.category != Category.PYTHON_EXCEPTION:
+            break
+        step = _first_step_past(root) if root.file and root.evidence else None
+        if step is None:
+            break
+        added, said, where = WENT_ON_TRAINING.get(catalogue.lang, WENT_ON_TRAINING["en"])
+        remedy = said.format(step=step)
+        if root.fields.get("frame_file"):
+            remedy += "\n" + where.format(frame_file=root.fields["frame_file"], frame_line=root.fields.get("frame_line", "?"),
+                                          frame_func=root.fields.get("frame_func", "?"))
+        went_on = replace(root, severity="warning", role="cascade", title=root.title + added, remedy=remedy)
+        diagnosis = _chosen_again(diagnosis, went_on, catalogue, ranks)
+    return diagnosis
 
 
-def _first_step_past(path: str, exception: str) -> int | None:
-    """The first step ``path`` reports after its line holding ``exception`` where ``STEPS_PAST``
-    progress lines after it are at steps beyond the last one before it; None where fewer are, or
-    where that line is not in the file's end that is read (what came before it is unknown)."""
+def _first_step_past(root: Finding) -> int | None:
+    """The first step ``root``'s file reports after the line of its exception where ``STEPS_PAST``
+    distinct steps after it are beyond the last one before it, counting only the lines of
+    ``root``'s rank where it has one (a peer's progress says nothing of the rank that raised);
+    None where fewer are, or where that line is not in the file's end that is read."""
+    exception = root.evidence[-1]
     after: list[int] = []
-    lines, _ = tail_lines(path)  # last first
-    for line in lines:
+    lines, _ = tail_lines(root.file)  # last first
+    own = (line for line in lines if root.rank is None or line.rank == root.rank)
+    for line in own:
         if exception in line.text:
-            before = next((step for older in lines if (step := step_of(older)) is not None), None)
-            past = [step for step in after if before is None or step > before]
+            before = next((step for older in own if (step := step_of(older)) is not None), None)
+            past = {step for step in after if before is None or step > before}
             return min(past) if len(past) >= STEPS_PAST else None
         if (step := step_of(line)) is not None:
             after.append(step)

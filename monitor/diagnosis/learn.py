@@ -103,9 +103,10 @@ def train(cases: list[Case], asked: Callable[[Case], bool]) -> dict:
 
 def _thresholds(scores, labels: list[str], classes: list[str],
                 meets_model: list[bool]) -> tuple[float, float, dict[str, list[float]]]:
-    """(likely, weak) over the held-out opinions (top class, not clean) of the cases that would
-    meet the model, and per category: the lowest scores at which that category's opinions were
-    right often enough, with no clean log above them."""
+    """(likely, weak) over the held-out opinions (top class, not clean) of every failure case and
+    of the clean logs that would meet the model (``meets_model``), and per category: the lowest
+    scores at which that category's opinions were right often enough, with no such clean log
+    above them."""
     opinions = []
     for row, label, meets in zip(scores, labels, meets_model):
         best = max(range(len(classes)), key=lambda i: row[i])

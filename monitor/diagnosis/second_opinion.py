@@ -279,8 +279,7 @@ def _still_training(files: list[str]) -> bool:
     """Whether every file of the job ends with a line of training progress (``tail.ends_training``):
     the job went on past whatever it warned of, and words alone must not name a failure the rules
     did not see (a rendezvous's warning that passed, srun retrying a step it then created)."""
-    # Within the reading budget of the model itself: a few files' ends, however many there are.
-    return tail.all_end_training(files, max(1, MAX_READ_BYTES // tail.TAIL_BYTES))
+    return tail.all_end_training(files)
 
 
 def _unexplained_alarm(lines: list[str], diagnosis: Diagnosis) -> bool:

@@ -15,6 +15,8 @@ from monitor.progress.parse import parse_progress
 
 # How much of a file's end is read for its last lines.
 TAIL_BYTES = 256 * 1024
+# The most files whose ends are read to see that a job went on training (``all_end_training``).
+TRAINING_FILES = 16
 # A line that holds a letter or a digit; the others (blanks, a banner's ruler, a paste's closing
 # fence, a row of dots, the NUL bytes a crashed node leaves at a file's end) say nothing of what a
 # process did last, and are left out.
@@ -65,8 +67,8 @@ def ends_training(path: str) -> bool:
     return last is not None and step_of(last) is not None
 
 
-def all_end_training(files: list[str], max_files: int) -> bool:
+def all_end_training(files: list[str]) -> bool:
     """Whether every one of ``files`` ends with a line of training progress: the job went on. One
     file that ends otherwise (a rank's traceback beside a peer's progress) may hold a failure; more
-    than ``max_files`` files (each end read costs ``TAIL_BYTES``) is not known, so no."""
-    return bool(files) and len(files) <= max_files and all(ends_training(path) for path in files)
+    than ``TRAINING_FILES`` files (each end read costs ``TAIL_BYTES``) is not known, so no."""
+    return bool(files) and len(files) <= TRAINING_FILES and all(ends_training(path) for path in files)

@@ -163,8 +163,11 @@ def _run(launch: list[str], log, env: dict[str, str] | None, timeout_s: float, p
 
 
 class _StopsTheTest:
-    """While in force, a stop signal to the monitor stops the test's process group first, then
-    takes its usual course (the handler before, or the default: the monitor ends)."""
+    """While in force, a stop signal to the monitor stops the test's process group and removes the
+    measurement's private folder first, then takes its usual course (the handler before, or the
+    default: the monitor ends). A signal in the moments before it is in force or after (the
+    folder made, the launcher not yet started; the launcher ended) ends the monitor with the
+    folder left, empty, in the temporary directory."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
