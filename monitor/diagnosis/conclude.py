@@ -15,12 +15,12 @@ from dataclasses import replace
 
 import regex
 
+from monitor.diagnosis import pyexc
 from monitor.diagnosis.classify import REGEX_TIMEOUT_S
 from monitor.diagnosis.novelty import Against, compare
 from monitor.diagnosis.root_cause import RankEvidence, choose, confidence, with_rank
 from monitor.diagnosis.second_opinion import review
 from monitor.diagnosis.secrets import mask
-from monitor.diagnosis import pyexc
 from monitor.diagnosis.tail import all_end_training, step_of, tail_lines
 from monitor.logs.ranks import FileRanks
 from monitor.model import Category, Diagnosis, Finding

@@ -17,8 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from monitor.diagnosis.corpus import Case

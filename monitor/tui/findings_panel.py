@@ -150,7 +150,7 @@ class FindingsPanel(Container):
     def on_mount(self) -> None:
         # The log worker's first batch can be handled before this panel's table is composed (a
         # loaded machine): what it brought is shown now.
-        self.fit_columns()
+        self._fit_columns()
         if self.findings:
             self.show(self.findings, self.root)
 
@@ -168,10 +168,10 @@ class FindingsPanel(Container):
             return
         self._columns = columns
         if self._composed():
-            self.fit_columns()
+            self._fit_columns()
             self.show(self.findings, self.root)
 
-    def fit_columns(self) -> None:
+    def _fit_columns(self) -> None:
         self.table.show_header = self._columns != NARROW_COLUMNS
 
     def on_resize(self) -> None:
