@@ -61,17 +61,22 @@ def test_a_running_job_that_waits_now_is_not_called_hung(tmp_path, catalogue):
     assert any(f.rule == "tf-waiting-for-model" and f.severity == "warning" for f in diagnosis.findings)
 
 
-def test_a_rule_that_waits_is_never_an_error(tmp_path):
-    rules = write_rules(tmp_path / "rules", """
+def _wait_rule(tmp_path, rule_id: str, severity: str, pattern: str):
+    """A rule file of one rule that waits (its 7th line is ``waits = true``)."""
+    return write_rules(tmp_path / "rules", f"""
 [[rule]]
-id = "my-wait"
+id = "{rule_id}"
 category = "hang"
-severity = "error"
+severity = "{severity}"
 role = "cascade"
 waits = true
 title = "waiting"
-patterns = ['waiting for the others']
+patterns = ['{pattern}']
 """)
+
+
+def test_a_rule_that_waits_is_never_an_error(tmp_path):
+    rules = _wait_rule(tmp_path, "my-wait", "error", "waiting for the others")
     with pytest.raises(RuleError, match=r"rules\.toml:7: rule my-wait: a rule that waits is a warning"):
         load_catalogue([rules.parent], include_user=False, include_shipped=False)
 
@@ -310,16 +315,7 @@ def test_a_log_that_ends_waiting_for_the_others_in_each_librarys_words(tmp_path,
 def test_a_last_line_that_a_waits_pattern_cannot_decide_in_time_is_no_wait(tmp_path):
     """The log's last line is read for a wait with the classifier's time bound: a line that makes a
     pattern backtrack for ages is not that wait (without the bound this test never ends)."""
-    rules = write_rules(tmp_path / "rules", """
-[[rule]]
-id = "slow-wait"
-category = "hang"
-severity = "warning"
-role = "cascade"
-waits = true
-title = "waiting"
-patterns = ['^wait (?:w|ww)+$']
-""")
+    rules = _wait_rule(tmp_path, "slow-wait", "warning", "^wait (?:w|ww)+$")
     log = tmp_path / "job.log"
     log.write_text("wait w\n" + "wait " + "w" * 64 + "x\n")
     catalogue = load_catalogue([rules.parent], include_user=False, include_shipped=False)

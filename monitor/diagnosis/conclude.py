@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TypeGuard
 
 import regex
 
@@ -146,14 +147,11 @@ def went_on_training(diagnosis: Diagnosis, catalogue, ranks: RankEvidence | None
     sample, an evaluation hook). The finding becomes a warning and the root cause is chosen again
     from the others, which may be another such exception. Post-mortem only: while the job runs,
     what comes next is not known yet."""
-    if not all_end_training(diagnosis.files):
-        return diagnosis
+    if not _unnamed_exception(diagnosis.root_cause) or not all_end_training(diagnosis.files):
+        return diagnosis  # the files' ends are read only for a root cause this could pass over
     for _ in range(MAX_PASSED_OVER):
         root = diagnosis.root_cause
-        if root is None or root.rule != pyexc.RULE_ID or root.category != Category.PYTHON_EXCEPTION:
-            break
-        step = _first_step_past(root) if root.file and root.evidence else None
-        if step is None:
+        if not _unnamed_exception(root) or (step := _first_step_past(root)) is None:
             break
         added, said, where = WENT_ON_TRAINING.get(catalogue.lang, WENT_ON_TRAINING["en"])
         remedy = said.format(step=step)
@@ -163,6 +161,12 @@ def went_on_training(diagnosis: Diagnosis, catalogue, ranks: RankEvidence | None
         went_on = replace(root, severity="warning", role="cascade", title=root.title + added, remedy=remedy)
         diagnosis = _chosen_again(diagnosis, went_on, catalogue, ranks)
     return diagnosis
+
+
+def _unnamed_exception(root: Finding | None) -> TypeGuard[Finding]:
+    """Whether ``root`` is an exception no rule names, with its file and lines to look past."""
+    return (root is not None and root.rule == pyexc.RULE_ID and root.category == Category.PYTHON_EXCEPTION
+            and bool(root.file) and bool(root.evidence))
 
 
 def _first_step_past(root: Finding) -> int | None:
