@@ -286,3 +286,39 @@ def test_a_gz_cut_in_its_first_bytes_is_one_line_not_a_traceback(tmp_path):
     assert out.returncode == 2
     assert out.stderr.startswith(f"monitor: {log}: ") and out.stderr.count("\n") == 1, out.stderr
     assert "Traceback" not in out.stderr
+
+
+# torch's flight recorder after a watchdog timeout (ProcessGroupNCCL.cpp printTraceback; frames as
+# FlightRecorder.cpp Entry::getTraceback writes them): the rank's prefix on the first line only.
+_STACK = """[rank{rank}]:[E1127 20:44:40.196565214 ProcessGroupNCCL.cpp:733] Stack trace of the failed collective: 
+#0 all_reduce from /opt/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py:3068
+#1 wrapper from /opt/venv/lib/python3.12/site-packages/torch/distributed/c10d_logger.py:83
+#2 {caller} from /home/user/train.py:{line}
+#3 <module> from /home/user/train.py:90
+"""
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_collective_that_timed_out_is_traced_to_the_jobs_own_call(tmp_path, fast):
+    """Recorded on an H200 (torch 2.11): the rank's stack follows its prefixed header unprefixed;
+    the first frame outside torch and installed packages is where the job called it."""
+    catalogue = load_catalogue(include_user=False)
+    recorded = diagnose_paths([str(SAMPLES / "gpu" / "nccl-timeout-1rank.log")], catalogue, fast=fast)
+    assert recorded.root_cause is not None and recorded.root_cause.rule == "nccl-watchdog-timeout"
+    (site,) = [f for f in recorded.findings if f.rule == "nccl-failed-collective-site"]
+    assert (site.rank, site.severity, site.fields["caller"]) == (0, "info", "main")
+    assert site.fields["site"].endswith("tests/jobs/gpu_job.py:49")
+    # Two ranks in one file, each stack after its own header, a prefixed line between them.
+    log = tmp_path / "job.log"
+    log.write_text(_STACK.format(rank=1, caller="train_step", line=57)
+                   + "[rank1]:[E1127 20:44:40.2 ProcessGroupNCCL.cpp:2636] First PG on this rank to signal dumping.\n"
+                   + _STACK.format(rank=3, caller="evaluate", line=71))
+    (site,) = [f for f in diagnose_paths([str(log)], catalogue, fast=fast).findings
+               if f.rule == "nccl-failed-collective-site"]
+    assert (site.rank, site.fields["caller"], site.fields["site"]) == (1, "train_step", "/home/user/train.py:57")
+    assert (site.ranks, site.count) == ([1, 3], 2)
+    # Frames without the header are no stack of a collective; a stack of torch's frames alone names none.
+    alone = tmp_path / "alone.log"
+    alone.write_text("#2 main from /home/user/train.py:52\n" + _STACK.split("#2")[0])
+    assert not [f for f in diagnose_paths([str(alone)], catalogue, fast=fast).findings
+                if f.rule == "nccl-failed-collective-site"]

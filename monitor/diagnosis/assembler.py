@@ -71,6 +71,8 @@ class RecordAssembler:
         # Per stream, the last line that announced a handled error's traceback (line number, text).
         self._handled_intro: dict[tuple, tuple[int, str]] = {}
         self._glued_seen = False
+        # Per file, the stream of its collective's stack in progress (``records.COLLECTIVE_STACK``).
+        self._collective_stacks: dict[str, tuple] = {}
         # Files whose times the later stages wait for (a finding there had none of its own).
         self.times_wanted: set[str] = set()
 
@@ -145,6 +147,11 @@ class RecordAssembler:
         """A candidate line into its stream's record (continuing, completing or starting one), or
         a record alone."""
         record = self._pending.get(key)
+        if record is None and (stack := self._collective_stacks.get(line.file)) in self._pending \
+                and records.continues(self._pending[stack], body):
+            # torch prefixes only the first line of its message with the rank ("[rank0]:"): the
+            # frames of the collective's stack follow unprefixed, in another stream.
+            key, record = stack, self._pending[stack]
         if record is not None:
             if records.continues(record, body):
                 records.append(record, line, body, rule_hits)
@@ -161,6 +168,8 @@ class RecordAssembler:
             # traceback that follows is process N's (its rank, under mp.spawn's usual use).
             self._spawned[key] = int(records.SPAWNED.match(body.strip())[1])
         elif kind is not None:
+            if kind == "collective_stack":
+                self._collective_stacks[line.file] = key
             record = records.start(kind, line, body, rank, arrival)
             if rank is None and kind == "traceback" and (index := self._spawned.pop(key, None)) is not None:
                 record.rank, record.rank_from = index, "launcher"

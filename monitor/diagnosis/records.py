@@ -33,6 +33,8 @@ import regex
 from monitor.formats import MESSAGE_START, NOTEBOOK_HEADER
 from monitor.model import LogLine
 
+# The line torch's flight recorder puts before the stack of a collective that timed out.
+COLLECTIVE_STACK = "Stack trace of the failed collective:"
 # Literal text of every starter line, for the prefilter: a line without any cannot start a record.
 STARTER_LITERALS = (
     "Traceback (most recent call last)",
@@ -48,6 +50,7 @@ STARTER_LITERALS = (
     "xception: ",
     # What a library prints before a traceback it logged and went on from (HANDLED_INTROS).
     "WON'T CONVERT",
+    COLLECTIVE_STACK,
 )
 # What a library prints before the traceback of an error it handled: torch._dynamo's suppressed
 # compile error (torch/_dynamo/exc.py, format_error_msg: "WON'T CONVERT {name} {file} line {n} \ndue
@@ -107,6 +110,11 @@ _DOTTED_NAME = regex.compile(r"[A-Za-z_][\w.]*")
 _NOTEBOOK_BLANKS = 2
 _CPP_START = regex.compile(r"^(?:terminate called after throwing an instance of|Exception raised from .* \(most recent call first\):)")
 _CPP_CONT = regex.compile(r"^(?:\s*what\(\):|\s*frame #\d+:|\s*<omitting python frames>|Exception raised from )")
+# torch's flight recorder, when a collective timed out (ProcessGroupNCCL.cpp, printTraceback):
+# LOG(ERROR) << "Stack trace of the failed collective: \n" << the Python stack it recorded when the
+# collective was called, a frame a line (FlightRecorder.cpp, Entry::getTraceback: "#" idx " "
+# funcname " from " filename ":" lineno), innermost first.
+_COLLECTIVE_FRAME = regex.compile(r"^#\d+ \S.* from \S.*:\d+\s*$")
 _RULER = regex.compile(r"^\s*={10,}\s*$")
 # torchelastic's summary of a failed rank (``_format_failure`` in torch/distributed/elastic/
 # multiprocessing/errors): "  rank      : 5 (local_rank: 1)" and, where the entry point was
@@ -179,6 +187,8 @@ def starter_kind(body: str) -> str | None:
         return "traceback"
     if _CPP_START.match(stripped):
         return "cpp"
+    if stripped.rstrip().endswith(COLLECTIVE_STACK):
+        return "collective_stack"
     if "ChildFailedError" in body and body.rstrip().endswith(("ChildFailedError:", "ChildFailedError")):
         return "summary"
     if stripped.rstrip() == "Last error:":
@@ -207,6 +217,8 @@ def continues(record: Record, body: str) -> bool:
         return len(record.lines) == 1
     if kind == "cpp":
         return bool(_CPP_CONT.match(body))
+    if kind == "collective_stack":
+        return bool(_COLLECTIVE_FRAME.match(body))
     if kind == "summary":
         return _continues_summary(record, body)
     return _continues_traceback(record, body)
