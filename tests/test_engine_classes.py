@@ -1667,3 +1667,35 @@ def test_a_yolo_training_row_with_nan_losses(tmp_path: Path) -> None:
     root = diagnosed(tmp_path, header + "      1/99     2.64G         nan       nan       nan         4       416\n")["root_cause"]
     assert (root["rule"], root["category"], root["fields"]["epoch"]) == ("yolo-loss-nan", "nan_loss", "1/99")
     assert diagnosed(tmp_path, header + "      1/99     2.64G     0.1043   0.03321   0.02871         4       416\n")["root_cause"] is None
+
+
+# Ray Train (ray/train/base_trainer.py, fit): TrainingFailedError raised from the workers' error,
+# with the text on restoring and on FailureConfig that ends its message.
+RAY_TRAIN_FAILED = """\
+ray.exceptions.RayTaskError(ValueError): ray::_Inner.train() (pid=51210, ip=10.0.0.5, repr=TorchTrainer)
+  File "/home/user/proj/train_ray.py", line 44, in train_func
+    raise ValueError("labels must be non-negative, got -100 at index 17")
+ValueError: labels must be non-negative, got -100 at index 17
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/home/user/proj/train_ray.py", line 71, in <module>
+    result = trainer.fit()
+  File "/opt/conda/lib/python3.10/site-packages/ray/train/base_trainer.py", line 638, in fit
+    raise TrainingFailedError(
+ray.train.base_trainer.TrainingFailedError: The Ray Train run failed. Please inspect the previous error messages for a cause.
+To continue this run, you can use: `trainer = TorchTrainer.restore("/home/user/ray_results/TorchTrainer_2024-05-14_09-20-11")`.
+To start a new run that will retry on training failures, set `train.RunConfig(failure_config=train.FailureConfig(max_failures))` in the Trainer's `run_config` with `max_failures > 0`, or `max_failures = -1` for unlimited retries.
+"""
+
+
+def test_ray_trains_failure_is_the_workers_exception_it_was_raised_from(tmp_path):
+    """TrainingFailedError wraps the workers' error: that error and its frame are the cause, and the
+    message's advice on configuring retries is no retry the program announced."""
+    root = diagnosed(tmp_path, RAY_TRAIN_FAILED)["root_cause"]
+    assert (root["category"], root["fields"]["exc_type"], root["fields"]["frame_line"]) == ("python_exception", "ValueError", "44")
+    # Cut to the wrapper alone, it is still the run's failure, not a retried one.
+    alone = diagnosed(tmp_path, RAY_TRAIN_FAILED[RAY_TRAIN_FAILED.index("Traceback"):])["root_cause"]
+    assert alone is not None and alone["fields"]["exc_type"].endswith("TrainingFailedError")
+    assert alone["severity"] == "error"

@@ -267,7 +267,7 @@ class ExceptionClassifier:
         # What the process printed next (another rank's lines may come between, unprefixed).
         after = ([record.followed_by] if exception.chained_cut  # past the chain's cut end
                  else [*record.bodies[exception.index + 1:exception.index + 1 + RETRY_WITHIN], record.followed_by][:RETRY_WITHIN])
-        if not bare and any(pyexc.RETRY_NEXT.search(line) for line in after):
+        if not bare and any(pyexc.announces_retry(line) for line in after):
             # The process went on to retry what raised: a logged, handled exception.
             return [self._went_on(record, exception, "retried", "warning", self._retried, evidence)]
         cascade = exception.is_cascade

@@ -63,6 +63,10 @@ CASCADE_TYPES = {
     # torch.multiprocessing.spawn in the parent: a child raised (its own traceback follows) or died.
     "ProcessRaisedException", "ProcessExitedException",
 }
+# Exceptions raised from the failure they report (``raise ... from error``), whose chain holds that
+# failure's own traceback just before: Ray Train's TrainingFailedError (ray/train/base_trainer.py,
+# fit: raised from the result's error, the workers' RayTaskError(<type>) and its traceback).
+WRAPPING_TYPES = {"TrainingFailedError"}
 # Exceptions of a generic type whose message says they report another rank's failure: Horovod's
 # SHUT_DOWN_ERROR (horovod/common/common.h), raised on every rank as a RuntimeError, or by
 # TensorFlow as UnknownError/AbortedError, after one rank's exception.
@@ -119,6 +123,15 @@ CASCADE_REMEDY = (
 # tenacity's "Retrying ... in 2.0 seconds", huggingface_hub's "Retrying in 1s [Retry 1/5]",
 # wandb's "retrying request". The exception was caught; the job went on.
 RETRY_NEXT = regex.compile(r"(?i)\bretr(?:y|ying|ies)\b")
+# Text about retrying that announces none: the last lines of Ray Train's TrainingFailedError
+# (ray/train/base_trainer.py) tell how to configure retries ("To start a new run that will retry on
+# training failures, set `train.RunConfig(failure_config=train.FailureConfig(max_failures))` ...").
+RETRY_ADVICE = regex.compile(r"FailureConfig\(|max_failures")
+
+
+def announces_retry(line: str) -> bool:
+    """Whether a line printed after an exception says the process is retrying what raised it."""
+    return RETRY_NEXT.search(line) is not None and RETRY_ADVICE.search(line) is None
 RETRIED_TEXTS = {
     "en": ("{exc_type} caught and retried on rank {rank}",
            "The program logged this {exc_type} and retried: it is what stopped the job only if the retries "
@@ -447,6 +460,8 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
     # The chain's next exception is cut: after the "During handling ..." line, or right after its
     # traceback's header (cut among its frames, ``cut_traceback`` reads where it failed).
     chained_cut = chained or (exception is None and context is not None and not frames)
+    if exception is not None and context is not None and exception[0].rsplit(".", 1)[-1] in WRAPPING_TYPES:
+        exception, frames = context  # the failure it was raised from
     if exception is None:
         if context is None or frames:
             return None
