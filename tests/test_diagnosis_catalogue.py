@@ -45,6 +45,7 @@ def test_loads_rules_with_derived_prefilters(tmp_path):
         (('title = "Disk full"', 'title = "Disk full'), 7, "invalid TOML"),
         (("patterns = ['No space left on device']", "patterns = ['\\d+']"), 8, "cannot derive a literal prefilter"),
         (('role = "root"', 'role = "root"\nranked = "no"'), 7, "'ranked' must be true or false"),
+        (('role = "root"', 'role = "root"\ndistinct = ["site"]'), 7, "'distinct' must list fields the patterns capture"),
     ],
 )
 def test_rule_file_errors_name_file_line_and_rule(tmp_path, mutation, line, message):

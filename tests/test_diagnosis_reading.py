@@ -313,12 +313,22 @@ def test_the_collective_that_timed_out_is_traced_to_the_jobs_own_call(tmp_path, 
     log.write_text(_STACK.format(rank=1, caller="train_step", line=57)
                    + "[rank1]:[E1127 20:44:40.2 ProcessGroupNCCL.cpp:2636] First PG on this rank to signal dumping.\n"
                    + _STACK.format(rank=3, caller="evaluate", line=71))
-    (site,) = [f for f in diagnose_paths([str(log)], catalogue, fast=fast).findings
-               if f.rule == "nccl-failed-collective-site"]
-    assert (site.rank, site.fields["caller"], site.fields["site"]) == (1, "train_step", "/home/user/train.py:57")
-    assert (site.ranks, site.count) == ([1, 3], 2)
+    sites = [(f.rank, f.fields["caller"], f.fields["site"]) for f in diagnose_paths([str(log)], catalogue, fast=fast).findings
+             if f.rule == "nccl-failed-collective-site"]
+    assert sites == [(1, "train_step", "/home/user/train.py:57"), (3, "evaluate", "/home/user/train.py:71")]
     # Frames without the header are no stack of a collective; a stack of torch's frames alone names none.
     alone = tmp_path / "alone.log"
-    alone.write_text("#2 main from /home/user/train.py:52\n" + _STACK.split("#2")[0])
+    alone.write_text("#2 main from /home/user/train.py:52\n" + _STACK.format(rank=0, caller="", line="").split("#2")[0])
     assert not [f for f in diagnose_paths([str(alone)], catalogue, fast=fast).findings
                 if f.rule == "nccl-failed-collective-site"]
+    # Once the stack is read, another stream's lines go to their own records again: rank 1's
+    # traceback, interleaved with rank 0's, is its own (and the job's root cause).
+    interleaved = tmp_path / "interleaved.log"
+    interleaved.write_text(_STACK.format(rank=0, caller="main", line=49) + "".join(
+        f"[rank{rank}]: {text}\n" for rank, text in [
+            (0, "Traceback (most recent call last):"), (1, "Traceback (most recent call last):"),
+            (0, '  File "/home/user/train.py", line 49, in main'), (1, '  File "/home/user/train.py", line 61, in main'),
+            (1, "    batch = load(idx)"), (0, "    dist.all_reduce(grads)"), (1, "KeyError: 'labels'"),
+            (0, "torch.distributed.DistBackendError: NCCL communicator was aborted on rank 0.")]))
+    root = diagnose_paths([str(interleaved)], catalogue, fast=fast).root_cause
+    assert root is not None and (root.rank, root.fields["exc_type"]) == (1, "KeyError")

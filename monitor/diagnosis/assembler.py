@@ -71,7 +71,8 @@ class RecordAssembler:
         # Per stream, the last line that announced a handled error's traceback (line number, text).
         self._handled_intro: dict[tuple, tuple[int, str]] = {}
         self._glued_seen = False
-        # Per file, the stream of its collective's stack in progress (``records.COLLECTIVE_STACK``).
+        # Per file, the stream of its collective's stack in progress (``records.COLLECTIVE_STACK``),
+        # while it is in progress.
         self._collective_stacks: dict[str, tuple] = {}
         # Files whose times the later stages wait for (a finding there had none of its own).
         self.times_wanted: set[str] = set()
@@ -147,11 +148,12 @@ class RecordAssembler:
         """A candidate line into its stream's record (continuing, completing or starting one), or
         a record alone."""
         record = self._pending.get(key)
-        if record is None and (stack := self._collective_stacks.get(line.file)) in self._pending \
+        if record is None and (stack := self._collective_stacks.get(line.file)) is not None \
                 and records.continues(self._pending[stack], body):
             # torch prefixes only the first line of its message with the rank ("[rank0]:"): the
             # frames of the collective's stack follow unprefixed, in another stream.
-            key, record = stack, self._pending[stack]
+            records.append(self._pending[stack], line, body, rule_hits)
+            return
         if record is not None:
             if records.continues(record, body):
                 records.append(record, line, body, rule_hits)
@@ -197,6 +199,8 @@ class RecordAssembler:
 
     def _complete(self, key: tuple) -> Record:
         record = self._pending.pop(key)
+        if self._collective_stacks.get(key[0]) == key:
+            del self._collective_stacks[key[0]]
         self._pending_per_file[key[0]] -= 1
         return records.trim(record)
 

@@ -33,7 +33,7 @@ LANGUAGES = ("en", "zh")
 TRANSLATED_KEYS = ("title", "confirmed_title", "remedy")
 RULE_KEYS = {
     "id", "category", "severity", "role", "title", "confirmed_title", "patterns", "prefilter", "remedy",
-    "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", "if_record", "unless_record", "own_error", "retryable", "waits", "recovers", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
+    "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", "if_record", "unless_record", "own_error", "retryable", "waits", "recovers", "distinct", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
 }
 REQUIRED_KEYS = ("id", "category", "severity", "role", "title", "patterns")
 ADVICE_KEYS = {"text", "when", "unless_log", "if_log", "unless_record", "if_record", "unless_field",
@@ -131,6 +131,9 @@ class Rule:
     # The metric whose finite value at its log's end says the run went on past this message (apex's
     # loss scale below 1 followed by finite losses): post-mortem a warning (``conclude.came_back_finite``).
     recovers: str = ""
+    # Captured fields whose values tell findings apart: matches that differ in them are separate
+    # findings, not occurrences of one (each rank's call site of the collective that timed out).
+    distinct: tuple[str, ...] = ()
     compiled: tuple[regex.Pattern, ...] | None = None
 
     @property
@@ -431,6 +434,9 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
                 _check_translation(table.get(key, ""), text, f"{key}_{lang}", fail, loc.key_line(f"{key}_{lang}", start, end))
                 translations.setdefault(lang, {})[key] = text.strip() if key == "remedy" else text
 
+    distinct = table.get("distinct", [])
+    if not isinstance(distinct, list) or not all(isinstance(name, str) and name in groups for name in distinct):
+        raise fail("'distinct' must list fields the patterns capture (distinct = [\"site\"])", loc.key_line("distinct", start, end))
     advice = tuple(_build_advice(item, n, known, fail, loc, start, end) for n, item in enumerate(_table_list(table.get("advice", []), "advice", fail)))
     if_record = _record_condition(table, "if_record", fail, loc, start, end, what="")
     unless_record = _record_condition(table, "unless_record", fail, loc, start, end, what="")
@@ -448,6 +454,7 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
         rank_source=table.get("rank_source", ""), ranked=table.get("ranked", True),
         if_record=if_record, unless_record=unless_record, own_error=table.get("own_error", False),
         retryable=table.get("retryable", True), waits=table.get("waits", False), recovers=recovers,
+        distinct=tuple(distinct),
     )
 
 

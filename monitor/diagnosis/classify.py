@@ -152,7 +152,7 @@ class RuleClassifier:
             elif rank is None and (rank := rank_in_text(record.bodies[matched[0]])) is not None:
                 source = "message"
             found.append(Match(
-                key=(rule.id,), rule=rule.id, category=rule.category, severity=rule.severity, role=rule.role,
+                key=(rule.id, *(fields.get(name, "") for name in rule.distinct)), rule=rule.id, category=rule.category, severity=rule.severity, role=rule.role,
                 title=rule.title, remedy=rule.remedy, record=record, positions=tuple(matched), rank=rank,
                 rank_source=source, fields=fields, evidence=tuple(matched[:MAX_EVIDENCE]),
                 confidence=rule.confidence, confidence_note=rule.confidence_note,

@@ -114,7 +114,7 @@ _CPP_CONT = regex.compile(r"^(?:\s*what\(\):|\s*frame #\d+:|\s*<omitting python 
 # LOG(ERROR) << "Stack trace of the failed collective: \n" << the Python stack it recorded when the
 # collective was called, a frame a line (FlightRecorder.cpp, Entry::getTraceback: "#" idx " "
 # funcname " from " filename ":" lineno), innermost first.
-_COLLECTIVE_FRAME = regex.compile(r"^#\d+ \S.* from \S.*:\d+\s*$")
+_COLLECTIVE_FRAME = regex.compile(r"^#\d+ \S+ from .*:\d+\s*$")
 _RULER = regex.compile(r"^\s*={10,}\s*$")
 # torchelastic's summary of a failed rank (``_format_failure`` in torch/distributed/elastic/
 # multiprocessing/errors): "  rank      : 5 (local_rank: 1)" and, where the entry point was
