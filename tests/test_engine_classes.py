@@ -1699,3 +1699,17 @@ def test_ray_trains_failure_is_the_workers_exception_it_was_raised_from(tmp_path
     alone = diagnosed(tmp_path, RAY_TRAIN_FAILED[RAY_TRAIN_FAILED.index("Traceback"):])["root_cause"]
     assert alone is not None and alone["fields"]["exc_type"].endswith("TrainingFailedError")
     assert alone["severity"] == "error"
+
+
+def test_a_rule_certain_of_an_error_in_the_jobs_code_is_not_second_guessed(tmp_path):
+    """gloo's own size check (gloo/transport/tcp/pair.cc, GLOO_ENFORCE_LE) names ranks that called
+    a collective with different sizes: category python_exception, but a rule's, certain; the learned
+    opinion (which finds gloo's words like a gloo timeout's) is not asked over it."""
+    root = diagnosed(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/train.py", line 142, in <module>\n'
+        "    dist.all_reduce(loss_sum)\n"
+        "RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:510] "
+        "op.preamble.length <= op.nbytes. 8773632 vs 8386560\n"))["root_cause"]
+    assert (root["rule"], root["category"]) == ("collective-mismatch", "python_exception")
+    assert (root["fields"]["received"], root["fields"]["expected"]) == ("8773632", "8386560")

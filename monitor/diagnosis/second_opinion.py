@@ -211,9 +211,11 @@ def load_model(path: str | Path) -> Model:
 
 def unsure(diagnosis: Diagnosis) -> bool:
     """Whether the rules left room for a second opinion: no root cause, only an uncaught exception
-    no rule names, or only weak evidence."""
+    no rule names (a rule certain of an error in the job's code, such as ranks calling different
+    collectives, has named it), or only weak evidence."""
     root = diagnosis.root_cause
-    return root is None or root.category == Category.PYTHON_EXCEPTION or diagnosis.confidence == "weak"
+    return (root is None or (root.category == Category.PYTHON_EXCEPTION and root.confidence != "certain")
+            or diagnosis.confidence == "weak")
 
 
 def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str]) -> Diagnosis:
