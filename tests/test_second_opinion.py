@@ -147,7 +147,8 @@ def test_a_failure_the_rules_judged_a_victim_does_not_come_back_as_the_models_ro
     model = load_model(_hand_model(tmp_path))
     log = _job(tmp_path, "[rank1]: ValueError: labels have 3 columns\n" + LOADER_KILLED)
     raised = Finding(rule="python-exception", category="python_exception", severity="error", role="root",
-                     title="ValueError on rank 1", rank=1, file=str(log), line=1, fields={"exc_type": "ValueError"})
+                     title="ValueError on rank 1", rank=1, file=str(log), line=1, fields={"exc_type": "ValueError"},
+                     confidence="likely")  # as the reader of uncaught exceptions says it
     victim = Finding(rule="launcher-killed", category="host_oom", severity="error", role="cascade",
                      title="DeepSpeed's launcher killed its workers", file=str(log), line=4)
     diagnosis = Diagnosis(root_cause=raised, findings=[raised, victim], files=[str(log)], confidence="likely")
