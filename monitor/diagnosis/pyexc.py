@@ -132,6 +132,8 @@ RETRY_ADVICE = regex.compile(r"FailureConfig\(|max_failures")
 def announces_retry(line: str) -> bool:
     """Whether a line printed after an exception says the process is retrying what raised it."""
     return RETRY_NEXT.search(line) is not None and RETRY_ADVICE.search(line) is None
+
+
 RETRIED_TEXTS = {
     "en": ("{exc_type} caught and retried on rank {rank}",
            "The program logged this {exc_type} and retried: it is what stopped the job only if the retries "
