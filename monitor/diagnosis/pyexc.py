@@ -129,6 +129,11 @@ RETRY_NEXT = regex.compile(r"(?i)\bretr(?:y|ying|ies)\b")
 RETRY_ADVICE = regex.compile(r"FailureConfig\(|max_failures")
 
 
+def short_type(exc_type: str) -> str:
+    """An exception's class name without its module ("torch.OutOfMemoryError": "OutOfMemoryError")."""
+    return exc_type.rsplit(".", 1)[-1]
+
+
 def announces_retry(line: str) -> bool:
     """Whether a line printed after an exception says the process is retrying what raised it."""
     return RETRY_NEXT.search(line) is not None and RETRY_ADVICE.search(line) is None
@@ -321,7 +326,7 @@ class PythonException:
 
     @property
     def short_type(self) -> str:
-        return self.exc_type.rsplit(".", 1)[-1]
+        return short_type(self.exc_type)
 
     @property
     def is_cascade(self) -> bool:
@@ -462,7 +467,7 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
     # The chain's next exception is cut: after the "During handling ..." line, or right after its
     # traceback's header (cut among its frames, ``cut_traceback`` reads where it failed).
     chained_cut = chained or (exception is None and context is not None and not frames)
-    if exception is not None and context is not None and exception[0].rsplit(".", 1)[-1] in WRAPPING_TYPES:
+    if exception is not None and context is not None and short_type(exception[0]) in WRAPPING_TYPES:
         exception, frames = context  # the failure it was raised from
     if exception is None:
         if context is None or frames:
