@@ -1431,6 +1431,53 @@ def test_tensorflows_op_error_after_its_defined_at_frames_is_that_tracebacks_exc
     assert root["fields"]["message"] == "Key conv1/beta not found in checkpoint"
 
 
+def test_tensorflow_2s_graph_execution_error_goes_on_past_its_blank_line(tmp_path: Path) -> None:
+    """TensorFlow 2 raises a tf.function's op error as "<Error>: Graph execution error:", a blank line,
+    then what failed: the traceback takes it, so a rule that names it names the exception (a worker
+    lost mid-run, here) instead of an uncaught UnavailableError no rule names."""
+    root = diagnosed_root(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 88, in <module>\n'
+        "    model.fit(dataset, epochs=10)\n"
+        '  File "/usr/lib/python3.10/site-packages/tensorflow/python/eager/execute.py", line 52, in quick_execute\n'
+        "    tensors = pywrap_tfe.TFE_Py_Execute(ctx._handle, device_name, op_name,\n"
+        "tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:\n"
+        "\n"
+        "Collective ops is aborted by: cluster check alive failed, /job:worker/replica:0/task:1 is down\n"
+        "The error could be from a previous operation. Restart your program to reset.\n"
+        "\t [[{{node CollectiveReduceV2}}]] [Op:__inference_train_function_5678]\n"
+    ))
+    assert (root["rule"], root["category"], root["fields"]["peer"]) == (
+        "tf-collective-peer-down", "node_failure", "/job:worker/replica:0/task:1")
+    # Another exception's blank line still ends its message.
+    other = diagnosed_root(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 9, in <module>\n'
+        "    main()\n"
+        "ValueError: bad config:\n"
+        "\n"
+        "Collective ops is aborted by: Socket closed\n"
+    ))
+    assert other["rule"] == "python-exception"
+
+
+def test_torchs_desync_report_names_the_rank_the_others_waited_for(tmp_path: Path) -> None:
+    """With TORCH_NCCL_DESYNC_DEBUG=1 the watchdog of a rank that timed out says which ranks never
+    joined the process group's collectives (TraceUtils.h, analyzeMissingRanks): that rank is the
+    root, though every line in the log is another rank's timeout."""
+    lines = "".join(
+        f"[rank{r}]:[E ProcessGroupNCCL.cpp:577] [Rank {r}] Watchdog caught collective operation timeout: "
+        f"WorkNCCL(SeqNum=41, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 "
+        f"milliseconds before timing out.\n" for r in range(3))
+    root = diagnosed_root(tmp_path, lines + (
+        "[rank1]:[E ProcessGroupNCCL.cpp:577] \n"
+        "\t - [1] Timeout at collective: ALLREDUCE, #41\n"
+        "\t - To our best knowledge, ranks [3] are the lagging ranks that caused this timeout. "
+        "They never joined any collectives\n"
+    ))
+    assert (root["category"], root["rule"], root["rank"]) == ("nccl_timeout", "nccl-desync-missing-ranks", 3)
+
+
 def test_torch_before_1_8_spawn_join_bare_exception_is_the_childs_report(tmp_path: Path) -> None:
     """torch.multiprocessing.spawn's join before 1.8: raise Exception(msg), msg starting on the next
     line with "-- Process N terminated with the following error:": a report of the child's failure,

@@ -76,6 +76,9 @@ MAX_MESSAGE_LINES = 40
 # "[[Node: ...]]" lines: that line is those frames' exception line, past the blank line.
 TF_SEE_ABOVE = r" \(see above for traceback\)"
 TF_OP_ERROR = regex.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)" + TF_SEE_ABOVE + ": ")
+# TensorFlow 2's eager error raised from a tf.function: "<Error>: Graph execution error:", a blank
+# line, then what failed ("Detected at node ...", the op's message, its "[[{{node ...}}]]" line).
+TF_GRAPH_ERROR = "Graph execution error:"
 
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 # torch/_utils.py, ExceptionWrapper.reraise: "Caught {exc} in DataLoader worker process N.", then
@@ -272,7 +275,7 @@ def _continues_traceback(record: Record, body: str) -> bool:
         return _continues_summary(record, body)
     if state == "message":
         if not stripped:
-            record.state = "blank"
+            record.state = "message" if record.bodies[-1].rstrip().endswith(TF_GRAPH_ERROR) else "blank"
             return True
         if stripped.startswith(ORIGINAL_TRACEBACK):
             record.state = "frames"  # a DataLoader worker's own traceback, re-raised in the main process

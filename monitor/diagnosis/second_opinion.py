@@ -256,6 +256,10 @@ def _asked(diagnosis: Diagnosis, lines: list[str], model: Model, remedies: dict[
         # Whether a stop is a failure is who sent it (a user's Ctrl-C, `monitor run` forwarding its
         # own stop, or a scheduler): the rules read that; the model sees only the same signal lines.
         return diagnosis
+    if root is not None and root.category == Category.STOPPED:
+        # A line said the job was stopped from outside (a launcher that received SIGTERM or SIGINT):
+        # the model's resemblance to other failures' teardown lines does not undo what it read.
+        return diagnosis
     if root is not None and said.confidence != "likely" and _says_what_failed(root):
         return diagnosis  # a weak guess never replaces what a line says
     if root is not None and root.fields.get("cleared") == said.category:
