@@ -30,7 +30,8 @@ SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 Confidence = Literal["certain", "likely", "weak"]
 CONFIDENCE_ORDER = {"certain": 0, "likely": 1, "weak": 2}
 # What named a finding's rank, in the report's words: the evidence behind it, surest first.
-RANK_SOURCES = ("prefix", "message", "file", "launcher", "summary", "local", "hang", "process", "related")
+RANK_SOURCES = ("prefix", "local-prefix", "message", "file", "launcher", "summary", "summary-local", "local", "hang",
+                "process", "related")
 
 
 class Category(StrEnum):

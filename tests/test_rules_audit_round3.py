@@ -1,8 +1,11 @@
-"""Whole logs for the rules of the third audit against the libraries' own format strings (#34):
-hangs (ProcessGroupNCCL's heartbeat monitor, file locks), JAX/XLA and TensorFlow between hosts, the
-engines and actors of RL training (SGLang, Ray), the fabric under NCCL and MPI (EFA, UCX, Open MPI),
-and what launchers print as they stop. Each text is a probe an auditor wrote from the source's format
-string; the test says which finding becomes the root cause, in which category, naming which rank."""
+"""Whole logs for the rules of the third and fourth audits against the libraries' own format
+strings (#34): hangs (ProcessGroupNCCL's heartbeat monitor, file locks), JAX/XLA and TensorFlow
+between hosts, the engines and actors of RL training (SGLang, Ray), the fabric under NCCL and MPI
+(EFA, UCX, Open MPI), what launchers print as they stop, Kubernetes' schedulers and operators,
+Megatron/NeMo and NVIDIA's fault tolerance, DeepSpeed's fp16 and inference messages. Each text is a
+probe an auditor wrote from the source's format string; the test says which finding becomes the
+root cause, in which category, naming which rank. Last, the texts that say which rank failed
+(torchrun's summary and prefixes, Lightning's, srun's, XLA's)."""
 
 from __future__ import annotations
 
@@ -58,6 +61,48 @@ CASES = [
     # Lightning's SLURM requeue before the time limit.
     pytest.param('Handling auto-requeue signal: 10\nrequeing job 4412093...\nRequeued SLURM job: 4412093\n',
                  'lightning-slurm-requeue', 'slurm_event', None, id='lightning-slurm-requeue-20'),
+    # kubelet's eviction of a pod whose emptyDir went over its sizeLimit.
+    pytest.param('Events:\n  Type     Reason   Age   From     Message\n  ----     ------   ----  ----     -------\n  Warning  Evicted  44s   kubelet  Usage of EmptyDir volume "dshm" exceeds the limit "16Gi". \n',
+                 'k8s-evicted-disk', 'disk_full', None, id='k8s-evicted-disk-05'),
+    # the kubelet's OOM watcher's SystemOOM event.
+    pytest.param('LAST SEEN   TYPE      REASON      OBJECT            MESSAGE\n2m10s       Warning   SystemOOM   node/gpu-node-7   System OOM encountered, victim process: python, pid: 48211\n',
+                 'host-oom-kill', 'host_oom', None, id='host-oom-kill-10'),
+    # KubeRay's status for a head container the kernel OOM-killed.
+    pytest.param('Status:\n  Job Deployment Status:  Failed\n  Message:                Ray head pod container ray-job-submitter terminated with exit code 137: OOMKilled\n  Reason:                 SubmissionFailed\n',
+                 'host-oom-kill', 'host_oom', None, id='host-oom-kill-15'),
+    # Kueue preempting the workload.
+    pytest.param('LAST SEEN   TYPE     REASON                 OBJECT                                MESSAGE\n8s          Normal   EvictedDueToPreempted  workload/pytorchjob-llama-ft-3f2a1    Preempted to accommodate a workload (UID: 6b1c0e7a-2f1d-4c55-9a0e-51f0c2d9e8a4, JobUID: 9d2e4f10-7c3b-4a8e-b6d1-0f5e3a2c7b19) due to prioritization in the ClusterQueue; preemptor path: /team-a; preemptee path: /team-a\n8s          Normal   Preempted              workload/pytorchjob-llama-ft-3f2a1    Preempted to accommodate a workload (UID: 6b1c0e7a-2f1d-4c55-9a0e-51f0c2d9e8a4, JobUID: 9d2e4f10-7c3b-4a8e-b6d1-0f5e3a2c7b19) due to prioritization in the ClusterQueue; preemptor path: /team-a; preemptee path: /team-a; preemptor effective priority: 1000 (base: 1000, boost: 0); preemptee effective priority: 100 (base: 100, boost: 0)\n',
+                 'k8s-job-stopped-by-scheduler', 'stopped', None, id='k8s-job-stopped-by-scheduler-11'),
+    # Kueue evicting a workload whose node failed.
+    pytest.param('LAST SEEN   TYPE     REASON                    OBJECT                              MESSAGE\n20s         Normal   EvictedDueToNodeFailures  workload/pytorchjob-llama-ft-3f2a1  Workload was evicted as there was no replacement for unhealthy node(s): gpu-node-7\n',
+                 'scheduler-worker-lost', 'node_failure', None, id='scheduler-worker-lost-13'),
+    # a node whose kubelet stopped posting its status.
+    pytest.param('Conditions:\n  Type             Status    LastHeartbeatTime                 LastTransitionTime                Reason              Message\n  ----             ------    -----------------                 ------------------                ------              -------\n  MemoryPressure   Unknown   Fri, 14 Mar 2025 10:02:11 +0000   Fri, 14 Mar 2025 10:06:52 +0000   NodeStatusUnknown   Kubelet stopped posting node status.\n  DiskPressure     Unknown   Fri, 14 Mar 2025 10:02:11 +0000   Fri, 14 Mar 2025 10:06:52 +0000   NodeStatusUnknown   Kubelet stopped posting node status.\n  PIDPressure      Unknown   Fri, 14 Mar 2025 10:02:11 +0000   Fri, 14 Mar 2025 10:06:52 +0000   NodeStatusUnknown   Kubelet stopped posting node status.\n  Ready            Unknown   Fri, 14 Mar 2025 10:02:11 +0000   Fri, 14 Mar 2025 10:06:52 +0000   NodeStatusUnknown   Kubelet stopped posting node status.\n',
+                 'scheduler-worker-lost', 'node_failure', None, id='scheduler-worker-lost-18'),
+    # Megatron's rerun machine reproducing a NaN on the same GPU.
+    pytest.param("ERROR:megatron.core.rerun_state_machine:Rank 10, node gpu-node-007, device 2, iteration #5120: First rerun: unexpected result is reproducible within the tolerance (tensor(nan, device='cuda:2') = tensor(nan, device='cuda:2')). Need to rerun on a different GPU to verify correctness.!\nWARNING:megatron.core.rerun_state_machine:Saving a checkpoint and exiting now. Please resume the job from the checkpoint to rerun the last iteration and establish a diagnostic\n",
+                 'megatron-rerun-reproducible', 'nan_loss', 10, id='megatron-rerun-reproducible-05'),
+    # Megatron's rerun machine finding the first GPU computed wrong.
+    pytest.param("WARNING:megatron.core.rerun_state_machine:Second rerun: unexpected result is not reproducible on a different GPU, therefore was likely incorrect (tensor(5.2188, device='cuda:6') != tensor(nan, device='cuda:2'))\nERROR:megatron.core.rerun_state_machine:Rank 10, node gpu-node-012, device 6, iteration #5120: Possible persistent error!!\nWARNING:megatron.core.rerun_state_machine:Exiting now. A checkpoint at the last iteration already exists if further examination is needed\n",
+                 'megatron-rerun-gpu-fault', 'gpu_hardware', None, id='megatron-rerun-gpu-fault-06'),
+    # Megatron's exit-signal handler.
+    pytest.param('[exiting program after receiving SIGTERM.] datetime: 2025-03-14 02:17:45.118204 \n',
+                 'megatron-exit-on-signal', 'stopped', None, id='megatron-exit-on-signal-07'),
+    # Megatron's tracker file holding no iteration.
+    pytest.param('ERROR: Invalid metadata file /lustre/ckpts/gpt3-8b/latest_checkpointed_iteration.txt. Exiting\n',
+                 'megatron-tracker-file-invalid', 'corrupt_checkpoint', None, id='megatron-tracker-file-invalid-10'),
+    # NeMo refusing to resume from an unfinished checkpoint.
+    pytest.param('Traceback (most recent call last):\n  File "/opt/NeMo/nemo/lightning/resume.py", line 225, in _find_trainer_ckpt_path\n    raise ValueError(\nValueError: Last checkpoint is unfinished and cannot be used to resume the training. Please remove the checkpoint manually to avoid unexpected cosequences, such as restarting from scratch. Hint: Iteration number can be added to the checkpoint name pattern to maximize chance that there is at least one finished last checkpoint to resume from.\n',
+                 'nemo-last-checkpoint-unfinished', 'corrupt_checkpoint', None, id='nemo-last-checkpoint-unfinished-14'),
+    # nvidia-resiliency-ext's rank monitor missing a rank's heartbeats.
+    pytest.param('2025-03-14 02:17:45,118 [WARNING] [node-017] [workload:3(3) infra:3(3)] rank_monitor_server.py:497 [Cycle 0] Did not get subsequent heartbeat. Waited 1800.00 seconds.\n',
+                 'nvrx-rank-hang-detected', 'hang', 3, id='nvrx-rank-hang-detected-18'),
+    # DeepSpeed's plain fp16 optimizer at the loss scale floor, floats.
+    pytest.param('[2025-03-14 11:02:10,219] [INFO] [logging.py:123:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: 2.0, reducing to 1.0\n[2025-03-14 11:02:11,005] [INFO] [logging.py:123:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: 1.0, reducing to 1.0\n[2025-03-14 11:02:11,792] [INFO] [logging.py:123:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: 1.0, reducing to 1.0\n[2025-03-14 11:02:12,580] [INFO] [logging.py:123:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: 1.0, reducing to 1.0\n',
+                 'fp16-loss-scale-at-floor', 'nan_loss', 0, id='fp16-loss-scale-at-floor-04'),
+    # DeepSpeed-Inference's workspace allocation.
+    pytest.param('Requested:\t212860928\nFree:\t150994944\nTotal:\t84974239744\nTraceback (most recent call last):\n  File "/workspace/infer.py", line 58, in <module>\n    outputs = engine.module.generate(**inputs, max_new_tokens=256)\n  File "/usr/local/lib/python3.10/dist-packages/deepspeed/model_implementations/transformers/ds_transformer.py", line 143, in forward\n    self.allocate_workspace(input.size())\n  File "/usr/local/lib/python3.10/dist-packages/deepspeed/model_implementations/transformers/ds_transformer.py", line 97, in allocate_workspace\n    DeepSpeedTransformerInference.workspace.allocate_workspace(\n  File "/usr/local/lib/python3.10/dist-packages/deepspeed/ops/transformer/inference/op_binding/workspace.py", line 182, in allocate_workspace\n    return self.allocate_workspace_func(*args, **kwargs)\nRuntimeError: Workspace can\'t be allocated, no enough memory.\n',
+                 'deepspeed-inference-workspace-oom', 'cuda_oom', None, id='deepspeed-inference-workspace-oom-17'),
 ]
 
 
@@ -68,3 +113,32 @@ def test_the_librarys_own_message_names_its_failure(tmp_path: Path, text: str, r
     assert (root["rule"], root["category"], root["rank"]) == (rule, category, rank)
     # Every field the title names was found: no template braces or empty fallbacks left in it.
     assert "{" not in root["title"] and "}" not in root["title"]
+
+
+# Which rank failed, where the log says it in the launchers' own words (the ranks audit).
+RANKS = [
+    # torchrun --tee's "[trainer1]:" is a local rank; the summary of the same file gives its global one.
+    pytest.param('[trainer1]:Traceback (most recent call last):\n[trainer1]:  File "/workspace/train.py", line 88, in main\n[trainer1]:    logits = feats @ proj\n[trainer1]:RuntimeError: inconsistent tensor size, expected tensor [768] and src [1024] to have the same number of elements, but got 768 and 1024 elements respectively\nRoot Cause (first observed failure):\n[0]:\n  time      : 2025-03-14_09:12:41\n  host      : node-1\n  rank      : 3 (local_rank: 1)\n  exitcode  : 1 (pid: 48213) \n  error_file: <N/A>\n  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n============================================================\n',
+                 'python-exception', 'python_exception', 3, id='tee-local-rank-made-global-by-summary'),
+    # The same with the summary whole, after a peer's timeout.
+    pytest.param('[default1]:Traceback (most recent call last):\n[default1]:  File "/workspace/train.py", line 88, in main\n[default1]:    logits = feats @ proj\n[default1]:RuntimeError: inconsistent tensor size\n[default0]:[E ProcessGroupNCCL.cpp:607] [Rank 8] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=41, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.\nE1121 10:00:00.000 2546 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 1 (pid: 48213) of binary: /usr/bin/python3\nTraceback (most recent call last):\n  File "/usr/bin/torchrun", line 8, in <module>\n    sys.exit(main())\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n============================================================\ntrain.py FAILED\n------------------------------------------------------------\nFailures:\n  <NO_OTHER_FAILURES>\n------------------------------------------------------------\nRoot Cause (first observed failure):\n[0]:\n  time      : 2025-03-14_09:12:41\n  host      : node-1\n  rank      : 9 (local_rank: 1)\n  exitcode  : 1 (pid: 48213)\n  error_file: <N/A>\n  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n============================================================\n',
+                 'python-exception', 'python_exception', 9, id='tee-local-rank-then-whole-summary'),
+    # Lightning's "[rank: N] Received SIGTERM" lines of the other ranks are no part of rank 3's exception.
+    pytest.param('[rank3]: Traceback (most recent call last):\n[rank3]:   File "/workspace/train.py", line 88, in training_step\n[rank3]:     logits = feats @ proj\n[rank3]: RuntimeError: inconsistent tensor size, expected tensor [768] and src [1024] to have the same number of elements, but got 768 and 1024 elements respectively\n[rank: 0] Received SIGTERM: 15\n[rank: 1] Received SIGTERM: 15\n[rank: 2] Received SIGTERM: 15\n',
+                 'python-exception', 'python_exception', 3, id='lightning-sigterm-lines-after-rank3'),
+    # srun's own "task 3: Exited" lines are no part of the labelled traceback before them.
+    pytest.param('3: Traceback (most recent call last):\n3:   File "/workspace/train.py", line 88, in main\n3:     logits = feats @ proj\n3: RuntimeError: inconsistent tensor size, expected tensor [768] and src [1024] to have the same number of elements, but got 768 and 1024 elements respectively\nsrun: error: node-2: task 3: Exited with exit code 1\nsrun: error: node-1: tasks 0-1: Terminated\nsrun: error: node-2: task 2: Terminated\n',
+                 'python-exception', 'python_exception', 3, id='srun-lines-after-labelled-traceback'),
+    # XLA lists the tasks that stopped sending heartbeats on the lines after its message.
+    pytest.param('Traceback (most recent call last):\n  File "/workspace/train.py", line 40, in <module>\n    state = train_step(state, batch)\njaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):\n/job:jax_worker/replica:0/task:3\nThe tasks have crashed. Check the task logs for an earlier error, or scheduler events (e.g. preemption, eviction) to debug further.\n',
+                 'xla-task-heartbeat-lost', 'node_failure', 3, id='xla-task-named-on-the-next-line'),
+]
+
+
+@pytest.mark.parametrize(("text", "rule", "category", "rank"), RANKS)
+def test_the_failed_rank_is_read_from_the_launchers_own_words(tmp_path: Path, text: str, rule: str, category: str,
+                                                            rank: int) -> None:
+    root = diagnosed_root(tmp_path, text)
+    assert (root["rule"], root["category"], root["rank"]) == (rule, category, rank)
+    # The title and the remedy name the global rank, not the local one the prefix gave.
+    assert f"rank {rank}" in root["title"] or rule != "python-exception"

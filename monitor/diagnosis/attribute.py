@@ -33,6 +33,7 @@ from monitor.logs.ranks import parse_prefix
 
 WORLD_SIZE = regex.compile(r"(?i)\bworld[_ ]?size\s*[=:]\s*(\d+)")
 _SUMMARY_RANK = regex.compile(r"^\s*rank\s*:\s*(\d+)")
+_SUMMARY_LOCAL = regex.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank: (\d+)\)")
 _SUMMARY_PID = regex.compile(r"^\s*exitcode\s*:\s*-?\d+ \(pid: (\d+)\)")
 MAX_WORLD = 1 << 16
 _NCCL_COMM = regex.compile(r"\bNCCL INFO comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)\b")
@@ -87,6 +88,14 @@ class ProcessRank:
 
 
 @dataclass(frozen=True, slots=True)
+class LocalRank:
+    """A launcher's summary in ``file`` says its node's local rank ``local`` is global ``rank``."""
+    file: str
+    local: int
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
 class PidRank:
     """A launcher's summary says process ``pid`` was rank ``rank``."""
     pid: str
@@ -98,6 +107,8 @@ class Attribution:
         self.known_ranks: set[int] = set()
         self.world_size: int | None = None  # from a world_size=N line, when one was seen
         self._pid_ranks: dict[str, int] = {}
+        # (file, local rank) -> global rank, from the summaries in that file.
+        self._local_ranks: dict[tuple[str, int], int] = {}
         # Per NCCL stream (host:pid): the widest communicator's (nranks, rank), and the ranks its
         # channel and ring lines gave.
         self._comm_ranks: dict[str, tuple[int, int | None]] = {}
@@ -146,6 +157,19 @@ class Attribution:
                     learnt.append(PidRank(pid, summary_rank))
         return learnt
 
+    def learn_locals(self, record: Record) -> list[LocalRank]:
+        """torchelastic's summary pairs each failed rank with its local rank on the node whose
+        agent printed it ("rank : 9 (local_rank: 1)", also where a cut paste kept only that line):
+        the pairs of its file not known before."""
+        learnt = []
+        for line, body in zip(record.lines, record.bodies):
+            if "local_rank" in body and (match := _SUMMARY_LOCAL.match(body)) is not None:
+                key = (line.file, int(match.group(2)))
+                if key not in self._local_ranks:
+                    self._local_ranks[key] = int(match.group(1))
+                    learnt.append(LocalRank(line.file, key[1], self._local_ranks[key]))
+        return learnt
+
     def learn_process(self, claim: ProcessClaim) -> ProcessRank | None:
         """What an NCCL setup line says of its process's rank (``process_claim``): the process and
         its rank now where that changed it."""
@@ -170,8 +194,13 @@ class Attribution:
 
     def attribute(self, match: Match) -> Match:
         """``match`` with the rank of the pid it names, or of the NCCL process whose line it is,
-        where it named no rank."""
+        where it named no rank; with the global rank of the local one its prefix gave, where its
+        file's summary says which."""
         if match.rank is not None:
+            if match.rank_source == "local-prefix":
+                known = self._local_ranks.get((match.record.lines[0].file, match.rank))
+                if known is not None:
+                    return replace(match, rank=known, rank_source="summary-local")
             return match
         if (pid := match.fields.get("pid")) is not None and pid in self._pid_ranks:
             return replace(match, rank=self._pid_ranks[pid], rank_source="launcher")

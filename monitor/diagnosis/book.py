@@ -225,6 +225,20 @@ class FindingBook:
                 changes["rank"], changes["rank_source"] = rank, "launcher"
             self._update(entry, replace(finding, **changes), render=not entry.revised)
 
+    def rank_of_local(self, file: str, local: int, rank: int) -> None:
+        """The launcher's summary in ``file`` says its node's local rank ``local`` is global rank
+        ``rank``: findings of that file whose rank was that local rank from a prefix no node map
+        made global (torchrun --tee's "[default1]:") take the global one."""
+        for entry in self._entries.values():
+            finding = entry.finding
+            if finding.rank_source != "local-prefix" or finding.file != file or finding.rank != local:
+                continue
+            for i, occurrence in enumerate(entry.occurrences):
+                if occurrence.rank == local:
+                    entry.occurrences[i] = Occurrence(rank, occurrence.fields)
+            self._update(entry, replace(finding, ranks=_ranks(entry), rank=rank, rank_source="summary-local"),
+                         render=not entry.revised)
+
     def rank_of_process(self, stream: str, rank: int | None) -> None:
         """NCCL's lines of process ``stream`` (host:pid) now say it is ``rank`` (None: they
         disagree): the occurrences on its lines take it, the finding's ranks are theirs again, and

@@ -102,7 +102,11 @@ def record_rank_source(record: Record) -> str:
         return ""
     if record.rank_from:
         return record.rank_from
-    return "prefix" if parse_prefix(record.lines[0].text).rank is not None else "file"
+    prefix = parse_prefix(record.lines[0].text)
+    if prefix.rank is None:
+        return "file"
+    # A node's local rank (torchrun --tee's "[default1]:") that no node map made global.
+    return "local-prefix" if prefix.local and prefix.rank == record.rank else "prefix"
 
 
 def is_summary(record: Record) -> bool:

@@ -106,6 +106,8 @@ class Engine:
         """A completed record through classify, attribute and the finding book."""
         for learnt in self.attribution.learn_summary(record):
             self.book.rank_of_pid(learnt.pid, learnt.rank)
+        for pair in self.attribution.learn_locals(record):
+            self.book.rank_of_local(pair.file, pair.local, pair.rank)
         if is_summary(record) and (embedded := embedded_traceback(record)) is not None:
             self._decide(embedded, new)  # first: its rank is the failing rank's own
         for match in self._classify(record):
