@@ -256,6 +256,10 @@ def _asked(diagnosis: Diagnosis, lines: list[str], model: Model, remedies: dict[
         # Whether a stop is a failure is who sent it (a user's Ctrl-C, `monitor run` forwarding its
         # own stop, or a scheduler): the rules read that; the model sees only the same signal lines.
         return diagnosis
+    if root is not None and said.category == Category.HOST_OOM and _exited_on_its_own(root):
+        # The launcher read the process's own exit status (1, 2, ...): the OOM killer's SIGKILL shows as
+        # -9 or 137, so words resembling memory failures do not make this exit one.
+        return diagnosis
     if root is not None and root.category == Category.STOPPED:
         # A line said the job was stopped from outside (a launcher that received SIGTERM or SIGINT):
         # the model's resemblance to other failures' teardown lines does not undo what it read.
@@ -279,6 +283,13 @@ def _asked(diagnosis: Diagnosis, lines: list[str], model: Model, remedies: dict[
             f"{said.category} cases (score {said.score:.2f})")
     return replace(diagnosis, root_cause=finding, findings=[*diagnosis.findings, finding],
                    confidence=said.confidence, confidence_note=note)
+
+
+def _exited_on_its_own(root: Finding) -> bool:
+    """Whether the finding is a launcher's report of a process that ended with an exit status of its
+    own (a positive code other than 137, 128 + SIGKILL), not by a signal."""
+    code = root.fields.get("exit_code", "")
+    return code.isdigit() and int(code) not in (0, 137)
 
 
 def _still_training(files: list[str]) -> bool:
