@@ -33,7 +33,7 @@ LANGUAGES = ("en", "zh")
 TRANSLATED_KEYS = ("title", "confirmed_title", "remedy")
 RULE_KEYS = {
     "id", "category", "severity", "role", "title", "confirmed_title", "patterns", "prefilter", "remedy",
-    "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", "if_record", "unless_record", "own_error", "retryable", "waits", "recovers", "distinct", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
+    "advice", "examples", "confidence", "confidence_note", "rank_source", "ranked", "about_others", "if_record", "unless_record", "own_error", "retryable", "waits", "recovers", "distinct", *(f"{key}_{lang}" for key in TRANSLATED_KEYS for lang in LANGUAGES[1:]),
 }
 REQUIRED_KEYS = ("id", "category", "severity", "role", "title", "patterns")
 ADVICE_KEYS = {"text", "when", "unless_log", "if_log", "unless_record", "if_record", "unless_field",
@@ -114,6 +114,10 @@ class Rule:
     # task's label (srun --label puts the node's first task number on slurmstepd's "*** STEP ...
     # CANCELLED ... ***"): a rank prefix on its line, or a rank in its text, names no rank of it.
     ranked: bool = True
+    # True for one process's report about other ranks (XLA's coordinator listing the tasks that
+    # stopped sending heartbeats): the prefix on its line, or a rank tag in it, is the reporter's; only
+    # a rank its pattern captures is the finding's.
+    about_others: bool = False
     # The rule matches only in a record that holds / does not hold this regex in one of its lines:
     # the same words mean another cause in another library's traceback (ENOSPC raised making one of
     # multiprocessing's semaphores is /dev/shm full, not a disk).
@@ -360,7 +364,8 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
         raise fail(f"severity must be one of {', '.join(SEVERITIES)}", loc.key_line("severity", start, end))
     if table["role"] not in ROLES:
         raise fail(f"role must be one of {', '.join(ROLES)}", loc.key_line("role", start, end))
-    for key, default in (("ranked", True), ("own_error", False), ("retryable", True), ("waits", False)):
+    for key, default in (("ranked", True), ("about_others", False), ("own_error", False), ("retryable", True),
+                         ("waits", False)):
         if not isinstance(table.get(key, default), bool):
             raise fail(f"{key!r} must be true or false", loc.key_line(key, start, end))
     if table.get("waits") and table["severity"] == "error":
@@ -452,6 +457,7 @@ def _build_rule(table: dict, index: int, loc: _Locator, trusted: bool = False) -
         examples_no_match=no_match, source=str(loc.path), line=start, translations=translations,
         confidence=table.get("confidence", "certain"), confidence_note=table.get("confidence_note", ""),
         rank_source=table.get("rank_source", ""), ranked=table.get("ranked", True),
+        about_others=table.get("about_others", False),
         if_record=if_record, unless_record=unless_record, own_error=table.get("own_error", False),
         retryable=table.get("retryable", True), waits=table.get("waits", False), recovers=recovers,
         distinct=tuple(distinct),

@@ -153,6 +153,8 @@ class RuleClassifier:
                 rank, source = None, ""
             elif "rank" in fields and fields["rank"].isdigit():
                 rank, source = int(fields.pop("rank")), rule.rank_source or "message"
+            elif rule.about_others:
+                rank, source = None, ""
             elif rank is None and (rank := rank_in_text(record.bodies[matched[0]])) is not None:
                 source = "message"
             found.append(Match(
