@@ -76,9 +76,17 @@ MAX_MESSAGE_LINES = 40
 # "[[Node: ...]]" lines: that line is those frames' exception line, past the blank line.
 TF_SEE_ABOVE = r" \(see above for traceback\)"
 TF_OP_ERROR = regex.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)" + TF_SEE_ABOVE + ": ")
-# TensorFlow 2's eager error raised from a tf.function: "<Error>: Graph execution error:", a blank
-# line, then what failed ("Detected at node ...", the op's message, its "[[{{node ...}}]]" line).
-TF_GRAPH_ERROR = "Graph execution error:"
+# Exception lines whose message goes on past blank lines: one with nothing after its colon (CPython
+# writes a bare type for an empty message, so "<Type>: " alone is a message that starts with a newline:
+# PaddlePaddle's "OSError: " then its C++ traceback and "Error Message Summary:"), TensorFlow 2's eager
+# error raised from a tf.function ("<Error>: Graph execution error:", then what failed: "Detected at
+# node ...", the op's message, its "[[{{node ...}}]]" line), and PaddlePaddle's enforce errors
+# (paddle/phi/core/enforce.h, errors.h: "(<ErrorType>) " and then, after a blank line, the message:
+# "MemoryError: (ResourceExhausted) " then "Out of memory error on GPU 0. ...").
+_MESSAGE_AFTER_BLANK = regex.compile(
+    r"(?:^\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*:|Graph execution error:|: \((?:InvalidArgument|NotFound|OutOfRange"
+    r"|AlreadyExists|ResourceExhausted|PreconditionNotMet|PermissionDenied|ExecutionTimeout|Unimplemented"
+    r"|Unavailable|Fatal|External)\))\s*$")
 
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 # torch/_utils.py, ExceptionWrapper.reraise: "Caught {exc} in DataLoader worker process N.", then
@@ -165,6 +173,8 @@ class Record:
     # seen in a row.
     notebook_type: str = ""
     notebook_blanks: int = 0
+    # The exception's message goes on past blank lines (``_MESSAGE_AFTER_BLANK``).
+    message_after_blank: bool = False
 
     @property
     def last_line(self) -> int:
@@ -268,6 +278,7 @@ def _continues_traceback(record: Record, body: str) -> bool:
             return False
         record.state = "message"  # the exception line
         record.message_lines = 0
+        record.message_after_blank = _MESSAGE_AFTER_BLANK.search(body) is not None
         if "ChildFailedError" in body:
             record.state = "summary"
         return True
@@ -275,13 +286,13 @@ def _continues_traceback(record: Record, body: str) -> bool:
         return _continues_summary(record, body)
     if state == "message":
         if not stripped:
-            record.state = "message" if record.bodies[-1].rstrip().endswith(TF_GRAPH_ERROR) else "blank"
+            record.state = "message" if record.message_after_blank else "blank"
             return True
         if stripped.startswith(ORIGINAL_TRACEBACK):
             record.state = "frames"  # a DataLoader worker's own traceback, re-raised in the main process
             return True
         if (
-            starter_kind(body) in ("traceback", "summary")
+            starter_kind(body) in ("traceback", "summary", "spawned")
             or record.message_lines >= MAX_MESSAGE_LINES
             or MESSAGE_START.match(body)
         ):
@@ -295,6 +306,7 @@ def _continues_traceback(record: Record, body: str) -> bool:
         if TF_OP_ERROR.match(stripped) or record.notebook_type and _is_notebook_exception(record, stripped):
             record.state = "message"
             record.message_lines = 0
+            record.message_after_blank = _MESSAGE_AFTER_BLANK.search(body) is not None
             return True
         if record.notebook_type and not stripped and record.notebook_blanks < _NOTEBOOK_BLANKS:
             record.notebook_blanks += 1
