@@ -34,6 +34,7 @@ from monitor.logs.ranks import parse_prefix
 WORLD_SIZE = regex.compile(r"(?i)\bworld[_ ]?size\s*[=:]\s*(\d+)")
 _SUMMARY_RANK = regex.compile(r"^\s*rank\s*:\s*(\d+)")
 _SUMMARY_LOCAL = regex.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank: (\d+)\)")
+_SUMMARY_HOST = regex.compile(r"^\s*host\s*:\s*(\S+)\s*$")
 _SUMMARY_PID = regex.compile(r"^\s*exitcode\s*:\s*-?\d+ \(pid: (\d+)\)")
 MAX_WORLD = 1 << 16
 _NCCL_COMM = regex.compile(r"\bNCCL INFO comm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)\b")
@@ -89,10 +90,12 @@ class ProcessRank:
 
 @dataclass(frozen=True, slots=True)
 class LocalRank:
-    """A launcher's summary in ``file`` says its node's local rank ``local`` is global ``rank``."""
+    """A launcher's summary in ``file`` says its node's local rank ``local`` is global ``rank``; None
+    where the file turned out to hold more than one node's summaries (the same local rank is another
+    global rank on each node: no telling which node a prefixed line came from)."""
     file: str
     local: int
-    rank: int
+    rank: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +110,11 @@ class Attribution:
         self.known_ranks: set[int] = set()
         self.world_size: int | None = None  # from a world_size=N line, when one was seen
         self._pid_ranks: dict[str, int] = {}
-        # (file, local rank) -> global rank, from the summaries in that file.
+        # (file, local rank) -> global rank, from the summaries in that file; the hosts those summaries
+        # named, and the files found to hold several nodes' (whose local ranks are not mapped).
         self._local_ranks: dict[tuple[str, int], int] = {}
+        self._summary_hosts: dict[str, str] = {}
+        self._several_nodes: set[str] = set()
         # Per NCCL stream (host:pid): the widest communicator's (nranks, rank), and the ranks its
         # channel and ring lines gave.
         self._comm_ranks: dict[str, tuple[int, int | None]] = {}
@@ -160,15 +166,32 @@ class Attribution:
     def learn_locals(self, record: Record) -> list[LocalRank]:
         """torchelastic's summary pairs each failed rank with its local rank on the node whose
         agent printed it ("rank : 9 (local_rank: 1)", also where a cut paste kept only that line):
-        the pairs of its file not known before."""
+        the pairs of its file not known before. A file whose summaries name two hosts, or give one
+        local rank two global ranks, holds several nodes' output: its pairs are withdrawn (rank None)."""
         learnt = []
         for line, body in zip(record.lines, record.bodies):
-            if "local_rank" in body and (match := _SUMMARY_LOCAL.match(body)) is not None:
-                key = (line.file, int(match.group(2)))
+            file = line.file
+            if file in self._several_nodes:
+                continue
+            if "host" in body and (host := _SUMMARY_HOST.match(body)) is not None:
+                if self._summary_hosts.setdefault(file, host.group(1)) != host.group(1):
+                    learnt.extend(self._withdraw(file))
+            elif "local_rank" in body and (match := _SUMMARY_LOCAL.match(body)) is not None:
+                key, rank = (file, int(match.group(2))), int(match.group(1))
                 if key not in self._local_ranks:
-                    self._local_ranks[key] = int(match.group(1))
-                    learnt.append(LocalRank(line.file, key[1], self._local_ranks[key]))
+                    self._local_ranks[key] = rank
+                    learnt.append(LocalRank(file, key[1], rank))
+                elif self._local_ranks[key] != rank:
+                    learnt.extend(self._withdraw(file))
         return learnt
+
+    def _withdraw(self, file: str) -> list[LocalRank]:
+        """``file`` holds several nodes' summaries: its local ranks map to no global rank after all."""
+        self._several_nodes.add(file)
+        withdrawn = [key for key in self._local_ranks if key[0] == file]
+        for key in withdrawn:
+            del self._local_ranks[key]
+        return [LocalRank(file, local, None) for _, local in withdrawn]
 
     def learn_process(self, claim: ProcessClaim) -> ProcessRank | None:
         """What an NCCL setup line says of its process's rank (``process_claim``): the process and

@@ -95,6 +95,8 @@ class FindingBook:
         self._held: dict[int, Finding] = {}  # by seq, in the order taken in
         self._list: list[Finding] | None = []
         self._entries: dict[tuple, _Entry] = {}
+        # id(entry) -> the global rank a summary gave its local one (``rank_of_local``), to undo it.
+        self._mapped_locals: dict[int, int] = {}
         self._entry_of: dict[int, tuple] = {}  # seq -> key of the entry that made it
         self._confirmed: dict[str, Finding] = {}  # category -> its first confirm finding
         # Per file, the keys of findings without a time still waiting for one written after them.
@@ -225,18 +227,29 @@ class FindingBook:
                 changes["rank"], changes["rank_source"] = rank, "launcher"
             self._update(entry, replace(finding, **changes), render=not entry.revised)
 
-    def rank_of_local(self, file: str, local: int, rank: int) -> None:
+    def rank_of_local(self, file: str, local: int, rank: int | None) -> None:
         """The launcher's summary in ``file`` says its node's local rank ``local`` is global rank
         ``rank``: findings of that file whose rank was that local rank from a prefix no node map
-        made global (torchrun --tee's "[default1]:") take the global one."""
+        made global (torchrun --tee's "[default1]:") take the global one. ``rank`` None: the file
+        holds several nodes' summaries after all, and those findings name the local rank again."""
         for entry in self._entries.values():
             finding = entry.finding
-            if finding.rank_source != "local-prefix" or finding.file != file or finding.rank != local:
+            if finding.file != file:
+                continue
+            if rank is None:
+                global_rank = self._mapped_locals.pop(id(entry), None)
+                if global_rank is None or finding.rank != global_rank or finding.rank_source != "summary-local":
+                    continue
+                old, new, source = global_rank, local, "local-prefix"
+            elif finding.rank_source == "local-prefix" and finding.rank == local:
+                old, new, source = local, rank, "summary-local"
+                self._mapped_locals[id(entry)] = rank
+            else:
                 continue
             for i, occurrence in enumerate(entry.occurrences):
-                if occurrence.rank == local:
-                    entry.occurrences[i] = Occurrence(rank, occurrence.fields)
-            self._update(entry, replace(finding, ranks=_ranks(entry), rank=rank, rank_source="summary-local"),
+                if occurrence.rank == old:
+                    entry.occurrences[i] = Occurrence(new, occurrence.fields)
+            self._update(entry, replace(finding, ranks=_ranks(entry), rank=new, rank_source=source),
                          render=not entry.revised)
 
     def rank_of_process(self, stream: str, rank: int | None) -> None:

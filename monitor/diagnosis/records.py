@@ -291,8 +291,12 @@ def _continues_traceback(record: Record, body: str) -> bool:
         if stripped.startswith(ORIGINAL_TRACEBACK):
             record.state = "frames"  # a DataLoader worker's own traceback, re-raised in the main process
             return True
+        # TensorFlow 2.9+ lists the failed op's creation stack inside the message ("Detected at node ...
+        # defined at (most recent call last):" and its frames), before "Node: '...'" and the op's error.
+        new_frames = starter_kind(body) in ("traceback", "summary", "spawned") and not (
+            record.message_after_blank and _FRAME_START.match(body))
         if (
-            starter_kind(body) in ("traceback", "summary", "spawned")
+            new_frames
             or record.message_lines >= MAX_MESSAGE_LINES
             or MESSAGE_START.match(body)
         ):
