@@ -2,7 +2,8 @@
 strings (#34): hangs (ProcessGroupNCCL's heartbeat monitor, file locks), JAX/XLA and TensorFlow
 between hosts, the engines and actors of RL training (SGLang, Ray), the fabric under NCCL and MPI
 (EFA, UCX, Open MPI), what launchers print as they stop, Kubernetes' schedulers and operators,
-Megatron/NeMo and NVIDIA's fault tolerance, DeepSpeed's fp16 and inference messages. Each text is a
+Megatron/NeMo and NVIDIA's fault tolerance, DeepSpeed's fp16 and inference messages, Ascend
+(torch_npu, HCCL, MindSpore), PaddlePaddle, ROCm and PyTorch 1.x. Each text is a
 probe an auditor wrote from the source's format string; the test says which finding becomes the
 root cause, in which category, naming which rank. Last, the texts that say which rank failed
 (torchrun's summary and prefixes, Lightning's, srun's, XLA's)."""
@@ -129,6 +130,42 @@ CASES = [
     # DeepSpeed-Inference's min_out_tokens check (the review of this audit).
     pytest.param('Allocatable workspace available (1024 tokens) is less than minimum requested workspace (2048 tokens)\nTraceback (most recent call last):\n  File "/workspace/infer.py", line 58, in <module>\n    outputs = engine.module.generate(**inputs, max_new_tokens=256)\nRuntimeError: Workspace can\'t be allocated, not enough memory\n',
                  'deepspeed-inference-workspace-oom', 'cuda_oom', None, id='ds-inference-min-tokens'),
+    # torch_npu's NPU function error for an AI Core exception.
+    pytest.param('Traceback (most recent call last):\n  File "/home/user/train.py", line 141, in <module>\n    torch.npu.synchronize()\n  File "/usr/local/lib/python3.10/site-packages/torch_npu/npu/utils.py", line 73, in synchronize\n    return torch_npu._C._npu_synchronize()\nRuntimeError: npuSynchronizeDevice:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:748 NPU function error: AclrtSynchronizeDeviceWithTimeout, error code is 507015\n[ERROR] 2025-03-12-10:21:33 (PID:41234, Device:0, RankID:3) ERR00100 PTA call acl api failed\n[Error]: The aicore execution is abnormal. \n        Rectify the fault based on the error information in the ascend log.\n',
+                 'npu-kernel-exception', 'cuda_assert', None, id='npu-kernel-exception-ascend02'),
+    # torch_npu's HBM multi-bit ECC fault.
+    pytest.param('Traceback (most recent call last):\n  File "/home/user/train.py", line 163, in <module>\n    total_loss += loss.item()\nRuntimeError: HBM MULTI BIT ECC ERROR, \n[ERROR] 2025-03-12-10:21:33 (PID:41234, Device:3, RankID:3) ERR00100 PTA call acl api failed\n',
+                 'npu-device-fault', 'gpu_hardware', None, id='npu-device-fault-ascend08'),
+    # torch_npu's HCCL function error.
+    pytest.param('Traceback (most recent call last):\n  File "/home/user/train.py", line 160, in <module>\n    dist.all_reduce(loss_tensor)\n  File "/usr/local/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py", line 2501, in all_reduce\n    work = group.allreduce([tensor], opts)\nRuntimeError: collective:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:4197 HCCL function error: ALLREDUCE, error code is 4 \n[ERROR] 2025-03-12-10:21:33 (PID:41234, Device:3, RankID:3) ERR02200 DIST call hccl api failed.\n',
+                 'hccl-error', 'nccl_error', None, id='hccl-error-ascend05'),
+    # MindSpore's task error whose message, under 'Ascend Error Message', is HCCL's timeout.
+    pytest.param('Traceback (most recent call last):\n  File "/home/miniconda3/envs/ci/lib/python3.7/site-packages/mindspore/common/api.py", line 98, in wrapper\n    results = fn(*arg, **kwargs)\n  File "/home/miniconda3/envs/ci/lib/python3.7/site-packages/mindspore/common/api.py", line 1390, in _exec_pip\n    return self._graph_executor(args, phase)\nRuntimeError: Run task for graph:kernel_graph_1 error! The details refer to \'Ascend Error Message\'.\n\n----------------------------------------------------\n- Ascend Error Message:\n----------------------------------------------------\nEI0002: The wait execution of the Notify register times out. Reason: The Notify register has not received the Notify record from remote rank [0].base information: [streamID:[27], taskID[10], taskType[Notify Wait], tag[HcomAllReduce_6629421139219749105_0].] task information: [notify id:[0x0000000100000000], stage:[ffffffff], remote rank:[0].\nthere are(is) 1 abnormal device(s):\n        serverId[10.90.55.95], deviceId[0], Heartbeat Lost Occurred, Possible Reason: 1. Process has exited, 2. Network Disconnected\n]\n',
+                 'hccl-timeout', 'nccl_timeout', None, id='hccl-timeout-ascend15'),
+    # torch_npu's blocking-wait timeout of a WorkHCCL.
+    pytest.param('[E compiler_depend.ts:1073] [Rank 3] Work WorkHCCL(SeqNum=5821, OpType=ALLREDUCE, NumelIn=262144, NumelOut=262144, Timeout(ms)=1800000) timed out in blocking wait (TORCH_HCCL_BLOCKING_WAIT=1 or HCCL_BLOCKING_WAIT=1).\n',
+                 'hccl-timeout', 'nccl_timeout', 3, id='hccl-timeout-ascend12'),
+    # Paddle's NCCL error in its C++ traceback and 'Error Message Summary'.
+    pytest.param('Traceback (most recent call last):\n  File "train.py", line 31, in <module>\n    paddle.distributed.init_parallel_env()\nOSError: \n\n--------------------------------------\nC++ Traceback (most recent call last):\n--------------------------------------\n0 paddle::platform::NCCLCommContext::CreateComm(ncclUniqueId*, int, int, int, int)\n\n----------------------\nError Message Summary:\n----------------------\nExternalError: NCCL error(2), unhandled system error.  (at /paddle/paddle/fluid/platform/collective_helper.cc:86)\n',
+                 'nccl-error', 'nccl_error', None, id='nccl-error-paddle04'),
+    # Paddle's GPU OOM raised as MemoryError.
+    pytest.param('Traceback (most recent call last):\n  File "train.py", line 142, in <module>\n    loss.backward()\nMemoryError: \n\n--------------------------------------\nC++ Traceback (most recent call last):\n--------------------------------------\n\n----------------------\nError Message Summary:\n----------------------\nResourceExhaustedError: \n\nOut of memory error on GPU 0. Cannot allocate 1.000000GB memory on GPU 0, available memory is only 612.437500MB.\n',
+                 'paddle-gpu-oom', 'cuda_oom', None, id='paddle-gpu-oom-paddle17'),
+    # Paddle's fleet launcher naming the aborted trainer.
+    pytest.param('INFO 2022-06-14 10:41:07,904 launch_utils.py:343] terminate process group gid:41872\nINFO 2022-06-14 10:41:11,910 launch_utils.py:370] terminate all the procs\nERROR 2022-06-14 10:41:11,911 launch_utils.py:642] ABORT!!! Out of all 8 trainers, the trainer process with rank=[3] was aborted. Please check its log.\nINFO 2022-06-14 10:41:14,915 launch_utils.py:370] terminate all the procs\n',
+                 'paddle-launch-trainer-failed', 'launcher', 3, id='paddle-launch-trainer-failed-paddle01'),
+    # Paddle's collective watchdog.
+    pytest.param('W0614 10:41:07.904123 41872 comm_task_manager.cc:170] Find timeout start but not finish task:group_key:group_0,group_ranks:[0,1,2,3,4,5,6,7],global_rank:3,local_rank:3,comm_count:1523,op:AllReduce,started:1,completed:0,numel:25165824,nranks:8\n',
+                 'paddle-comm-timeout', 'nccl_timeout', 3, id='paddle-comm-timeout-paddle08'),
+    # ROCm's memory fault whose reason is DRAM ECC.
+    pytest.param('Memory access fault by GPU node-4 (Agent handle: 0x5581e27b9a40) on address 0x7fa8d1200000. Reason: DRAM ECC failure.\n',
+                 'gpu-ecc', 'gpu_hardware', None, id='gpu-ecc-rocm03'),
+    # torch on ROCm: 'HIP error: invalid device function'.
+    pytest.param('Traceback (most recent call last):\n  File "/workspace/train.py", line 214, in <module>\n    main()\n  File "/workspace/train.py", line 187, in main\n    model = model.to(device)\ntorch.AcceleratorError: HIP error: invalid device function\nSearch for `hipErrorInvalidDeviceFunction\' in https://rocm.docs.amd.com/projects/HIP/en/latest/index.html for more information.\nFor more detailed error information, run with CUDA_LOG_FILE=stderr\nCompile with `TORCH_USE_HIP_DSA` to enable device-side assertions.\n',
+                 'cuda-illegal-access', 'cuda_assert', None, id='cuda-illegal-access-rocm09'),
+    # torch 1.x taking the process down after NCCL failures.
+    pytest.param('[E ProcessGroupNCCL.cpp:325] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data. To avoid this inconsistency, we are taking the entire process down.\n',
+                 'nccl-error', 'nccl_error', None, id='nccl-error-oldtorch06'),
 ]
 
 

@@ -82,11 +82,12 @@ TF_OP_ERROR = regex.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)" +
 # error raised from a tf.function ("<Error>: Graph execution error:", then what failed: "Detected at
 # node ...", the op's message, its "[[{{node ...}}]]" line), and PaddlePaddle's enforce errors
 # (paddle/phi/core/enforce.h, errors.h: "(<ErrorType>) " and then, after a blank line, the message:
-# "MemoryError: (ResourceExhausted) " then "Out of memory error on GPU 0. ...").
+# "MemoryError: (ResourceExhausted) " then "Out of memory error on GPU 0. ..."), and MindSpore's
+# "... error! The details refer to 'Ascend Error Message'." before CANN's error under that heading.
 _MESSAGE_AFTER_BLANK = regex.compile(
     r"(?:^\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*:|Graph execution error:|: \((?:InvalidArgument|NotFound|OutOfRange"
     r"|AlreadyExists|ResourceExhausted|PreconditionNotMet|PermissionDenied|ExecutionTimeout|Unimplemented"
-    r"|Unavailable|Fatal|External)\))\s*$")
+    r"|Unavailable|Fatal|External)\)|The details refer to 'Ascend Error Message'\.)\s*$")
 
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 # torch/_utils.py, ExceptionWrapper.reraise: "Caught {exc} in DataLoader worker process N.", then
