@@ -410,6 +410,19 @@ def _without_group_gutter(bodies: list[str]) -> list[str]:
     return ["" if _GROUP_RULER.match(body) else _GROUP_GUTTER.sub("", body) for body in bodies]
 
 
+def _summarised(bodies: list[str], exception: tuple[str, str, int]) -> tuple[str, str, int]:
+    """An exception whose message is empty on its own line, as PaddlePaddle raises its errors
+    (paddle/phi/core/enforce.h: the message starts with a newline, then the C++ stack and "Error
+    Message Summary:"): the summary's own exception line, where the record holds one."""
+    summary = next((i for i in range(exception[2] + 1, len(bodies)) if bodies[i].strip() == "Error Message Summary:"), None)
+    if summary is None:
+        return exception
+    for index in range(summary + 1, len(bodies)):
+        if (match := _EXCEPTION.match(bodies[index].strip())) is not None and match["message"]:
+            return match["type"], match["message"].strip(), index
+    return exception
+
+
 def parse_traceback(bodies: list[str]) -> PythonException | None:
     """The final exception of a traceback record (its lines without rank prefixes); of an
     exception group, its last sub-exception's (the group only reports them)."""
@@ -464,6 +477,8 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
             in_frames = False
             if not headerless or _EXCEPTION_NAME.search(match["type"]):
                 exception = (match["type"], (match["message"] or "").strip(), index)
+    if exception is not None and not exception[1]:
+        exception = _summarised(bodies, exception)
     # The chain's next exception is cut: after the "During handling ..." line, or right after its
     # traceback's header (cut among its frames, ``cut_traceback`` reads where it failed).
     chained_cut = chained or (exception is None and context is not None and not frames)

@@ -76,18 +76,25 @@ MAX_MESSAGE_LINES = 40
 # "[[Node: ...]]" lines: that line is those frames' exception line, past the blank line.
 TF_SEE_ABOVE = r" \(see above for traceback\)"
 TF_OP_ERROR = regex.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)" + TF_SEE_ABOVE + ": ")
-# Exception lines whose message goes on past blank lines: one with nothing after its colon (CPython
-# writes a bare type for an empty message, so "<Type>: " alone is a message that starts with a newline:
-# PaddlePaddle's "OSError: " then its C++ traceback and "Error Message Summary:"), TensorFlow 2's eager
+# Exception lines whose message goes on past blank lines: TensorFlow 2's eager
 # error raised from a tf.function ("<Error>: Graph execution error:", then what failed: "Detected at
 # node ...", the op's message, its "[[{{node ...}}]]" line), and PaddlePaddle's enforce errors
 # (paddle/phi/core/enforce.h, errors.h: "(<ErrorType>) " and then, after a blank line, the message:
 # "MemoryError: (ResourceExhausted) " then "Out of memory error on GPU 0. ..."), and MindSpore's
 # "... error! The details refer to 'Ascend Error Message'." before CANN's error under that heading.
 _MESSAGE_AFTER_BLANK = regex.compile(
-    r"(?:^\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*:|Graph execution error:|: \((?:InvalidArgument|NotFound|OutOfRange"
+    r"(?:Graph execution error:|: \((?:InvalidArgument|NotFound|OutOfRange"
     r"|AlreadyExists|ResourceExhausted|PreconditionNotMet|PermissionDenied|ExecutionTimeout|Unimplemented"
     r"|Unavailable|Fatal|External)\)|The details refer to 'Ascend Error Message'\.)\s*$")
+
+# TensorFlow's message lists the failed op's creation stack: frame lines are part of that message.
+_FRAMES_IN_MESSAGE = "Graph execution error:"
+# An exception line with nothing after its colon: CPython writes an empty message bare ("KeyError"),
+# so "<Type>: " alone is a message that starts with a newline. PaddlePaddle's (paddle/phi/core/
+# enforce.h) goes on after blank lines with a ruler and its C++ stack, "Error Message Summary:" and the
+# error itself; that block is the message, anything else after the blank line is not.
+_EMPTY_MESSAGE = regex.compile(r"^\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*:\s*$")
+_PADDLE_BLOCK = regex.compile(r"^(?:-{20,}|C\+\+ Traceback \(most recent call last\):|Error Message Summary:)$")
 
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 # torch/_utils.py, ExceptionWrapper.reraise: "Caught {exc} in DataLoader worker process N.", then
@@ -174,8 +181,11 @@ class Record:
     # seen in a row.
     notebook_type: str = ""
     notebook_blanks: int = 0
-    # The exception's message goes on past blank lines (``_MESSAGE_AFTER_BLANK``).
+    # The exception's message goes on past blank lines (``_MESSAGE_AFTER_BLANK``), or only into a
+    # PaddlePaddle block after them (``_EMPTY_MESSAGE``); frame lines are part of it (TensorFlow's).
     message_after_blank: bool = False
+    message_empty: bool = False
+    frames_in_message: bool = False
 
     @property
     def last_line(self) -> int:
@@ -183,7 +193,7 @@ class Record:
 
     @property
     def silence_limit(self) -> int:
-        return MESSAGE_SILENCE_LINES if self.state in ("message", "blank", "frames_blank", "done") else SILENCE_LINES
+        return MESSAGE_SILENCE_LINES if self.state in ("message", "blank", "empty_gap", "frames_blank", "done") else SILENCE_LINES
 
 
 def is_traceback_header(stripped: str) -> bool:
@@ -279,7 +289,7 @@ def _continues_traceback(record: Record, body: str) -> bool:
             return False
         record.state = "message"  # the exception line
         record.message_lines = 0
-        record.message_after_blank = _MESSAGE_AFTER_BLANK.search(body) is not None
+        _read_exception_line(record, body)
         if "ChildFailedError" in body:
             record.state = "summary"
         return True
@@ -287,7 +297,10 @@ def _continues_traceback(record: Record, body: str) -> bool:
         return _continues_summary(record, body)
     if state == "message":
         if not stripped:
-            record.state = "message" if record.message_after_blank else "blank"
+            record.state = "message" if record.message_after_blank else "empty_gap" if record.message_empty else "blank"
+            return True
+        if stripped.startswith(CHAIN_LINES):
+            record.state = "chain"  # a message that went on past its blank line ends at the chain's line
             return True
         if stripped.startswith(ORIGINAL_TRACEBACK):
             record.state = "frames"  # a DataLoader worker's own traceback, re-raised in the main process
@@ -295,7 +308,7 @@ def _continues_traceback(record: Record, body: str) -> bool:
         # TensorFlow 2.9+ lists the failed op's creation stack inside the message ("Detected at node ...
         # defined at (most recent call last):" and its frames), before "Node: '...'" and the op's error.
         new_frames = starter_kind(body) in ("traceback", "summary", "spawned") and not (
-            record.message_after_blank and _FRAME_START.match(body))
+            record.frames_in_message and _FRAME_START.match(body))
         if (
             new_frames
             or record.message_lines >= MAX_MESSAGE_LINES
@@ -311,10 +324,17 @@ def _continues_traceback(record: Record, body: str) -> bool:
         if TF_OP_ERROR.match(stripped) or record.notebook_type and _is_notebook_exception(record, stripped):
             record.state = "message"
             record.message_lines = 0
-            record.message_after_blank = _MESSAGE_AFTER_BLANK.search(body) is not None
+            _read_exception_line(record, body)
             return True
         if record.notebook_type and not stripped and record.notebook_blanks < _NOTEBOOK_BLANKS:
             record.notebook_blanks += 1
+            return True
+        return False
+    if state == "empty_gap":
+        if not stripped:
+            return True
+        if _PADDLE_BLOCK.match(stripped):
+            record.state, record.message_after_blank = "message", True
             return True
         return False
     if state == "blank":
@@ -330,6 +350,14 @@ def _continues_traceback(record: Record, body: str) -> bool:
             return True
         return False
     return False
+
+
+def _read_exception_line(record: Record, body: str) -> None:
+    """What the exception line says of the message after it (``_MESSAGE_AFTER_BLANK``,
+    ``_EMPTY_MESSAGE``, ``_FRAMES_IN_MESSAGE``)."""
+    record.message_after_blank = _MESSAGE_AFTER_BLANK.search(body) is not None
+    record.message_empty = _EMPTY_MESSAGE.match(body) is not None
+    record.frames_in_message = body.rstrip().endswith(_FRAMES_IN_MESSAGE)
 
 
 def _is_notebook_exception(record: Record, stripped: str) -> bool:
