@@ -223,7 +223,7 @@ class Attribution:
             if match.rank_source == "local-prefix":
                 known = self._local_ranks.get((match.record.lines[0].file, match.rank))
                 if known is not None:
-                    return replace(match, rank=known, rank_source="summary-local")
+                    return replace(match, rank=known, rank_source="summary-local", local_rank=match.rank)
             return match
         if (pid := match.fields.get("pid")) is not None and pid in self._pid_ranks:
             return replace(match, rank=self._pid_ranks[pid], rank_source="launcher")

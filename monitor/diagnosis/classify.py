@@ -56,6 +56,8 @@ class Match:
     skipped_advice: frozenset[int] = frozenset()  # advice this record rules out (if/unless_record)
     own_error: bool = False  # ``Rule.own_error``
     retryable: bool = True  # ``Rule.retryable``
+    # The node's local rank a prefix gave, where a summary made ``rank`` the global one ("summary-local").
+    local_rank: int | None = None
 
 
 class Classifier(Protocol):
