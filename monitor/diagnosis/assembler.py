@@ -27,8 +27,6 @@ from monitor.model import LogLine
 EARLY_LINES = 2000
 # A rank's prefix right after other text: two ranks' output in one terminal line.
 _GLUED = regex.compile(r"(?<=\S)\[rank\d+\]:")
-# PaddlePaddle's C++ stack (paddle/phi/core/enforce.h, GetCurrentTraceBackString), inside its message.
-_CPP_TRACEBACK = "C++ Traceback (most recent call last)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +211,6 @@ def _glued_traceback(body: str) -> int | None:
     PaddlePaddle's "C++ Traceback (most recent call last):", part of the message of the Python
     exception before it."""
     at = body.find(records.TRACEBACK_HEADER)
-    if at <= 0 or not body[:at].strip() or body.lstrip().startswith((records.ORIGINAL_TRACEBACK, _CPP_TRACEBACK)):
+    if at <= 0 or not body[:at].strip() or body.lstrip().startswith((records.ORIGINAL_TRACEBACK, records.CPP_TRACEBACK)):
         return None
     return at

@@ -28,12 +28,11 @@ from dataclasses import dataclass, replace
 import regex
 
 from monitor.diagnosis.classify import Match, is_summary
-from monitor.diagnosis.records import Record
+from monitor.diagnosis.records import ENTRY_RANK, Record
 from monitor.logs.ranks import parse_prefix
 
 WORLD_SIZE = regex.compile(r"(?i)\bworld[_ ]?size\s*[=:]\s*(\d+)")
 _SUMMARY_RANK = regex.compile(r"^\s*rank\s*:\s*(\d+)")
-_SUMMARY_LOCAL = regex.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank: (\d+)\)")
 _SUMMARY_HOST = regex.compile(r"^\s*host\s*:\s*(\S+)\s*$")
 _SUMMARY_PID = regex.compile(r"^\s*exitcode\s*:\s*-?\d+ \(pid: (\d+)\)")
 MAX_WORLD = 1 << 16
@@ -168,6 +167,8 @@ class Attribution:
         agent printed it ("rank : 9 (local_rank: 1)", also where a cut paste kept only that line):
         the pairs of its file not known before. A file whose summaries name two hosts, or give one
         local rank two global ranks, holds several nodes' output: its pairs are withdrawn (rank None)."""
+        if record.kind != "line" and not is_summary(record):
+            return []  # the summary's lines, whole or cut into lines of their own; no traceback's
         learnt = []
         for line, body in zip(record.lines, record.bodies):
             file = line.file
@@ -176,7 +177,7 @@ class Attribution:
             if "host" in body and (host := _SUMMARY_HOST.match(body)) is not None:
                 if self._summary_hosts.setdefault(file, host.group(1)) != host.group(1):
                     learnt.extend(self._withdraw(file))
-            elif "local_rank" in body and (match := _SUMMARY_LOCAL.match(body)) is not None:
+            elif "local_rank" in body and (match := ENTRY_RANK.match(body)) is not None:
                 key, rank = (file, int(match.group(2))), int(match.group(1))
                 if key not in self._local_ranks:
                     self._local_ranks[key] = rank

@@ -82,19 +82,21 @@ TF_OP_ERROR = regex.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)" +
 # (paddle/phi/core/enforce.h, errors.h: "(<ErrorType>) " and then, after a blank line, the message:
 # "MemoryError: (ResourceExhausted) " then "Out of memory error on GPU 0. ..."), and MindSpore's
 # "... error! The details refer to 'Ascend Error Message'." before CANN's error under that heading.
+TF_GRAPH_ERROR = "Graph execution error:"
 _MESSAGE_AFTER_BLANK = regex.compile(
-    r"(?:Graph execution error:|: \((?:InvalidArgument|NotFound|OutOfRange"
+    r"(?:" + regex.escape(TF_GRAPH_ERROR) + r"|: \((?:InvalidArgument|NotFound|OutOfRange"
     r"|AlreadyExists|ResourceExhausted|PreconditionNotMet|PermissionDenied|ExecutionTimeout|Unimplemented"
     r"|Unavailable|Fatal|External)\)|The details refer to 'Ascend Error Message'\.)\s*$")
 
-# TensorFlow's message lists the failed op's creation stack: frame lines are part of that message.
-_FRAMES_IN_MESSAGE = "Graph execution error:"
 # An exception line with nothing after its colon: CPython writes an empty message bare ("KeyError"),
 # so "<Type>: " alone is a message that starts with a newline. PaddlePaddle's (paddle/phi/core/
 # enforce.h) goes on after blank lines with a ruler and its C++ stack, "Error Message Summary:" and the
 # error itself; that block is the message, anything else after the blank line is not.
 _EMPTY_MESSAGE = regex.compile(r"^\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*:\s*$")
-_PADDLE_BLOCK = regex.compile(r"^(?:-{20,}|C\+\+ Traceback \(most recent call last\):|Error Message Summary:)$")
+# Paddle's C++ stack (paddle/phi/core/enforce.h, GetCurrentTraceBackString): inside that message, no
+# Python traceback of its own.
+CPP_TRACEBACK = "C++ Traceback (most recent call last)"
+_PADDLE_BLOCK = regex.compile(r"^(?:-{20,}|" + regex.escape(CPP_TRACEBACK) + r":|Error Message Summary:)$")
 
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 # torch/_utils.py, ExceptionWrapper.reraise: "Caught {exc} in DataLoader worker process N.", then
@@ -139,7 +141,7 @@ _RULER = regex.compile(r"^\s*={10,}\s*$")
 # multiprocessing/errors): "  rank      : 5 (local_rank: 1)" and, where the entry point was
 # decorated with @record, "  traceback : " + the rank's traceback with each line after the first
 # indented by two more spaces.
-_ENTRY_RANK = regex.compile(r"^\s*rank\s*: (\d+) \(local_rank: \d+\)")
+ENTRY_RANK = regex.compile(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
 _ENTRY_TRACEBACK = regex.compile(r"^\s*traceback : (?:Traceback \(most recent call last\):)?\s*$")
 # torch.multiprocessing.spawn (ProcessRaisedException): "-- Process {index} terminated with the
 # following error:" before the child's traceback.
@@ -354,10 +356,11 @@ def _continues_traceback(record: Record, body: str) -> bool:
 
 def _read_exception_line(record: Record, body: str) -> None:
     """What the exception line says of the message after it (``_MESSAGE_AFTER_BLANK``,
-    ``_EMPTY_MESSAGE``, ``_FRAMES_IN_MESSAGE``)."""
+    ``_EMPTY_MESSAGE``; TensorFlow's ``TF_GRAPH_ERROR`` lists the failed op's creation stack, whose
+    frame lines are part of the message)."""
     record.message_after_blank = _MESSAGE_AFTER_BLANK.search(body) is not None
     record.message_empty = _EMPTY_MESSAGE.match(body) is not None
-    record.frames_in_message = body.rstrip().endswith(_FRAMES_IN_MESSAGE)
+    record.frames_in_message = body.rstrip().endswith(TF_GRAPH_ERROR)
 
 
 def _is_notebook_exception(record: Record, stripped: str) -> bool:
@@ -382,7 +385,7 @@ def embedded_traceback(record: Record) -> Record | None:
     rank = start = None
     for index in range(root, len(record.bodies)):
         body = record.bodies[index]
-        if rank is None and (match := _ENTRY_RANK.match(body)):
+        if rank is None and (match := ENTRY_RANK.match(body)):
             rank = int(match[1])
         elif _ENTRY_TRACEBACK.match(body):
             if TRACEBACK_HEADER in body:
