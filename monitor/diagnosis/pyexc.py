@@ -52,6 +52,9 @@ _DATA_TYPES = r"(?:sdk[\\/])?data_types[\\/]"
 _WANDB_CODE = regex.compile(_WANDB + "(?!" + _DATA_TYPES + ")")
 # wandb's data types (wandb.Image, wandb.Table): an error there is about the data the user gave it.
 _WANDB_DATA_TYPES = regex.compile(_WANDB + _DATA_TYPES)
+# wandb.log's check of what it was given (wandb/sdk/wandb_run.py, Run._log: "wandb.log must be passed a
+# dictionary", "Key values passed to `wandb.log` must be strings."): the user's data again.
+_WANDB_MISUSE = regex.compile(r"wandb\.log must be passed a dictionary|Key values passed to `wandb\.log` must be strings")
 # Python's own library (threading.py's run of a thread), not an installed package.
 _STDLIB = regex.compile(r"[\\/]" + _PYTHON_LIB + r"(?!(?:site|dist)-packages[\\/])|^<frozen ")
 # Exceptions that report another failure rather than being one: a peer died or timed out
@@ -373,7 +376,7 @@ def cut_traceback(bodies: list[str], ended_there: bool = False) -> PythonExcepti
     indexes = [i for i, _ in frames]
     user = _user_frame(list(range(len(frames))), [file for file, _, _ in shown], None)
     at = len(frames) - 1 if user is None else user
-    cleared = _cleared(shown)
+    cleared = _cleared(shown, "")
     service = "" if cleared else _service(shown, ("", "", "") if user is None else shown[user])
     return PythonException("", "", *shown[at], indexes[at], service=service, cleared=cleared)
 
@@ -495,7 +498,7 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
         return PythonException(exc_type, message, *frames[-1], index, launcher, chained_cut=chained_cut)
     user = _user_frame(frames, [f[0] for f in frames], ("", "", ""))
     spawn_join = bool(frames) and SPAWN_JOIN.search(frames[-1][0]) is not None
-    cleared = _cleared(frames)
+    cleared = _cleared(frames, message)
     service = "" if cleared else _service(frames, user) or _own_error(exc_type)
     if service and not user[0]:
         # No call of the user's to point at: where the service's own code raised it (or called
@@ -523,10 +526,12 @@ def _own_error(exc_type: str) -> str:
     return "wandb" if exc_type.startswith("wandb.") else ""
 
 
-def _cleared(frames: list[tuple[str, str, str]]) -> str:
-    """"wandb" where the traceback went through wandb's data types (wandb.Image, wandb.Table): the
-    user's data failed there, not the tracker; else ""."""
-    return "wandb" if any(_WANDB_DATA_TYPES.search(file) for file, _, _ in frames) else ""
+def _cleared(frames: list[tuple[str, str, str]], message: str) -> str:
+    """"wandb" where the traceback went through wandb's data types (wandb.Image, wandb.Table) or
+    wandb.log refused what it was passed: the user's data failed there, not the tracker; else ""."""
+    if _WANDB_MISUSE.search(message) or any(_WANDB_DATA_TYPES.search(file) for file, _, _ in frames):
+        return "wandb"
+    return ""
 
 
 def _service_frame(frames: list[tuple[str, str, str]]) -> tuple[str, str, str]:
