@@ -24,12 +24,14 @@ _MARK_COUNT = re.compile(rb"[\d,]+")
 # binary formats people point a log tool at by mistake (ELF, zip/torch.save, PNG, PDF, pickle, .npy).
 SNIFF_BYTES = 8192
 _BINARY_MAGIC = (b"\x7fELF", b"PK\x03\x04", b"\x89PNG", b"%PDF", b"\x80\x02", b"\x93NUMPY")
-_TEXT_CONTROLS = frozenset(b"\x00\t\n\x0c\r\x1b")  # NUL: holes of preallocated or truncated files
+# NUL: holes of preallocated or truncated files; backspace: progress bars redrawn in place (Keras'
+# Progbar writes "\b" * its width, then "\r", to a file too).
+_TEXT_CONTROLS = frozenset(b"\x00\x08\t\n\x0c\r\x1b")
 
 
 def looks_binary(head: bytes) -> bool:
     """Whether a file starting with ``head`` is binary rather than a log: a known binary format,
-    or more than a tenth control bytes (other than tab, line ends, escape and NUL) and bytes that
+    or more than a tenth control bytes (other than tab, line ends, escape, backspace and NUL) and bytes that
     are not UTF-8. Random bytes hold about a tenth control bytes, so those alone would let one
     such file in three pass for a log; half their bytes are not UTF-8. The one test for
     ``diagnose`` and ``watch``, so both read the same files."""
