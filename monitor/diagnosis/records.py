@@ -81,12 +81,14 @@ TF_OP_ERROR = regex.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)" +
 # node ...", the op's message, its "[[{{node ...}}]]" line), and PaddlePaddle's enforce errors
 # (paddle/phi/core/enforce.h, errors.h: "(<ErrorType>) " and then, after a blank line, the message:
 # "MemoryError: (ResourceExhausted) " then "Out of memory error on GPU 0. ..."), and MindSpore's
-# "... error! The details refer to 'Ascend Error Message'." before CANN's error under that heading.
+# "... error! The details refer to 'Ascend Error Message'." before CANN's error under that heading,
+# and TorchInductor's CppCompileError (torch/_inductor/exc.py): "C++ compile error", then blank-line
+# separated "Command:" and "Output:" blocks, the compiler's own error in the last.
 TF_GRAPH_ERROR = "Graph execution error:"
 _MESSAGE_AFTER_BLANK = regex.compile(
     r"(?:" + regex.escape(TF_GRAPH_ERROR) + r"|: \((?:InvalidArgument|NotFound|OutOfRange"
     r"|AlreadyExists|ResourceExhausted|PreconditionNotMet|PermissionDenied|ExecutionTimeout|Unimplemented"
-    r"|Unavailable|Fatal|External)\)|The details refer to 'Ascend Error Message'\.)\s*$")
+    r"|Unavailable|Fatal|External)\)|The details refer to 'Ascend Error Message'\.|CppCompileError: C\+\+ compile error)\s*$")
 
 # An exception line with nothing after its colon: CPython writes an empty message bare ("KeyError"),
 # so "<Type>: " alone is a message that starts with a newline. PaddlePaddle's (paddle/phi/core/
