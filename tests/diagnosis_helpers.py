@@ -9,6 +9,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import regex
+
 from monitor.cli import main
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.engine import Engine
@@ -203,3 +205,17 @@ def diagnosed(tmp_path: Path, text: str) -> dict:
 def diagnosed_root(tmp_path: Path, text: str) -> dict | None:
     """The root cause `monitor diagnose --json` reports for a log holding ``text``."""
     return diagnosed(tmp_path, text)["root_cause"]
+
+
+# A template left in a title or remedy ("{name}", "{name|fallback}"); a remedy may quote a config's own
+# braces ('"bf16": {"enabled": true}'), which this does not take for one.
+_TEMPLATE = regex.compile(r"\{\w+(?:\|[^{}]*)?\}")
+
+
+def assert_root_named(tmp_path: Path, text: str, rule: str, category: str, rank: int | None) -> dict:
+    """That the root cause of a log holding ``text`` is ``rule``'s, in ``category``, on ``rank``,
+    with every field its title and remedy name found; the root cause, for more checks."""
+    root = diagnosed_root(tmp_path, text)
+    assert root is not None and (root["rule"], root["category"], root["rank"]) == (rule, category, rank)
+    assert not any(_TEMPLATE.search(root[part]) for part in ("title", "remedy"))
+    return root

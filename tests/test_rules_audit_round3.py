@@ -14,11 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import regex
-
-from diagnosis_helpers import diagnosed_root
-
-TEMPLATE = regex.compile(r"\{\w+(?:\|[^{}]*)?\}")
+from diagnosis_helpers import assert_root_named
 
 CASES = [
     # XLA's client.h: a process whose coordinator stopped answering its heartbeats.
@@ -187,11 +183,7 @@ CASES = [
 @pytest.mark.parametrize(("text", "rule", "category", "rank"), CASES)
 def test_the_librarys_own_message_names_its_failure(tmp_path: Path, text: str, rule: str, category: str,
                                                     rank: int | None) -> None:
-    root = diagnosed_root(tmp_path, text)
-    assert (root["rule"], root["category"], root["rank"]) == (rule, category, rank)
-    # Every field the title and the remedy name was found: no template left in either ("{name}",
-    # "{name|fallback}"; a remedy may quote a config's own braces, '"bf16": {"enabled": true}').
-    assert not any(TEMPLATE.search(root[part]) for part in ("title", "remedy"))
+    assert_root_named(tmp_path, text, rule, category, rank)
 
 
 # Which rank failed, where the log says it in the launchers' own words (the ranks audit).
@@ -229,7 +221,6 @@ RANKS = [
 @pytest.mark.parametrize(("text", "rule", "category", "rank"), RANKS)
 def test_the_failed_rank_is_read_from_the_launchers_own_words(tmp_path: Path, text: str, rule: str, category: str,
                                                             rank: int | None) -> None:
-    root = diagnosed_root(tmp_path, text)
-    assert (root["rule"], root["category"], root["rank"]) == (rule, category, rank)
+    root = assert_root_named(tmp_path, text, rule, category, rank)
     # The title and the remedy name the global rank, not the local one the prefix gave.
     assert f"rank {rank}" in root["title"] or rule != "python-exception"
