@@ -32,7 +32,6 @@ from monitor.diagnosis.records import ENTRY_RANK, Record
 from monitor.logs.ranks import parse_prefix
 
 WORLD_SIZE = regex.compile(r"(?i)\bworld[_ ]?size\s*[=:]\s*(\d+)")
-_SUMMARY_RANK = regex.compile(r"^\s*rank\s*:\s*(\d+)")
 _SUMMARY_HOST = regex.compile(r"^\s*host\s*:\s*(\S+)\s*$")
 _SUMMARY_PID = regex.compile(r"^\s*exitcode\s*:\s*-?\d+ \(pid: (\d+)\)")
 MAX_WORLD = 1 << 16
@@ -151,7 +150,7 @@ class Attribution:
         learnt = []
         summary_rank = None
         for body in record.bodies:
-            match = _SUMMARY_RANK.match(body)
+            match = ENTRY_RANK.match(body)
             if match:
                 summary_rank = int(match.group(1))
                 self.known_ranks.add(summary_rank)
@@ -177,7 +176,7 @@ class Attribution:
             if "host" in body and (host := _SUMMARY_HOST.match(body)) is not None:
                 if self._summary_hosts.setdefault(file, host.group(1)) != host.group(1):
                     learnt.extend(self._withdraw(file))
-            elif "local_rank" in body and (match := ENTRY_RANK.match(body)) is not None:
+            elif "local_rank" in body and (match := ENTRY_RANK.match(body)) is not None and match.group(2):
                 key, rank = (file, int(match.group(2))), int(match.group(1))
                 if key not in self._local_ranks:
                     self._local_ranks[key] = rank

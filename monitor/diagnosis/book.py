@@ -95,8 +95,6 @@ class FindingBook:
         self._held: dict[int, Finding] = {}  # by seq, in the order taken in
         self._list: list[Finding] | None = []
         self._entries: dict[tuple, _Entry] = {}
-        # An entry's key -> (its local rank, the global rank a summary gave it), to undo (``rank_of_local``).
-        self._mapped_locals: dict[tuple, tuple[int, int]] = {}
         self._entry_of: dict[int, tuple] = {}  # seq -> key of the entry that made it
         self._confirmed: dict[str, Finding] = {}  # category -> its first confirm finding
         # Per file, the keys of findings without a time still waiting for one written after them.
@@ -152,8 +150,6 @@ class FindingBook:
         entry = _Entry(match, finding, [Occurrence(rank, dict(fields))],
                        record.bodies[positions[0]] if rank is None else None, [_process_of(match)])
         self._entries[match.key] = entry
-        if match.rank_source == "summary-local" and rank is not None and match.local_rank is not None:
-            self._mapped_locals[match.key] = (match.local_rank, rank)
         self._entry_of[finding.seq] = match.key
         entry.finding = self._confirm(entry, self._rendered(entry, finding))
         self._hold(entry.finding)
@@ -234,19 +230,16 @@ class FindingBook:
         ``rank``: findings of that file whose rank was that local rank from a prefix no node map
         made global (torchrun --tee's "[default1]:") take the global one. ``rank`` None: the file
         holds several nodes' summaries after all, and those findings name the local rank again."""
-        for key, entry in self._entries.items():
+        for entry in self._entries.values():
             finding = entry.finding
-            if finding.file != file:
+            if finding.file != file or finding.rank is None:
                 continue
             if rank is None:
-                mapped = self._mapped_locals.get(key)
-                if mapped is None or mapped[0] != local or finding.rank != mapped[1] or finding.rank_source != "summary-local":
+                if finding.rank_source != "summary-local" or _local_of(entry.match) != local:
                     continue
-                del self._mapped_locals[key]
-                old, new, source = mapped[1], local, "local-prefix"
+                old, new, source = finding.rank, local, "local-prefix"
             elif finding.rank_source == "local-prefix" and finding.rank == local:
                 old, new, source = local, rank, "summary-local"
-                self._mapped_locals[key] = (local, rank)
             else:
                 continue
             for i, occurrence in enumerate(entry.occurrences):
@@ -411,6 +404,12 @@ def _confirmed(target: Finding, confirm: Finding) -> Finding:
     # What it lacked is here.
     return replace(target, role="root" if target.role == "cascade" else target.role, severity=severity,
                    fields=fields, confidence="certain", confidence_note="")
+
+
+def _local_of(match: Match) -> int | None:
+    """The node's local rank the prefix of an entry's first match gave: its rank while no summary
+    had mapped it, else the one kept beside the global rank the summary gave (``Match.local_rank``)."""
+    return match.local_rank if match.rank_source == "summary-local" else match.rank
 
 
 def _ranks(entry: _Entry) -> list[int]:

@@ -140,10 +140,11 @@ _CPP_CONT = regex.compile(r"^(?:\s*what\(\):|\s*frame #\d+:|\s*<omitting python 
 _COLLECTIVE_FRAME = regex.compile(r"^#\d+ \S+ from .*:\d+\s*$")
 _RULER = regex.compile(r"^\s*={10,}\s*$")
 # torchelastic's summary of a failed rank (``_format_failure`` in torch/distributed/elastic/
-# multiprocessing/errors): "  rank      : 5 (local_rank: 1)" and, where the entry point was
+# multiprocessing/errors): "  rank      : 5 (local_rank: 1)" (before torch 1.10 without the local
+# rank) and, where the entry point was
 # decorated with @record, "  traceback : " + the rank's traceback with each line after the first
 # indented by two more spaces.
-ENTRY_RANK = regex.compile(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
+ENTRY_RANK = regex.compile(r"^\s*rank\s*:\s*(\d+)(?: \(local_rank: (\d+)\))?")
 _ENTRY_TRACEBACK = regex.compile(r"^\s*traceback : (?:Traceback \(most recent call last\):)?\s*$")
 # torch.multiprocessing.spawn (ProcessRaisedException): "-- Process {index} terminated with the
 # following error:" before the child's traceback.
