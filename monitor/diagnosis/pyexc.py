@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import regex
 
-from monitor.diagnosis.records import (CHAIN_LINES, NOTEBOOK_ARROW, NOTEBOOK_FRAME, ORIGINAL_TRACEBACK, TF_SEE_ABOVE,
+from monitor.diagnosis.records import (CHAIN_LINES, NOTEBOOK_ARROW, NOTEBOOK_FRAME, ORIGINAL_TRACEBACK, PADDLE_SUMMARY, TF_SEE_ABOVE,
                                         is_traceback_header)
 
 RULE_ID = "python-exception"
@@ -417,7 +417,7 @@ def _summarised(bodies: list[str], exception: tuple[str, str, int]) -> tuple[str
     """An exception whose message is empty on its own line, as PaddlePaddle raises its errors
     (paddle/phi/core/enforce.h: the message starts with a newline, then the C++ stack and "Error
     Message Summary:"): the summary's own exception line, where the record holds one."""
-    summary = next((i for i in range(exception[2] + 1, len(bodies)) if bodies[i].strip() == "Error Message Summary:"), None)
+    summary = next((i for i in range(exception[2] + 1, len(bodies)) if bodies[i].strip() == PADDLE_SUMMARY), None)
     if summary is None:
         return exception
     for index in range(summary + 1, len(bodies)):

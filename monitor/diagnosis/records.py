@@ -98,7 +98,9 @@ _EMPTY_MESSAGE = regex.compile(r"^\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*:\s*$")
 # Paddle's C++ stack (paddle/phi/core/enforce.h, GetCurrentTraceBackString): inside that message, no
 # Python traceback of its own.
 CPP_TRACEBACK = "C++ Traceback (most recent call last)"
-_PADDLE_BLOCK = regex.compile(r"^(?:-{20,}|" + regex.escape(CPP_TRACEBACK) + r":|Error Message Summary:)$")
+# The heading of the error itself at the end of that block (pyexc reads the exception under it).
+PADDLE_SUMMARY = "Error Message Summary:"
+_PADDLE_BLOCK = regex.compile(r"^(?:-{20,}|" + regex.escape(CPP_TRACEBACK) + r":|" + regex.escape(PADDLE_SUMMARY) + r")$")
 
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 # torch/_utils.py, ExceptionWrapper.reraise: "Caught {exc} in DataLoader worker process N.", then
