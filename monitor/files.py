@@ -42,6 +42,12 @@ def open_to_append(path: Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
 
 
+def open_read_write(path: Path) -> int:
+    """Open ``path`` to read and write it (created, mode 0600, if missing), never through a link.
+    Not in append mode: splice(2) refuses such a file, so its one writer keeps the offset."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+
+
 def why(exc: OSError) -> str:
     """Why a file could not be opened, in words: ``O_NOFOLLOW``'s ELOOP says a link is there."""
     if exc.errno == errno.ELOOP:

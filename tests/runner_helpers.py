@@ -36,14 +36,22 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05):
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05, explain=None):
+    """``predicate()`` once it is true; else fails after ``timeout`` seconds, with what
+    ``explain()`` says (what was there instead) when given."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {predicate}")
+    raise AssertionError(f"timed out waiting for {predicate}" + (f": {explain()}" if explain else ""))
+
+
+def log_tail(log_dir: Path, size: int = 2000) -> str:
+    """The end of the folder's one log, for a failure message (what the job had printed)."""
+    logs = sorted(log_dir.glob("run-*.log"))
+    return repr(logs[0].read_bytes()[-size:]) if len(logs) == 1 else f"logs: {logs}"
 
 
 def job_state(log_dir: Path) -> dict:

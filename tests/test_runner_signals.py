@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.runner_helpers import (
-    alive, job_state, monitor_cmd, only_log, python_job, read_json, wait_for,
+    alive, job_state, log_tail, monitor_cmd, only_log, python_job, read_json, wait_for,
 )
 
 # Prints numbered lines for a while; the test checks that none is missing.
@@ -77,7 +77,8 @@ def test_sigterm_to_monitor_stops_the_whole_tree_and_escalates(tmp_path: Path):
     # Every process started, and the one that ignores SIGTERM ignores it already (else the
     # SIGTERM would end it and no SIGKILL would be needed). Deadlines for a loaded machine.
     wait_for(lambda: list(tmp_path.glob("run-*.log")) and len(logged_pids(only_log(tmp_path))) == 5
-             and "ignoring SIGTERM\n" in only_log(tmp_path).read_text(), timeout=60)
+             and "ignoring SIGTERM\n" in only_log(tmp_path).read_text(), timeout=60,
+             explain=lambda: f"{log_tail(tmp_path)}; monitor exit {monitor.poll()}")
     pids = logged_pids(only_log(tmp_path))
     assert all(alive(pid) for pid in pids)
     monitor.send_signal(signal.SIGTERM)

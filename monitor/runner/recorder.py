@@ -1,8 +1,8 @@
 """The recorder: a small detached process that owns the job's output and writes the log file.
 
 ``monitor run`` starts it in a session of its own (``job.RECORDER_BOOT``); it
-starts the job, reads the job's pipe or pseudo-terminal, appends every byte to the log file
-unchanged and, in headless mode, copies the bytes to its own stdout: to a regular file (SLURM's
+starts the job, moves every byte from the job's pipe or pseudo-terminal into the log file
+unchanged (log_writer.py: never held only in its memory) and, in headless mode, copies the bytes to its own stdout: to a regular file (SLURM's
 .out) in the read loop, every byte like the log; to a terminal, pipe or socket from a separate
 thread that drops output rather than ever blocking the read loop. Because the recorder, not the
 monitor, is the job's parent and holds its output, the job keeps running and logging when the
@@ -35,7 +35,8 @@ import tty
 from pathlib import Path
 
 from monitor.diagnosis.secrets import mask_data
-from monitor.files import open_to_append, replace_file, why
+from monitor.files import open_read_write, replace_file, why
+from monitor.runner.log_writer import LogWriter, monitor_line
 from monitor.runner.processes import become_subreaper, command_line, descendants, exit_status_code, signal_job
 
 CHUNK = 1 << 20
@@ -82,19 +83,25 @@ def destination_name(fd: int) -> str:
 def open_output(use_pty: bool, winsize: str | None = None) -> tuple[int, int]:
     """The job's output channel (read end, write end): a pseudo-terminal in raw mode, or a pipe
     enlarged to PIPE_BYTES."""
-    if use_pty:
-        read_fd, write_fd = os.openpty()
-        # Raw mode: no output processing (ONLCR would turn \n into \r\n), no echo, no signals.
-        tty.setraw(write_fd)
-        if winsize:
-            rows, cols = (int(x) for x in winsize.split("x"))
-            fcntl.ioctl(write_fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    else:
-        read_fd, write_fd = os.pipe()
-        try:
-            fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
-        except OSError:
-            pass  # over the system's pipe-max-size: the default pipe still works
+    if not use_pty:
+        return open_pipe()
+    read_fd, write_fd = os.openpty()
+    # Raw mode: no output processing (ONLCR would turn \n into \r\n), no echo, no signals.
+    tty.setraw(write_fd)
+    if winsize:
+        rows, cols = (int(x) for x in winsize.split("x"))
+        fcntl.ioctl(write_fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    return read_fd, write_fd
+
+
+def open_pipe() -> tuple[int, int]:
+    """A pipe (read end, write end) enlarged to PIPE_BYTES: the job's output channel, or the
+    holding pipe a pseudo-terminal's output passes through on its way to the log."""
+    read_fd, write_fd = os.pipe()
+    try:
+        fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    except OSError:
+        pass  # over the system's pipe-max-size: the default pipe still works
     return read_fd, write_fd
 
 
@@ -107,20 +114,6 @@ def write_fully(fd: int, data: bytes) -> tuple[int, OSError | None]:
     except OSError as exc:
         return len(view), exc
     return 0, None
-
-
-def monitor_line(note: str, line_open: bool) -> bytes:
-    """``[monitor: note]`` as a line of its own (after a newline if the output stopped mid-line):
-    the one form of everything the monitor ever adds to a job's output."""
-    start = "\n" if line_open else ""
-    # surrogateescape: a log path that is not UTF-8 comes back as the bytes it was made of.
-    return f"{start}[monitor: {note}]\n".encode("utf-8", "surrogateescape")
-
-
-def log_gap_marker(lost: int, reason: str, line_open: bool) -> bytes:
-    """The line put in the log where bytes could not be written (a full disk), once writing
-    works again: the log says where it is incomplete."""
-    return monitor_line(f"{lost} bytes lost here: {reason}", line_open)
 
 
 def gap_marker(dropped: int, log: str, line_open: bool) -> bytes:
@@ -268,12 +261,9 @@ class Recorder:
         self.stop_signal: int | None = None
         self.stop_at = 0.0
         self.killed = False
-        self.log_fd: int | None = None
-        self.log_error: str | None = None
-        # Bytes not written to the log since the last write that worked (a full disk), and why.
-        self.log_lost = 0
-        self.log_lost_reason = ""
-        self.log_line_open = False
+        self.log: LogWriter | None = None
+        # A pseudo-terminal's holding pipe (read end, write end): see log_writer.py.
+        self.hold: tuple[int, int] | None = None
 
     # -- signals ---------------------------------------------------------------------------
     def on_stop_signal(self, signum: int, _frame) -> None:
@@ -300,10 +290,15 @@ class Recorder:
             read_fd, write_fd = (int(fd) for fd in self.opts.output_fds.split(","))
         else:
             read_fd, write_fd = open_output(self.opts.pty, self.opts.winsize)
+        if self.opts.pty and self.opts.hold_fds:
+            hold_read, hold_write = (int(fd) for fd in self.opts.hold_fds.split(","))
+            self.hold = hold_read, hold_write
+        elif self.opts.pty:
+            self.hold = open_pipe()
         try:
             # Before the job: a log that cannot be written (a link put at its name) is one line
             # and no job, never a job whose output goes nowhere or through the link.
-            self.log_fd = open_to_append(Path(self.opts.log))
+            self.log = LogWriter(open_read_write(Path(self.opts.log)))
         except OSError as exc:
             self.not_started(read_fd, write_fd, f"cannot write the log {self.opts.log}: {why(exc)}", NO_LOG_EXIT)
             return None
@@ -313,7 +308,7 @@ class Recorder:
                 self.opts.command, stdout=write_fd, stderr=write_fd, start_new_session=True,
             )
         except OSError as exc:
-            os.close(self.log_fd)
+            os.close(self.log.fd)
             code = 126 if isinstance(exc, PermissionError) else 127
             self.not_started(read_fd, write_fd, f"cannot start {self.opts.command[0]}: {exc.strerror}", code)
             return None
@@ -366,8 +361,8 @@ class Recorder:
 
     # -- the pump ----------------------------------------------------------------------------
     def pump(self, read_fd: int) -> None:
-        log_fd = self.log_fd
-        assert log_fd is not None  # start() opened it before it returned the read end
+        log = self.log
+        assert log is not None  # start() opened it before it returned the read end
         tee = open_copy(sys.stdout.fileno(), self.opts.log) if self.opts.tee else None
         poller = select.poll()
         poller.register(read_fd, select.POLLIN)
@@ -377,27 +372,31 @@ class Recorder:
         while True:
             if poller.poll(200):
                 try:
-                    chunk = os.read(read_fd, CHUNK)
+                    if self.hold is None:
+                        moved, chunk = log.take(read_fd, CHUNK, copy=tee is not None)
+                    else:
+                        moved, chunk = log.take_through(read_fd, self.hold, CHUNK, copy=tee is not None)
                 except OSError as exc:
                     if exc.errno != errno.EIO:  # EIO: every holder of the pty slave closed it
                         raise
-                    chunk = b""
-                if not chunk:
+                    moved = 0
+                if not moved:
                     break
-                total += len(chunk)
-                self.write_log(log_fd, chunk)
+                total += moved
                 if tee:
                     tee.put(chunk)
             if time.monotonic() < next_housekeeping:
                 continue
             next_housekeeping = time.monotonic() + HOUSEKEEPING_S
+            self.note_log_faults()
             self.reap()
             if job_gone_at is None and self.job_status is not None:
                 job_gone_at = time.monotonic()
             if self.enforce_deadlines(job_gone_at):
                 break
         os.close(read_fd)
-        os.close(log_fd)
+        os.close(log.fd)
+        self.note_log_faults()
         if tee:
             tee.close(timeout=2.0)
             self.state.update(tee_destination=tee.destination, tee_dropped_bytes=tee.dropped_bytes)
@@ -405,30 +404,18 @@ class Recorder:
                 self.state["tee_error"] = tee.error
         self.state["bytes"] = total
 
-    def write_log(self, log_fd: int, chunk: bytes) -> None:
-        """Append ``chunk``; on a write error (a full disk) keep draining so the job is never
-        blocked, count what is lost, and mark the gap in the log once writing works again."""
-        if self.log_lost:
-            marker = log_gap_marker(self.log_lost, self.log_lost_reason, self.log_line_open)
-            if write_fully(log_fd, marker)[1] is not None:
-                self._lost(len(chunk), None)
-                return
-            self.log_lost = 0
-            self.log_line_open = False
-        left, error = write_fully(log_fd, chunk)
-        if error is not None:
-            self._lost(left, error)
-        if left < len(chunk):
-            self.log_line_open = not chunk[: len(chunk) - left].endswith(b"\n")
-
-    def _lost(self, count: int, error: OSError | None) -> None:
-        self.log_lost += count
-        self.state["log_lost_bytes"] = self.state.get("log_lost_bytes", 0) + count
-        if error is not None:
-            self.log_lost_reason = error.strerror or str(error)
-            if self.log_error is None:
-                self.log_error = f"{self.opts.log}: {self.log_lost_reason}"
-                self.state["log_error"] = self.log_error
+    def note_log_faults(self) -> None:
+        """Put what went wrong with the log into the state: bytes lost to write errors, and a
+        fallback from splice (saved at once: a killed recorder's log may then miss bytes)."""
+        log = self.log
+        assert log is not None
+        if log.lost_total:
+            self.state["log_lost_bytes"] = log.lost_total
+        if log.error is not None and "log_error" not in self.state:
+            self.state["log_error"] = f"{self.opts.log}: {log.error.strerror or log.error}"
+        if log.fallback is not None and "log_fallback" not in self.state:
+            self.state["log_fallback"] = log.fallback
+            self.save_state()
 
     def finish(self) -> int:
         """Wait for the job (it may have closed its output and still run), then record its end."""
@@ -467,6 +454,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--status-fd", type=int, help="a pipe to the monitor for the final state")
     parser.add_argument("--output-fds", metavar="READ,WRITE",
                         help="the job's output channel, opened by the monitor (which keeps a copy of the read end)")
+    parser.add_argument("--hold-fds", metavar="READ,WRITE",
+                        help="with --pty: the holding pipe, opened by the monitor (which keeps a copy of the read end)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     opts = parser.parse_args(argv)
     if opts.command[:1] == ["--"]:
