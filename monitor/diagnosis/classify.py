@@ -243,6 +243,7 @@ class ExceptionClassifier:
     def __init__(self, lang: str) -> None:
         self._texts = pyexc.TEXTS.get(lang, pyexc.TEXTS["en"])
         self._ignored = pyexc.IGNORED_TEXTS.get(lang, pyexc.IGNORED_TEXTS["en"])
+        self._hook = pyexc.HOOK_TEXTS.get(lang, pyexc.HOOK_TEXTS["en"])
         self._retried = pyexc.RETRIED_TEXTS.get(lang, pyexc.RETRIED_TEXTS["en"])
         self._handled = pyexc.HANDLED_TEXTS.get(lang, pyexc.HANDLED_TEXTS["en"])
         self._cut = pyexc.CUT_TEXTS.get(lang, pyexc.CUT_TEXTS["en"])
@@ -269,6 +270,9 @@ class ExceptionClassifier:
         if records.is_ignored(record):
             # Printed by Python on its way on: information, never a cause.
             return [self._went_on(record, exception, "ignored", "info", self._ignored, (0, *evidence))]
+        if records.EXCEPTHOOK_INTRO in record.handled_by:
+            # The hook's own failure: the exception it was reporting comes next, and is the cause.
+            return [self._went_on(record, exception, "in-excepthook", "warning", self._hook, evidence)]
         if record.handled_by:
             # The library said, just before, that it handled this and went on.
             return [self._went_on(record, exception, "handled", "info", self._handled, evidence)]

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import regex
 
-from monitor.diagnosis.records import (CHAIN_LINES, NOTEBOOK_ARROW, NOTEBOOK_FRAME, ORIGINAL_TRACEBACK, PADDLE_SUMMARY, TF_SEE_ABOVE,
-                                        is_traceback_header)
+from monitor.diagnosis.records import (CHAIN_LINES, NOTEBOOK_ARROW, NOTEBOOK_FRAME, ORIGINAL_TRACEBACK, PADDLE_SUMMARY,
+                                        TF_GRAPH_ERROR, TF_ROOT_ERROR, TF_SEE_ABOVE, is_traceback_header)
 
 RULE_ID = "python-exception"
 CATEGORY = "python_exception"
@@ -159,6 +159,17 @@ HANDLED_TEXTS = {
            "torch.compile 无法编译这段代码，记录了原因并以 eager 方式运行（torch._dynamo.config.suppress_errors，"
            "或它总会容忍的错误）："
            "作业继续运行，只是在图断开处更慢。{message}"),
+}
+# The program's sys.excepthook raised while it reported an uncaught exception (records.EXCEPTHOOK_INTRO):
+# the exception Python prints after it ("Original exception was:") is the one that stopped the process.
+HOOK_TEXTS = {
+    "en": ("{exc_type} in the program's sys.excepthook on rank {rank}, while it reported the real failure",
+           "The program's own exception hook raised this while reporting an uncaught exception; Python then "
+           "printed that exception after \"Original exception was:\", and it is what stopped the process. Fix the "
+           "hook too: {message}"),
+    "zh": ("rank {rank} 上程序自己的 sys.excepthook 在报告真正的失败时抛出了 {exc_type}",
+           "程序自己的异常钩子在报告一个未捕获的异常时抛出了这个异常；随后 Python 在 \"Original exception was:\" "
+           "之后打印了那个异常，正是它让进程停下的。也修一下这个钩子：{message}"),
 }
 # An exception Python printed and ignored ("Exception ignored in: ..."): it stopped nothing.
 IGNORED_TEXTS = {
@@ -399,9 +410,11 @@ def _shifted_exception(stripped: str) -> bool:
 
 # An exception group's traceback (Python 3.11+, traceback.py's _ExceptionPrintContext.emit): each
 # line behind a gutter of two spaces per depth and "| " ("+ " on the group's header), the
-# sub-exceptions between "+-+---------------- 1 ----------------" and "+------------" rulers.
-_GROUP_GUTTER = regex.compile(r"^(?:  )+[|+] ")
-_GROUP_RULER = regex.compile(r"^(?:  )+(?:\+-)?\+-{8,}")
+# sub-exceptions between "+-+---------------- 1 ----------------" and "+------------" rulers. Any
+# number of spaces: a prefix read off the line may have taken one (torchrun --tee's "[default1]:" is
+# followed by none, yet its pattern allows one for the tools that write "[worker1]: ").
+_GROUP_GUTTER = regex.compile(r"^ +[|+] ")
+_GROUP_RULER = regex.compile(r"^ +(?:\+-)?\+-{8,}")
 
 
 def _without_group_gutter(bodies: list[str]) -> list[str]:
@@ -492,6 +505,8 @@ def parse_traceback(bodies: list[str]) -> PythonException | None:
             return None
         exception, frames = context
     exc_type, message, index = exception
+    if message.endswith(TF_GRAPH_ERROR):
+        message = _with_root_error(bodies[index + 1:], message)
     launcher = _launcher(frames[-1][0]) if frames else ""
     if launcher:
         # No frame of the user's code to point at (the entry script is the launcher's): where it raised.
@@ -524,6 +539,15 @@ def _own_error(exc_type: str) -> str:
     """"wandb" where the exception's class is one of wandb's own (``wandb.errors.CommError``, printed
     with its module: only wandb raises those), whatever frames the log shows; else ""."""
     return "wandb" if exc_type.startswith("wandb.") else ""
+
+
+def _with_root_error(bodies: list[str], message: str) -> str:
+    """TensorFlow's "Graph execution error:" with the first root error of the report under it
+    (StatusGroup::as_summary_status: "  (N) CODE: message"), which names the cause."""
+    for body in bodies:
+        if (match := TF_ROOT_ERROR.match(body)) is not None:
+            return f"{message} {' '.join(match['error'].split())}"
+    return message
 
 
 def _cleared(frames: list[tuple[str, str, str]], message: str) -> str:

@@ -50,14 +50,18 @@ STARTER_LITERALS = (
     "xception: ",
     # What a library prints before a traceback it logged and went on from (HANDLED_INTROS).
     "WON'T CONVERT",
+    "Error in sys.excepthook",
     COLLECTIVE_STACK,
 )
 # What a library prints before the traceback of an error it handled: torch._dynamo's suppressed
 # compile error (torch/_dynamo/exc.py, format_error_msg: "WON'T CONVERT {name} {file} line {n} \ndue
 # to: \n{traceback}"; verbose: "========== TorchDynamo Stack Trace =========="); the frame then
-# runs uncompiled and the job goes on. A traceback whose header comes within HANDLED_WITHIN lines
-# after one, in its stream, was handled.
-HANDLED_INTROS = ("WON'T CONVERT",)
+# runs uncompiled and the job goes on. CPython's "Error in sys.excepthook:" (Python/pythonrun.c,
+# _PyErr_PrintEx): the program's own hook raised while it reported an uncaught exception, which
+# Python prints next after "Original exception was:", the failure that stopped the process. A
+# traceback whose header comes within HANDLED_WITHIN lines after one, in its stream, was handled.
+EXCEPTHOOK_INTRO = "Error in sys.excepthook:"
+HANDLED_INTROS = ("WON'T CONVERT", EXCEPTHOOK_INTRO)
 HANDLED_WITHIN = 3
 # Silence (in lines of the file) after which a record is complete, and the longest record.
 SILENCE_LINES = 200
@@ -85,6 +89,9 @@ TF_OP_ERROR = regex.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)" +
 # and TorchInductor's CppCompileError (torch/_inductor/exc.py): "C++ compile error", then blank-line
 # separated "Command:" and "Output:" blocks, the compiler's own error in the last.
 TF_GRAPH_ERROR = "Graph execution error:"
+# Under it, TensorFlow's StatusGroup::as_summary_status (tensorflow/tsl/platform/status.cc) lists each
+# root error as "  (N) " error_name(code) ": " message (TF 1.x: the code in words, "Invalid argument").
+TF_ROOT_ERROR = regex.compile(r"^\s*\(\d+\) (?P<error>[A-Za-z][A-Za-z_ ]*: +\S.*)")
 _MESSAGE_AFTER_BLANK = regex.compile(
     r"(?:" + regex.escape(TF_GRAPH_ERROR) + r"|: \((?:InvalidArgument|NotFound|OutOfRange"
     r"|AlreadyExists|ResourceExhausted|PreconditionNotMet|PermissionDenied|ExecutionTimeout|Unimplemented"
