@@ -145,37 +145,36 @@ class Job:
         # subreaper we become the orphaned job's parent then, and get its exit status.
         become_subreaper()
         output_read, output_write = open_output(options.use_pty, _terminal_size() if options.use_pty else None)
-        # A pseudo-terminal's output passes through a holding pipe into the log (log_writer.py):
-        # we keep its read end too, so what the recorder held is there for us.
-        hold_read, hold_write = open_pipe() if options.use_pty else (None, None)
-        held = [fd for fd in (hold_read, hold_write) if fd is not None]
-        hold_args = ["--hold-fds", f"{hold_read},{hold_write}"] if held else []
+        # The output passes through a holding pipe into the log (log_writer.py): we keep its read
+        # end too, so what the recorder held is there for us.
+        hold_read, hold_write = open_pipe()
         # The recorder's final state also comes down this pipe: the exit code reaches us even
         # when the disk is too full for the state file.
         status_read, status_write = os.pipe()
         recorder_command, recorder_env = recorder_process(
-            [*args, "--status-fd", str(status_write), "--output-fds", f"{output_read},{output_write}", *hold_args],
-            command, env)
+            [*args, "--status-fd", str(status_write), "--output-fds", f"{output_read},{output_write}",
+             "--hold-fds", f"{hold_read},{hold_write}"], command, env)
         try:
             recorder = subprocess.Popen(
                 recorder_command, stdin=None if options.stdin else subprocess.DEVNULL, env=recorder_env,
                 stdout=None if options.tee else subprocess.DEVNULL,
-                pass_fds=(status_write, output_read, output_write, *held),
+                pass_fds=(status_write, output_read, output_write, hold_read, hold_write),
                 start_new_session=True,  # our terminal's Ctrl-C and hang-up must not reach it directly
             )
+        except OSError:
+            for fd in (status_read, output_read, hold_read):
+                os.close(fd)
+            raise
         finally:
             os.close(status_write)
             os.close(output_write)
-            if hold_write is not None:
-                os.close(hold_write)
+            os.close(hold_write)
         state = cls._await_start(recorder, state_path)
         if "job_pid" not in state:
             recorder.wait()
             state = _read_state(state_path) or _read_status(status_read) or state
-            os.close(status_read)
-            os.close(output_read)
-            if hold_read is not None:
-                os.close(hold_read)
+            for fd in (status_read, output_read, hold_read):
+                os.close(fd)
             raise JobStartError(state.get("error", "the job did not start"), state.get("exit_code", 127))
         job = cls(command, log_path, recorder, state, status_read)
         job._guard = threading.Thread(target=job._guard_output, args=(output_read, hold_read), daemon=True,
@@ -235,15 +234,14 @@ class Job:
             self._guard.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return self.exit_code()
 
-    def _guard_output(self, output_read: int, hold_read: int | None) -> None:
+    def _guard_output(self, output_read: int, hold_read: int) -> None:
         """Waits for the recorder. If it ended normally, lets go of our copies of the job's output
         and the holding pipe; if it died before the job ended, records the rest of the output
         (what it held first) and reaps the job."""
         self._recorder.wait()
         if "exit_code" in self.state():
-            for fd in (output_read, hold_read):
-                if fd is not None:
-                    os.close(fd)
+            os.close(output_read)
+            os.close(hold_read)
             return
         code = self._recorder.returncode
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code} before the job ended"

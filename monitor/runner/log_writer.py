@@ -1,10 +1,12 @@
 """The job's log file, written so that no byte is ever held only in the recorder's memory.
 
-Bytes move from a pipe into the log with splice(2): the kernel takes from the pipe exactly what
-it wrote to the file, so a recorder killed at any instant leaves every byte either in the log or
-still in the pipe, where the monitor, which holds a copy of the pipe's read end, reads the rest
-(takeover.py). A pseudo-terminal is not a pipe: the recorder first splices its output into a
-holding pipe the monitor holds too, and from there into the log.
+Bytes move with splice(2), from the job's output (its pipe or pseudo-terminal) into a holding pipe,
+and from there into the log: the kernel takes from a pipe exactly what it wrote on, so a recorder
+killed at any instant leaves every byte in the log, in the holding pipe or in the job's output,
+all three of which the monitor holds too (it reads the holding pipe first when it takes over,
+takeover.py). The holding pipe also keeps the job from waiting on the disk: splicing from the
+job's pipe straight into a file would lock that pipe for as long as the file system takes to write
+(a stalled NFS server), and every print of the job's would wait on the lock.
 
 splice needs the log opened without O_APPEND, so this is the log's one writer and keeps its
 offset. Where splice cannot be used (a file system without it, an old kernel, not Linux) the bytes
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 
 # splice's errors that mean "not here" rather than "this write failed".
 NO_SPLICE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV)
@@ -37,56 +40,84 @@ def log_gap_marker(lost: int, reason: str, line_open: bool) -> bytes:
 
 
 class LogWriter:
-    def __init__(self, fd: int) -> None:
-        """``fd``: the log, opened read-write without O_APPEND; writing continues at its end."""
+    def __init__(self, fd: int, hold: tuple[int, int], on_fallback: Callable[[str], None]) -> None:
+        """``fd``: the log, opened read-write without O_APPEND; writing continues at its end.
+        ``hold``: the holding pipe (read end, write end). ``on_fallback``: told why, before the
+        first byte is read instead of spliced."""
         self.fd = fd
+        self.hold = hold
         self.offset = os.fstat(fd).st_size
-        self.fallback: str | None = None if hasattr(os, "splice") else "splice(2) is not available here"
+        self.fallback: str | None = None
+        self._on_fallback = on_fallback
         # Bytes not written since the last write that worked (a full disk), and why.
         self.lost = 0
         self.lost_reason = ""
         self.lost_total = 0
         self.error: OSError | None = None  # the first write error
+        if not hasattr(os, "splice"):
+            self._fall_back("splice(2) is not available here")
 
-    def take(self, pipe_fd: int, count: int, copy: bool = False) -> tuple[int, bytes]:
-        """Move at most ``count`` bytes (some must be waiting, or the end) from ``pipe_fd`` into
-        the log. Returns how many left the pipe (0: its end) and, when ``copy``, those bytes."""
-        if self.lost and not self._mark_gap():
-            return self._drain(pipe_fd, count, None)
+    def take(self, source_fd: int, count: int, copy: bool = False) -> tuple[int, bytes]:
+        """Move at most ``count`` bytes (some must be waiting, or the end) from the job's output
+        ``source_fd`` into the log. Returns how many left it (0: its end) and, when ``copy``,
+        those bytes (none of a part the log could not be read back from). Raises EIO from a
+        pseudo-terminal: its end, for the caller."""
         if self.fallback is None:
             try:
-                moved = os.splice(pipe_fd, self.fd, count, offset_dst=self.offset)
+                held = os.splice(source_fd, self.hold[1], count)
             except OSError as exc:
                 if exc.errno not in NO_SPLICE:
-                    return self._drain(pipe_fd, count, exc)
-                self.fallback = f"splice(2) into the log failed: {exc.strerror}"
+                    raise
+                self._fall_back(f"splice(2) from the job's output failed: {exc.strerror}")
             else:
-                data = os.pread(self.fd, moved, self.offset) if copy and moved else b""
-                self.offset += moved
-                return moved, data
-        return self._read_and_write(pipe_fd, count)
-
-    def take_through(self, source_fd: int, hold: tuple[int, int], count: int,
-                     copy: bool = False) -> tuple[int, bytes]:
-        """``take`` for a source that is not a pipe (a pseudo-terminal): its bytes go into the
-        holding pipe ``hold`` (read end, write end) first, then from there into the log."""
-        if self.fallback is None:
-            try:
-                held = os.splice(source_fd, hold[1], count)
-            except OSError as exc:
-                if exc.errno not in NO_SPLICE:
-                    raise  # EIO from a pseudo-terminal: its end, for the caller
-                self.fallback = f"splice(2) from the terminal failed: {exc.strerror}"
-            else:
-                parts, taken = [], 0
-                while taken < held:
-                    moved, data = self.take(hold[0], held - taken, copy)
-                    if not moved:
+                parts, moved = [], 0
+                while moved < held:
+                    taken, data = self._take_held(held - moved, copy)
+                    if not taken:
                         break
-                    taken += moved
+                    moved += taken
                     parts.append(data)
                 return held, b"".join(parts)
         return self._read_and_write(source_fd, count)
+
+    def follow_truncation(self) -> None:
+        """Go on at the log's end where someone cut it shorter (logrotate's copytruncate, ``: > log``):
+        writing on at the old offset would leave a hole of NUL bytes before the job's next line."""
+        try:
+            size = os.fstat(self.fd).st_size
+        except OSError:
+            return
+        if size < self.offset:
+            self.offset = size
+
+    def _take_held(self, count: int, copy: bool) -> tuple[int, bytes]:
+        """Move at most ``count`` bytes from the holding pipe into the log."""
+        if self.lost and not self._mark_gap():
+            return self._drain(self.hold[0], count, None)
+        if self.fallback is None:
+            try:
+                moved = os.splice(self.hold[0], self.fd, count, offset_dst=self.offset)
+            except OSError as exc:
+                if exc.errno not in NO_SPLICE:
+                    return self._drain(self.hold[0], count, exc)
+                self._fall_back(f"splice(2) into the log failed: {exc.strerror}")
+            else:
+                data = self._read_back(moved) if copy and moved else b""
+                self.offset += moved
+                return moved, data
+        return self._read_and_write(self.hold[0], count)
+
+    def _read_back(self, count: int) -> bytes:
+        """The ``count`` bytes just spliced at the offset, for the copy; b"" where the log cannot
+        be read (the log has them: only the copy misses them)."""
+        try:
+            return os.pread(self.fd, count, self.offset)
+        except OSError:
+            return b""
+
+    def _fall_back(self, why: str) -> None:
+        self.fallback = why
+        self._on_fallback(why)
 
     def _read_and_write(self, fd: int, count: int) -> tuple[int, bytes]:
         data = os.read(fd, count)

@@ -40,6 +40,9 @@ from monitor.runner.log_writer import LogWriter, monitor_line
 from monitor.runner.processes import become_subreaper, command_line, descendants, exit_status_code, signal_job
 
 CHUNK = 1 << 20
+# From a pseudo-terminal: splice allocates pages for the whole count on each call, and a tty hands
+# over at most its 4 KiB line buffer at a time.
+TERMINAL_CHUNK = 64 << 10
 # A bigger pipe lets the job write more before it waits for us (Linux F_SETPIPE_SZ).
 PIPE_BYTES = 1 << 20
 # Reaping and deadline checks run at most this often, not once per chunk read.
@@ -96,7 +99,7 @@ def open_output(use_pty: bool, winsize: str | None = None) -> tuple[int, int]:
 
 def open_pipe() -> tuple[int, int]:
     """A pipe (read end, write end) enlarged to PIPE_BYTES: the job's output channel, or the
-    holding pipe a pseudo-terminal's output passes through on its way to the log."""
+    holding pipe its output passes through on its way to the log (log_writer.py)."""
     read_fd, write_fd = os.pipe()
     try:
         fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
@@ -143,6 +146,10 @@ class FileCopy:
             self.error = error.strerror
             self.dropped_bytes += left
 
+    def miss(self, count: int) -> None:
+        """``count`` bytes the copy will not get (the log has them)."""
+        self.dropped_bytes += count
+
     def close(self, timeout: float) -> None:
         """Nothing waits: every byte was written in the read loop."""
 
@@ -183,6 +190,11 @@ class QueuedCopy:
             except queue.Full:
                 self._gap += len(chunk)
         self.dropped_bytes += len(chunk)
+
+    def miss(self, count: int) -> None:
+        """``count`` bytes the copy will not get (the log has them): marked where they are missing."""
+        self._gap += count
+        self.dropped_bytes += count
 
     def close(self, timeout: float) -> None:
         """Let the reader catch up for at most ``timeout`` seconds, then give up on it (what
@@ -262,8 +274,6 @@ class Recorder:
         self.stop_at = 0.0
         self.killed = False
         self.log: LogWriter | None = None
-        # A pseudo-terminal's holding pipe (read end, write end): see log_writer.py.
-        self.hold: tuple[int, int] | None = None
 
     # -- signals ---------------------------------------------------------------------------
     def on_stop_signal(self, signum: int, _frame) -> None:
@@ -290,15 +300,14 @@ class Recorder:
             read_fd, write_fd = (int(fd) for fd in self.opts.output_fds.split(","))
         else:
             read_fd, write_fd = open_output(self.opts.pty, self.opts.winsize)
-        if self.opts.pty and self.opts.hold_fds:
+        if self.opts.hold_fds:
             hold_read, hold_write = (int(fd) for fd in self.opts.hold_fds.split(","))
-            self.hold = hold_read, hold_write
-        elif self.opts.pty:
-            self.hold = open_pipe()
+        else:
+            hold_read, hold_write = open_pipe()
         try:
             # Before the job: a log that cannot be written (a link put at its name) is one line
             # and no job, never a job whose output goes nowhere or through the link.
-            self.log = LogWriter(open_read_write(Path(self.opts.log)))
+            self.log = LogWriter(open_read_write(Path(self.opts.log)), (hold_read, hold_write), self.note_fallback)
         except OSError as exc:
             self.not_started(read_fd, write_fd, f"cannot write the log {self.opts.log}: {why(exc)}", NO_LOG_EXIT)
             return None
@@ -372,10 +381,7 @@ class Recorder:
         while True:
             if poller.poll(200):
                 try:
-                    if self.hold is None:
-                        moved, chunk = log.take(read_fd, CHUNK, copy=tee is not None)
-                    else:
-                        moved, chunk = log.take_through(read_fd, self.hold, CHUNK, copy=tee is not None)
+                    moved, chunk = log.take(read_fd, TERMINAL_CHUNK if self.opts.pty else CHUNK, copy=tee is not None)
                 except OSError as exc:
                     if exc.errno != errno.EIO:  # EIO: every holder of the pty slave closed it
                         raise
@@ -385,10 +391,13 @@ class Recorder:
                 total += moved
                 if tee:
                     tee.put(chunk)
+                    if len(chunk) < moved:  # in the log, but it could not be read back
+                        tee.miss(moved - len(chunk))
             if time.monotonic() < next_housekeeping:
                 continue
             next_housekeeping = time.monotonic() + HOUSEKEEPING_S
             self.note_log_faults()
+            log.follow_truncation()
             self.reap()
             if job_gone_at is None and self.job_status is not None:
                 job_gone_at = time.monotonic()
@@ -405,17 +414,19 @@ class Recorder:
         self.state["bytes"] = total
 
     def note_log_faults(self) -> None:
-        """Put what went wrong with the log into the state: bytes lost to write errors, and a
-        fallback from splice (saved at once: a killed recorder's log may then miss bytes)."""
+        """Put the bytes lost to write errors into the state."""
         log = self.log
         assert log is not None
         if log.lost_total:
             self.state["log_lost_bytes"] = log.lost_total
         if log.error is not None and "log_error" not in self.state:
             self.state["log_error"] = f"{self.opts.log}: {log.error.strerror or log.error}"
-        if log.fallback is not None and "log_fallback" not in self.state:
-            self.state["log_fallback"] = log.fallback
-            self.save_state()
+
+    def note_fallback(self, why: str) -> None:
+        """Saved before the first byte is read instead of spliced: a recorder killed from then on
+        can lose what it read, and the monitor's takeover line must say so."""
+        self.state["log_fallback"] = why
+        self.save_state()
 
     def finish(self) -> int:
         """Wait for the job (it may have closed its output and still run), then record its end."""
@@ -455,7 +466,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--output-fds", metavar="READ,WRITE",
                         help="the job's output channel, opened by the monitor (which keeps a copy of the read end)")
     parser.add_argument("--hold-fds", metavar="READ,WRITE",
-                        help="with --pty: the holding pipe, opened by the monitor (which keeps a copy of the read end)")
+                        help="the holding pipe, opened by the monitor (which keeps a copy of the read end)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     opts = parser.parse_args(argv)
     if opts.command[:1] == ["--"]:

@@ -7,10 +7,11 @@ a copy of the read end that it does not read. If the recorder dies before the jo
 monitor (a subreaper, so the orphaned job is re-parented to it) reads the rest into the same log,
 after one line saying so, and reaps the job for its real exit status.
 
-Nothing is missing then: the recorder moves bytes into the log with splice(2), so each is in the log
-or still in the pipe; a pseudo-terminal's pass through a holding pipe whose read end we hold too, and
-which we empty first (log_writer.py). Only where the recorder had to fall back to reading and writing
-(``may_miss``) can what it had read and not yet written be missing, and the line says so.
+Nothing is missing then: the recorder moves bytes with splice(2) from the job's output into a holding
+pipe and from there into the log, so each is in the log, in the holding pipe (whose read end we hold
+too, and empty first) or still in the job's output (log_writer.py). Only where the recorder had to fall
+back to reading and writing (``may_miss``) can what it had read and not yet written be missing, and
+the line says so.
 """
 
 from __future__ import annotations
