@@ -175,6 +175,8 @@ class RecordAssembler:
             record = records.start(kind, line, body, rank, arrival)
             if rank is None and kind == "traceback" and (index := self._spawned.pop(key, None)) is not None:
                 record.rank, record.rank_from = index, "launcher"
+            if kind == "traceback" and (reported := records.REPORTED_RANK.match(body.lstrip())) is not None:
+                record.rank, record.rank_from = int(reported[1]), "message"
             intro = self._handled_intro.pop(key, None) if kind == "traceback" else None
             if intro is not None and line.line - intro[0] <= records.HANDLED_WITHIN:
                 record.handled_by = intro[1]

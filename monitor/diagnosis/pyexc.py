@@ -65,6 +65,9 @@ CASCADE_TYPES = {
     "BrokenPipeError",
     # torch.multiprocessing.spawn in the parent: a child raised (its own traceback follows) or died.
     "ProcessRaisedException", "ProcessExitedException",
+    # torch.distributed.checkpoint (checkpoint/api.py): the failures of the ranks it names, raised on
+    # every rank, each failed rank's traceback after it ("Traceback ...: (RANK N)", records.REPORTED_RANK).
+    "CheckpointException",
 }
 # Exceptions raised from the failure they report (``raise ... from error``), whose chain holds that
 # failure's own traceback just before: Ray Train's TrainingFailedError (ray/train/base_trainer.py,

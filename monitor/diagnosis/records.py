@@ -86,8 +86,10 @@ TF_OP_ERROR = regex.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)" +
 # (paddle/phi/core/enforce.h, errors.h: "(<ErrorType>) " and then, after a blank line, the message:
 # "MemoryError: (ResourceExhausted) " then "Out of memory error on GPU 0. ..."), and MindSpore's
 # "... error! The details refer to 'Ascend Error Message'." before CANN's error under that heading,
-# and TorchInductor's CppCompileError (torch/_inductor/exc.py): "C++ compile error", then blank-line
-# separated "Command:" and "Output:" blocks, the compiler's own error in the last.
+# TorchInductor's CppCompileError (torch/_inductor/exc.py): "C++ compile error", then blank-line
+# separated "Command:" and "Output:" blocks, the compiler's own error in the last; and torch.load's
+# weights_only failure (serialization.py _get_wo_message), whose "WeightsUnpickler error: " line is
+# followed, after a blank line, by the unpickler's own error.
 TF_GRAPH_ERROR = "Graph execution error:"
 # Under it, TensorFlow's StatusGroup::as_summary_status (tensorflow/tsl/platform/status.cc) lists each
 # root error as "  (N) " error_name(code) ": " message (TF 1.x: the code in words, "Invalid argument").
@@ -95,7 +97,8 @@ TF_ROOT_ERROR = regex.compile(r"^\s*\(\d+\) (?P<error>[A-Za-z][A-Za-z_ ]*: +\S.*
 _MESSAGE_AFTER_BLANK = regex.compile(
     r"(?:" + regex.escape(TF_GRAPH_ERROR) + r"|: \((?:InvalidArgument|NotFound|OutOfRange"
     r"|AlreadyExists|ResourceExhausted|PreconditionNotMet|PermissionDenied|ExecutionTimeout|Unimplemented"
-    r"|Unavailable|Fatal|External)\)|The details refer to 'Ascend Error Message'\.|CppCompileError: C\+\+ compile error)\s*$")
+    r"|Unavailable|Fatal|External)\)|The details refer to 'Ascend Error Message'\.|CppCompileError: C\+\+ compile error"
+    r"|WeightsUnpickler error:)\s*$")
 
 # An exception line with nothing after its colon: CPython writes an empty message bare ("KeyError"),
 # so "<Type>: " alone is a message that starts with a newline. PaddlePaddle's (paddle/phi/core/
@@ -110,6 +113,10 @@ PADDLE_SUMMARY = "Error Message Summary:"
 _PADDLE_BLOCK = regex.compile(r"^(?:-{20,}|" + regex.escape(CPP_TRACEBACK) + r":|" + regex.escape(PADDLE_SUMMARY) + r")$")
 
 TRACEBACK_HEADER = "Traceback (most recent call last):"
+# torch.distributed.checkpoint's CheckpointException (torch/distributed/checkpoint/api.py, _wrap_exception:
+# "Traceback (most recent call last): (RANK {rank})\n" and that rank's frames): each failed rank's
+# traceback, printed by every rank it was gathered to; the failure is the named rank's.
+REPORTED_RANK = regex.compile(r"^Traceback \(most recent call last\): \(RANK (\d+)\)")
 # torch/_utils.py, ExceptionWrapper.reraise: "Caught {exc} in DataLoader worker process N.", then
 # "Original Traceback (most recent call last):" and the worker's frames.
 ORIGINAL_TRACEBACK = "Original Traceback (most recent call last)"
@@ -329,6 +336,9 @@ def _continues_traceback(record: Record, body: str) -> bool:
             or MESSAGE_START.match(body)
         ):
             return False
+        # A line of the message can announce more after a blank line too (torch.load's "Weights only load
+        # failed." message ends a line with "WeightsUnpickler error: ", the unpickler's error after a blank).
+        record.message_after_blank = record.message_after_blank or _MESSAGE_AFTER_BLANK.search(body) is not None
         record.message_lines += 1
         return True
     if state == "frames_blank":
