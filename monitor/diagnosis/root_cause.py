@@ -280,10 +280,6 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
     # not the one it reports missing.
     if (root.rank is None or root.rank_source == "prefix") and (waited := _not_ready(root, evidence, lang)) is not None:
         return waited
-    if root.rank is None and len(root.ranks) == 1:
-        # The same failure printed again by one rank that its first line did not name (NCCL's WARN
-        # line unprefixed, then torch's quote of it under "[rank6]:").
-        return replace(root, rank=root.ranks[0], rank_source="related")
     if root.rank is None and (named := _named_by_its_kin(root, findings)) is not None:
         return replace(root, rank=named, ranks=list(root.ranks) or [named], rank_source="related")
     summary = next((f for f in chronological(findings) if _launcher_saw_fail(f)), None)
