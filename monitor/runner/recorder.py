@@ -1,10 +1,10 @@
 """The recorder: a small detached process that owns the job's output and writes the log file.
 
-``monitor run`` starts it in a session of its own (``job.RECORDER_BOOT``); it
-starts the job, moves every byte from the job's pipe or pseudo-terminal into the log file
-unchanged (log_writer.py: never held only in its memory) and, in headless mode, copies the bytes to its own stdout: to a regular file (SLURM's
-.out) in the read loop, every byte like the log; to a terminal, pipe or socket from a separate
-thread that drops output rather than ever blocking the read loop. Because the recorder, not the
+``monitor run`` starts it in a session of its own (``job.RECORDER_BOOT``); it starts the job,
+moves every byte from the job's pipe or pseudo-terminal into the log file unchanged (log_writer.py:
+never held only in its memory) and, in headless mode, copies the bytes to its own stdout: to a
+regular file (SLURM's .out) in the read loop, every byte like the log; to a terminal, pipe or socket
+from a separate thread that drops output rather than ever blocking the read loop. Because the recorder, not the
 monitor, is the job's parent and holds its output, the job keeps running and logging when the
 monitor or its UI dies (even by SIGKILL), and the exit status is still written to the state file.
 
