@@ -170,3 +170,13 @@ def test_a_checkpoint_of_another_pickle_protocol_is_refused_not_corrupt(tmp_path
 
 
 PROTOCOL_4 = 'Traceback (most recent call last):\n  File "<string>", line 4, in <module>\n  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/serialization.py", line 1609, in load\n    raise pickle.UnpicklingError(_get_wo_message(str(e))) from None\n_pickle.UnpicklingError: Weights only load failed. In PyTorch 2.6, we changed the default value of the `weights_only` argument in `torch.load` from `False` to `True`. Re-running `torch.load` with `weights_only` set to `False` will likely succeed, but it can result in arbitrary code execution. Do it only if you got the file from a trusted source.\nPlease file an issue with the following so that we can make `weights_only=True` compatible with your use case: WeightsUnpickler error: \n\nUnsupported operand 149\n\nCheck the documentation of torch.load to learn more about types accepted by default with weights_only https://pytorch.org/docs/stable/generated/torch.load.html.\n'
+
+
+def test_a_hook_that_printed_the_traceback_itself_then_failed_is_still_only_a_warning(tmp_path: Path):
+    """CPython 3.11's own output (the review's): the hook's traceback.print_exception, then its failure."""
+    findings = diagnosed(tmp_path, HOOK_PRINTED_FIRST)["findings"]
+    assert [(f["rule"], f["severity"]) for f in findings] == [
+        ("python-exception", "error"), ("python-exception-in-excepthook", "warning")]
+
+
+HOOK_PRINTED_FIRST = 'Traceback (most recent call last):\n  File "<string>", line 9, in <module>\n  File "<string>", line 8, in main\nFileNotFoundError: [Errno 2] No such file or directory: \'/scratch/none/shard_00417.bin\'\nError in sys.excepthook:\nTraceback (most recent call last):\n  File "<string>", line 5, in hook\nNameError: name \'logger\' is not defined\n\nOriginal exception was:\nTraceback (most recent call last):\n  File "<string>", line 9, in <module>\n  File "<string>", line 8, in main\nFileNotFoundError: [Errno 2] No such file or directory: \'/scratch/none/shard_00417.bin\'\n'

@@ -334,6 +334,8 @@ def _continues_traceback(record: Record, body: str) -> bool:
             new_frames
             or record.message_lines >= MAX_MESSAGE_LINES
             or MESSAGE_START.match(body)
+            # A hook that printed the traceback itself, then failed: Python's line about that failure.
+            or stripped.startswith(EXCEPTHOOK_INTRO)
         ):
             return False
         # A line of the message can announce more after a blank line too (torch.load's "Weights only load
