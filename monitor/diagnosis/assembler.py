@@ -163,8 +163,8 @@ class RecordAssembler:
             record.followed_by = body
             events.append(self._complete(key))
         kind = records.starter_kind(body) if starter else None
-        if starter and kind is None and any(intro in body for intro in records.HANDLED_INTROS):
-            self._handled_intro[key] = (line.line, body)
+        if starter and kind is None and (said := next((i for i in records.HANDLED_INTROS if i in body), None)):
+            self._handled_intro[key] = (line.line, said)
         if kind == "spawned":
             # torch.multiprocessing.spawn's "-- Process N terminated with the following error:": the
             # traceback that follows is process N's (its rank, under mp.spawn's usual use).

@@ -270,12 +270,13 @@ class ExceptionClassifier:
         if records.is_ignored(record):
             # Printed by Python on its way on: information, never a cause.
             return [self._went_on(record, exception, "ignored", "info", self._ignored, (0, *evidence))]
-        if records.EXCEPTHOOK_INTRO in record.handled_by:
-            # The hook's own failure: the exception it was reporting comes next, and is the cause.
-            return [self._went_on(record, exception, "in-excepthook", "warning", self._hook, evidence)]
         if record.handled_by:
-            # The library said, just before, that it handled this and went on.
-            return [self._went_on(record, exception, "handled", "info", self._handled, evidence)]
+            # The library said, just before, that it handled this and went on; or the program's
+            # excepthook failed with it, and the exception it was reporting comes next (the cause).
+            how = records.HANDLED_INTROS[record.handled_by]
+            if how == "in-excepthook":
+                return [self._went_on(record, exception, how, "warning", self._hook, evidence)]
+            return [self._went_on(record, exception, how, "info", self._handled, evidence)]
         # What the process printed next (another rank's lines may come between, unprefixed).
         after = ([record.followed_by] if exception.chained_cut  # past the chain's cut end
                  else [*record.bodies[exception.index + 1:exception.index + 1 + RETRY_WITHIN], record.followed_by][:RETRY_WITHIN])

@@ -163,7 +163,7 @@ HANDLED_TEXTS = {
            "或它总会容忍的错误）："
            "作业继续运行，只是在图断开处更慢。{message}"),
 }
-# The program's sys.excepthook raised while it reported an uncaught exception (records.EXCEPTHOOK_INTRO):
+# The program's sys.excepthook raised while it reported an uncaught exception (records.HANDLED_INTROS):
 # the exception Python prints after it ("Original exception was:") is the one that stopped the process.
 HOOK_TEXTS = {
     "en": ("{exc_type} in the program's sys.excepthook on rank {rank}, while it reported the real failure",

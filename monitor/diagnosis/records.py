@@ -35,6 +35,15 @@ from monitor.model import LogLine
 
 # The line torch's flight recorder puts before the stack of a collective that timed out.
 COLLECTIVE_STACK = "Stack trace of the failed collective:"
+# What a library prints before the traceback of an error it handled: torch._dynamo's suppressed
+# compile error (torch/_dynamo/exc.py, format_error_msg: "WON'T CONVERT {name} {file} line {n} \ndue
+# to: \n{traceback}"; verbose: "========== TorchDynamo Stack Trace =========="); the frame then
+# runs uncompiled and the job goes on. CPython's "Error in sys.excepthook:" (Python/pythonrun.c,
+# _PyErr_PrintEx): the program's own hook raised while it reported an uncaught exception, which
+# Python prints next after "Original exception was:", the failure that stopped the process. A
+# traceback whose header comes within HANDLED_WITHIN lines after one, in its stream, was handled;
+# each intro names how (``classify``'s finding for it).
+HANDLED_INTROS = {"WON'T CONVERT": "handled", "Error in sys.excepthook:": "in-excepthook"}
 # Literal text of every starter line, for the prefilter: a line without any cannot start a record.
 STARTER_LITERALS = (
     "Traceback (most recent call last)",
@@ -48,20 +57,10 @@ STARTER_LITERALS = (
     # An exception's last line standing alone (``pyexc.parse_exception_line``).
     "rror: ",
     "xception: ",
-    # What a library prints before a traceback it logged and went on from (HANDLED_INTROS).
-    "WON'T CONVERT",
-    "Error in sys.excepthook",
+    # What a library prints before a traceback it logged and went on from.
+    *HANDLED_INTROS,
     COLLECTIVE_STACK,
 )
-# What a library prints before the traceback of an error it handled: torch._dynamo's suppressed
-# compile error (torch/_dynamo/exc.py, format_error_msg: "WON'T CONVERT {name} {file} line {n} \ndue
-# to: \n{traceback}"; verbose: "========== TorchDynamo Stack Trace =========="); the frame then
-# runs uncompiled and the job goes on. CPython's "Error in sys.excepthook:" (Python/pythonrun.c,
-# _PyErr_PrintEx): the program's own hook raised while it reported an uncaught exception, which
-# Python prints next after "Original exception was:", the failure that stopped the process. A
-# traceback whose header comes within HANDLED_WITHIN lines after one, in its stream, was handled.
-EXCEPTHOOK_INTRO = "Error in sys.excepthook:"
-HANDLED_INTROS = ("WON'T CONVERT", EXCEPTHOOK_INTRO)
 HANDLED_WITHIN = 3
 # Silence (in lines of the file) after which a record is complete, and the longest record.
 SILENCE_LINES = 200
@@ -195,7 +194,7 @@ class Record:
     # The line of its stream that completed it (not part of it), when one did: what the process
     # printed next (a retry loop's "retrying in 2 s").
     followed_by: str = ""
-    # The library's line that said it handled what this traceback shows (HANDLED_INTROS), if any.
+    # The intro (a key of HANDLED_INTROS) that said this traceback was handled, if any.
     handled_by: str = ""
     # A notebook's traceback: the exception type its IPython header names ("" for any other
     # traceback), whose frames are unindented with blank lines between them; and the blank lines
@@ -334,8 +333,8 @@ def _continues_traceback(record: Record, body: str) -> bool:
             new_frames
             or record.message_lines >= MAX_MESSAGE_LINES
             or MESSAGE_START.match(body)
-            # A hook that printed the traceback itself, then failed: Python's line about that failure.
-            or stripped.startswith(EXCEPTHOOK_INTRO)
+            # A library's line about the next traceback (a hook that printed this one itself, then failed).
+            or stripped.startswith(tuple(HANDLED_INTROS))
         ):
             return False
         # A line of the message can announce more after a blank line too (torch.load's "Weights only load
