@@ -502,6 +502,43 @@ def test_findings_timed_only_by_a_later_line_order_with_those_after_them() -> No
     assert [f.rule for f in chronological([a, b, c])] == ["r2", "r0", "r1"]
 
 
+STORE_LOST_UNDER_TORCHRUN = """\
+Traceback (most recent call last):
+  File "/srv/train.py", line 133, in main
+    group = dist.new_group(ranks=ranks)
+  File "/usr/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py", line 473, in _store_based_barrier
+    store.add(store_key, 1)
+torch.distributed.DistNetworkError: Connection reset by peer
+[2024-05-07 03:22:51,904] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: 1) local_rank: 0 (pid: 88411) of binary: /usr/bin/python
+Root Cause (first observed failure):
+[0]:
+  time      : 2024-05-07_03:22:51
+  host      : node-07
+  rank      : 2 (local_rank: 0)
+  exitcode  : 1 (pid: 88411)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_stamped_line_after_an_unstamped_traceback_is_the_next_message(tmp_path, fast):
+    """torchelastic's "[<time>] ...: [ERROR] failed" right under the worker's exception is the
+    launcher's line, not more of the exception's message: read into the message, all three findings
+    had the traceback's first line as their place in time and the summary, made first, came first.
+    Read and streamed alike, the lost store (line 6) is the root cause, the launcher's lines after it."""
+    from monitor.diagnosis.diagnose import diagnose_paths
+    from monitor.model import chronological
+
+    log = tmp_path / "job.log"
+    log.write_text(STORE_LOST_UNDER_TORCHRUN)
+    diagnosis = diagnose_paths([str(log)], load_catalogue(include_user=False), fast=fast)
+    assert (diagnosis.root_cause.rule, diagnosis.root_cause.line) == ("store-connection-lost", 6)
+    assert not any("[ERROR] failed" in line for line in diagnosis.root_cause.evidence)
+    assert [f.line for f in chronological(diagnosis.findings)] == [6, 7, 12]
+
+
 def test_a_rule_that_names_no_rank_ignores_the_label_srun_puts_on_its_line(tmp_path):
     # srun --label relays slurmstepd's word on the whole step under the node's first task: the
     # step's cancellation is no rank's, while the task's own crash (same label) is rank 1's.

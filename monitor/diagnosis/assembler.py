@@ -122,7 +122,7 @@ class RecordAssembler:
         if line.line <= EARLY_LINES:
             events.append(EarlyLine(rank, prefix.body))
         key = (line.file, rank if rank is not None else prefix.stream)
-        self._take(line, key, prefix.body, rank, rule_hits, starter, arrival, events)
+        self._take(line, key, prefix.body, rank, rule_hits, starter, arrival, events, bool(prefix.lead))
         # Records this line completed: what they tell may have no time of its own either.
         untimed = [e for e in events[first_event:] if isinstance(e, Record) and e.time_after is None]
         if (untimed or line.file in self.times_wanted or self._pending_per_file.get(line.file)) and \
@@ -144,9 +144,9 @@ class RecordAssembler:
                 record.time_after = stamp
 
     def _take(self, line: LogLine, key: tuple, body: str, rank: int | None, rule_hits, starter: bool,
-              arrival: int, events: list[Event]) -> None:
+              arrival: int, events: list[Event], stamped: bool) -> None:
         """A candidate line into its stream's record (continuing, completing or starting one), or
-        a record alone."""
+        a record alone. ``stamped``: a time or a logger's head came before ``body``."""
         record = self._pending.get(key)
         if record is None and (stack := self._collective_stacks.get(line.file)) is not None \
                 and records.continues(self._pending[stack], body):
@@ -155,7 +155,7 @@ class RecordAssembler:
             records.append(self._pending[stack], line, body, rule_hits)
             return
         if record is not None:
-            if records.continues(record, body):
+            if records.continues(record, body, stamped):
                 records.append(record, line, body, rule_hits)
                 if record.state == "done" or (record.kind == "last_error" and len(record.lines) == 2):
                     events.append(self._complete(key))
@@ -172,7 +172,7 @@ class RecordAssembler:
         elif kind is not None:
             if kind == "collective_stack":
                 self._collective_stacks[line.file] = key
-            record = records.start(kind, line, body, rank, arrival)
+            record = records.start(kind, line, body, rank, arrival, stamped)
             if rank is None and kind == "traceback" and (index := self._spawned.pop(key, None)) is not None:
                 record.rank, record.rank_from = index, "launcher"
             if kind == "traceback" and (reported := records.REPORTED_RANK.match(body.lstrip())) is not None:

@@ -74,6 +74,8 @@ HEAD_LINES = 100
 TAIL_LINES = 100
 # Lines of an exception message after the exception line (CUDA error hints, NCCL details).
 MAX_MESSAGE_LINES = 40
+# A traceback's states in which a stamped line (``continues``) ends it.
+_ENDED_BY_A_NEW_ENTRY = frozenset({"frames", "frames_blank", "message", "blank", "empty_gap", "chain"})
 # TensorFlow 1.x's OpError as a session prints it: "Caused by op '...', defined at:", the frames
 # where the op was built, a blank line, then "<Error> (see above for traceback): <message>" and its
 # "[[Node: ...]]" lines: that line is those frames' exception line, past the blank line.
@@ -206,6 +208,9 @@ class Record:
     message_after_blank: bool = False
     message_empty: bool = False
     frames_in_message: bool = False
+    # Its first line had a time or a logger's head before the program's text (``Prefix.lead``): a
+    # wrapper that stamps every line. Where it had none, a stamped line is a new log entry.
+    stamped: bool = False
 
     @property
     def last_line(self) -> int:
@@ -242,8 +247,8 @@ def starter_kind(body: str) -> str | None:
     return None
 
 
-def start(kind: str, line: LogLine, body: str, rank: int | None, arrival: int = 0) -> Record:
-    record = Record(kind, [line], [body], rank, arrival=arrival)
+def start(kind: str, line: LogLine, body: str, rank: int | None, arrival: int = 0, stamped: bool = False) -> Record:
+    record = Record(kind, [line], [body], rank, arrival=arrival, stamped=stamped)
     if kind == "summary":
         record.state = "summary"
     elif (notebook := _NOTEBOOK_HEADER.match(body.strip())) is not None:
@@ -251,10 +256,15 @@ def start(kind: str, line: LogLine, body: str, rank: int | None, arrival: int = 
     return record
 
 
-def continues(record: Record, body: str) -> bool:
-    """Whether ``body`` (the next line of the record's stream) belongs to ``record``; if it
-    does, the caller appends it (``append``). Updates the record's parsing state."""
+def continues(record: Record, body: str, stamped: bool = False) -> bool:
+    """Whether ``body`` (the next line of the record's stream; ``stamped``: a time or a logger's
+    head came before it) belongs to ``record``; if it does, the caller appends it (``append``).
+    Updates the record's parsing state."""
     if len(record.lines) >= 2 * MAX_RECORD_LINES:
+        return False
+    if stamped and not record.stamped and record.state in _ENDED_BY_A_NEW_ENTRY:
+        # A logger's line after an unstamped traceback (torchelastic's "[<time>] ...: [ERROR]
+        # failed" under the worker's own exception): the next message, not more of this one.
         return False
     kind = record.kind
     if kind == "last_error":
