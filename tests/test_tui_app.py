@@ -123,6 +123,43 @@ async def test_rank_and_level_filters():
         assert view.row_count == 6  # 5 errors and the SIGTERM warning
 
 
+async def test_a_line_a_finding_marks_shows_under_the_level_filters_whatever_its_words():
+    """TensorFlow's root error "(0) INVALID_ARGUMENT: ..." names no level: "errors only" showed
+    nothing of a log whose root cause it is. A marked line passes the level filter at its finding's
+    level, set before or after the filter, and stops passing when the finding goes."""
+    from monitor.model import Finding
+
+    lines = [LogLine("tf.log", n, text, None) for n, text in enumerate([
+        "Epoch 1/10", "2 root error(s) found.", "  (0) INVALID_ARGUMENT: indices[3] = 9 is not in [0, 8)",
+        "step 4 loss 0.31", "Dataset is larger than the cache: reading it again",
+    ], start=1)]
+    root = Finding(rule="tf-root-error", category="python_exception", severity="error", role="root",
+                   title="TensorFlow op failed", file="tf.log", line=3, seq=0)
+    hint = Finding(rule="tf-cache-reread", category="hang", severity="warning", role="symptom",
+                   title="cache read again", file="tf.log", line=5, seq=1)
+    feed = ScriptedLogFeed([LogBatch(lines=lines)])
+    app = make_app(feed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app, len(lines))
+        view = app.query_one(LogView)
+        await pilot.press("e")
+        assert view.row_count == 0  # no line says it is an error
+        feed.batches.put(LogBatch(findings=[root, hint], root_cause=root))
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if view.row_count:
+                break
+        assert [app.store.text(i) for i in view._rows] == [lines[2].text]
+        await pilot.press("w")  # warnings and errors: the warning's line too
+        assert [app.store.text(i) for i in view._rows] == [lines[2].text, lines[4].text]
+        feed.batches.put(LogBatch(findings=[hint], root_cause=None))
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if view.row_count == 1:
+                break
+        assert [app.store.text(i) for i in view._rows] == [lines[4].text]
+
+
 async def test_selecting_a_finding_jumps_the_log_to_its_line():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:

@@ -77,6 +77,11 @@ def test_filters_by_rank_level_and_regex():
     assert len(store.select(LineFilter(ranks=frozenset({1, 3})))) == 500
     assert list(store.select(LineFilter(min_level=LEVEL_ERROR))) == [500]
     assert list(store.select(LineFilter(min_level=LEVEL_WARNING))) == [500, 501]
+    # Lines a finding raised (by index): at their finding's level, the other filters still applying.
+    raised = {7: LEVEL_ERROR, 9: LEVEL_WARNING}
+    assert list(store.select(LineFilter(min_level=LEVEL_ERROR), raised=raised)) == [7, 500]
+    assert list(store.select(LineFilter(min_level=LEVEL_WARNING), raised=raised)) == [7, 9, 500, 501]
+    assert list(store.select(LineFilter(min_level=LEVEL_ERROR, ranks=frozenset({store.rank(500)})), raised=raised)) == [500]
     # smart case: lower case pattern ignores case
     assert list(store.select(LineFilter(pattern="out of MEMORY"))) == []
     assert list(store.select(LineFilter(pattern="out of memory"))) == [500]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from array import array
 from bisect import bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import regex
@@ -218,8 +219,9 @@ class LogStore:
             return indices[pos]
         return None
 
-    def select(self, line_filter: LineFilter, start: int = 0) -> array:
-        """Indices (from ``start``; kept lines only) of the lines the filter shows. Raises FilterError."""
+    def select(self, line_filter: LineFilter, start: int = 0, raised: Mapping[int, int] | None = None) -> array:
+        """Indices (from ``start``; kept lines only) of the lines the filter shows; ``raised``: lines
+        at a higher level than their own words say (a finding's line), by index. Raises FilterError."""
         start = max(start, self.first)
         candidates: range | array = range(start, len(self))
         if line_filter.pattern:
@@ -233,9 +235,11 @@ class LogStore:
             candidates = [i for i in candidates if files[i - first] in in_node]
         if wanted is None and min_level == LEVEL_INFO:
             return array("L", candidates)
+        raised = raised or {}
         return array(
             "L", (i for i in candidates
-                  if levels[i - first] >= min_level and (wanted is None or ranks[i - first] in wanted))
+                  if (levels[i - first] >= min_level or raised.get(i, LEVEL_INFO) >= min_level)
+                  and (wanted is None or ranks[i - first] in wanted))
         )
 
     def _search(self, pattern: regex.Pattern[str], start: int) -> array:

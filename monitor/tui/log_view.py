@@ -26,6 +26,7 @@ from textual.strip import Strip
 from monitor.tui.log_store import (
     FILTER_BUDGET_S,
     LEVEL_ERROR,
+    LEVEL_INFO,
     LEVEL_WARNING,
     FilterError,
     LineFilter,
@@ -42,6 +43,7 @@ RANK_COLOURS = (
 # Widest a line is drawn (cells); the rest is reachable by scrolling right only up to here.
 MAX_DRAWN = 4000
 GUTTER_MARKS = {"root": "★", "error": "●", "warning": "▲", "info": "·"}
+_MARK_LEVELS = {"root": LEVEL_ERROR, "error": LEVEL_ERROR, "warning": LEVEL_WARNING}
 # Widest a node's name is drawn in its badge (cells).
 MAX_NODE_BADGE = 12
 
@@ -95,6 +97,7 @@ class LogView(ScrollView, can_focus=True):
         self._rows: array | None = None  # store indices shown, or None for all lines
         self.cursor_index: int | None = None
         self.marks: dict[int, str] = {}
+        self._marked_levels: dict[int, int] = {}  # the level each mark stands for (``set_marks``)
         self.unseen = 0  # lines that arrived while paused
         # The row last put in the middle (a jump) and the scroll that did it: kept there on resize.
         self._centred: tuple[int, float] | None = None
@@ -121,7 +124,7 @@ class LogView(ScrollView, can_focus=True):
         self._drop_forgotten()
         if self._rows is not None:
             try:
-                self._rows.extend(self.store.select(self.line_filter, first))
+                self._rows.extend(self.store.select(self.line_filter, first, self._marked_levels))
             except FilterError:
                 pass  # counted as no match; the filter bar already says the regex is slow
         added = len(self.store) - max(first, self.store.first)
@@ -156,7 +159,7 @@ class LogView(ScrollView, can_focus=True):
     def set_filter(self, line_filter: LineFilter) -> None:
         """Apply a filter to all lines. Raises FilterError (bad or too slow regex); keeps the old one then."""
         pattern = compile_pattern(line_filter.pattern) if line_filter.pattern else None
-        rows = self.store.select(line_filter) if line_filter.active else None
+        rows = self.store.select(line_filter, raised=self._marked_levels) if line_filter.active else None
         self.line_filter, self._pattern, self._rows = line_filter, pattern, rows
         self._cache.clear()
         self._wrapped = None
@@ -193,7 +196,7 @@ class LogView(ScrollView, can_focus=True):
         Raises FilterError."""
         if not self.find_text:
             return None
-        found = self.store.select(replace(self.line_filter, pattern=self.find_text))
+        found = self.store.select(replace(self.line_filter, pattern=self.find_text), raised=self._marked_levels)
         if not found:
             return None
         here = self.cursor_index if self.cursor_index is not None else (self._index_at(self.row_count - 1) if self.row_count else 0)
@@ -227,7 +230,13 @@ class LogView(ScrollView, can_focus=True):
         if marks == self.marks:
             return  # counts changed, not which lines are marked: nothing to redraw
         self.marks = marks  # part of each cached line's key: lines whose mark changed redraw
-        self.refresh()
+        # A line a finding marks shows under "errors only" (or warnings) at the finding's level,
+        # whatever its own words say (TensorFlow's "(0) INVALID_ARGUMENT: ..." names no level).
+        self._marked_levels = {index: _MARK_LEVELS[mark] for index, mark in marks.items() if mark in _MARK_LEVELS}
+        if self.line_filter.min_level > LEVEL_INFO:
+            self.set_filter(self.line_filter)
+        else:
+            self.refresh()
 
     def line_to_copy(self) -> tuple[int, bool] | None:
         """What the user sees to copy: (the cursor's line, True) when it is on screen, else (the
