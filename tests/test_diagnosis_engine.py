@@ -502,6 +502,22 @@ def test_findings_timed_only_by_a_later_line_order_with_those_after_them() -> No
     assert [f.rule for f in chronological([a, b, c])] == ["r2", "r0", "r1"]
 
 
+def test_a_time_later_than_a_line_below_it_in_its_file_takes_that_lines_time() -> None:
+    """A file is written in order: a glog time (no year, taken in this one) above the log's dated
+    2022 lines, or a millisecond stamp above torchelastic's whole seconds, is no later than them; it
+    ties with the line below and comes first, and another file's time between the two stays between."""
+    from monitor.model import Finding, chronological
+
+    def finding(seq: int, file: str, first_seen: float) -> Finding:
+        return Finding(rule=f"r{seq}", category="python_exception", severity="error", role="root", title="t",
+                       file=file, seq=seq, arrival=seq, first_seen=first_seen)
+
+    misread = finding(0, "a.log", first_seen=1_700_000_000.0 + 4 * 365 * 86400)
+    dated = finding(1, "a.log", first_seen=1_700_000_000.0)
+    other = finding(2, "b.log", first_seen=1_700_000_000.0 - 10)
+    assert [f.rule for f in chronological([dated, misread, other])] == ["r2", "r0", "r1"]
+
+
 STORE_LOST_UNDER_TORCHRUN = """\
 Traceback (most recent call last):
   File "/srv/train.py", line 133, in main
