@@ -51,6 +51,7 @@ STARTER_LITERALS = (
     "terminate called after throwing",
     "Exception raised from",
     "ChildFailedError",
+    " FAILED",  # the summary's title (``_SUMMARY_TITLE``)
     "Last error:",
     'File "',
     "terminated with the following error",
@@ -156,6 +157,13 @@ _CPP_CONT = regex.compile(r"^(?:\s*what\(\):|\s*frame #\d+:|\s*<omitting python 
 # funcname " from " filename ":" lineno), innermost first.
 _COLLECTIVE_FRAME = regex.compile(r"^#\d+ \S+ from .*:\d+\s*$")
 _RULER = regex.compile(r"^\s*={10,}\s*$")
+# torchelastic's summary (torch/distributed/elastic/multiprocessing/errors/__init__.py,
+# _MSG_FORMAT_TEMPLATE): its title, f"{name} FAILED", under the top ruler, where a paste that starts
+# at the ruler begins it without the ChildFailedError line; and what its block holds after that
+# title: rulers, "Failures:", "Root Cause (first observed failure):", "[idx]:" and the entries'
+# indented "key : value" lines (a traceback's lines indented under them).
+_SUMMARY_TITLE = regex.compile(r"^\S+ FAILED\s*$")
+_SUMMARY_LINE = regex.compile(r"^(?:\s|[=-]{10,}|Failures:|Root Cause|\[\d+\]:)")
 # torchelastic's summary of a failed rank (``_format_failure`` in torch/distributed/elastic/
 # multiprocessing/errors): "  rank      : 5 (local_rank: 1)" (before torch 1.10 without the local
 # rank) and, where the entry point was
@@ -238,7 +246,8 @@ def starter_kind(body: str) -> str | None:
         return "cpp"
     if stripped.rstrip().endswith(COLLECTIVE_STACK):
         return "collective_stack"
-    if "ChildFailedError" in body and body.rstrip().endswith(("ChildFailedError:", "ChildFailedError")):
+    if "ChildFailedError" in body and body.rstrip().endswith(("ChildFailedError:", "ChildFailedError")) \
+            or _SUMMARY_TITLE.match(stripped):
         return "summary"
     if stripped.rstrip() == "Last error:":
         return "last_error"
@@ -296,6 +305,8 @@ def append(record: Record, line: LogLine, body: str, rule_hits: set[int]) -> Non
 def _continues_summary(record: Record, body: str) -> bool:
     if record.state == "done":
         return False
+    if not _SUMMARY_LINE.match(body) and _SUMMARY_TITLE.match(record.bodies[0].lstrip()):
+        return False  # begun at a title alone: only the summary's own lines belong to it
     if "Root Cause" in body:
         record.seen_root_cause = True
     elif record.seen_root_cause and _RULER.match(body):
