@@ -555,6 +555,25 @@ def test_a_stamped_line_after_an_unstamped_traceback_is_the_next_message(tmp_pat
     assert [f.line for f in chronological(diagnosis.findings)] == [6, 7, 12]
 
 
+def test_an_exceptions_message_lines_after_its_first_are_its_evidence_too(tmp_path):
+    """torch's load_state_dict names the missing and unexpected keys on the lines after its first:
+    the finding shows them (at most MESSAGE_EVIDENCE), and stops at a chain's line."""
+    from monitor.diagnosis.classify import MESSAGE_EVIDENCE
+
+    keys = "".join(f'\tMissing key(s) in state_dict: "layer{n}.weight". \n' for n in range(MESSAGE_EVIDENCE + 2))
+    text = ('Traceback (most recent call last):\n  File "/srv/train.py", line 40, in <module>\n'
+            "    model.load_state_dict(state)\nRuntimeError: Error(s) in loading state_dict for ResNet:\n" + keys)
+    (finding,) = run_lines(Engine(load_catalogue(include_user=False)), text).findings
+    assert finding.evidence[1:] == ["RuntimeError: Error(s) in loading state_dict for ResNet:",
+                                    *keys.splitlines()[:MESSAGE_EVIDENCE]]
+    chained = ('Traceback (most recent call last):\n  File "/srv/train.py", line 9, in <module>\n    load()\n'
+               "KeyError: 'step'\n\nDuring handling of the above exception, another exception occurred:\n\n"
+               'Traceback (most recent call last):\n  File "/srv/train.py", line 11, in <module>\n    resume()\n'
+               "ValueError: no checkpoint to resume from\n")
+    root = run_lines(Engine(load_catalogue(include_user=False)), chained).root_cause()
+    assert root.evidence[-1] == "ValueError: no checkpoint to resume from"
+
+
 def test_a_rule_that_names_no_rank_ignores_the_label_srun_puts_on_its_line(tmp_path):
     # srun --label relays slurmstepd's word on the whole step under the node's first task: the
     # step's cancellation is no rank's, while the task's own crash (same label) is rank 1's.

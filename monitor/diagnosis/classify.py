@@ -25,6 +25,9 @@ from monitor.model import Confidence, Role, Severity
 # A pattern that takes longer than this on one line is backtracking catastrophically.
 REGEX_TIMEOUT_S = 0.5
 MAX_EVIDENCE = 8
+# The lines of an exception's message after its first shown with it: torch's load_state_dict names
+# the missing and unexpected keys there, Hugging Face its hints.
+MESSAGE_EVIDENCE = 4
 # Lines after an exception in which a retry announcement says the process caught it.
 RETRY_WITHIN = 3
 # Shortest terminal width whose wrapped lines are joined again inside a record.
@@ -109,6 +112,18 @@ def record_rank_source(record: Record) -> str:
         return "file"
     # A node's local rank (torchrun --tee's "[default1]:") that no node map made global.
     return "local-prefix" if prefix.local and prefix.rank == record.rank else "prefix"
+
+
+def _message_lines(record: Record, index: int) -> tuple[int, ...]:
+    """The lines that go on with the exception's message at ``index`` (up to a blank line, a
+    chain's line or another traceback), at most ``MESSAGE_EVIDENCE``."""
+    more: list[int] = []
+    for position in range(index + 1, min(len(record.bodies), index + 1 + MESSAGE_EVIDENCE)):
+        stripped = record.bodies[position].strip()
+        if not stripped or stripped.startswith(records.CHAIN_LINES) or records.is_traceback_header(stripped):
+            break
+        more.append(position)
+    return tuple(more)
 
 
 def is_summary(record: Record) -> bool:
@@ -267,6 +282,7 @@ class ExceptionClassifier:
                            if exception.frame_file and f'"{exception.frame_file}", line {exception.frame_line}' in b), None)
         if frame_line is not None and frame_line not in positions:
             evidence = (frame_line, *positions)  # where the user's code raised it, first
+        evidence += _message_lines(record, exception.index)
         if records.is_ignored(record):
             # Printed by Python on its way on: information, never a cause.
             return [self._went_on(record, exception, "ignored", "info", self._ignored, (0, *evidence))]
