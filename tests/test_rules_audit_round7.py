@@ -2,9 +2,10 @@
 strings (#34): failures as log collectors prefix them (kubectl logs --prefix, journalctl on a host
 named without a digit), NCCL's errors as CuPy and PaddlePaddle raise them (Paddle's glog times carry
 no year), NaN in trainers' progress lines (Megatron's validation line, a Lightning bar's own loss
-names) and torchelastic's summary pasted from its ruler. Each text is a probe an auditor wrote from
-the source's format string; the test says which finding becomes the root cause, in which category,
-naming which rank."""
+names), torchelastic's summary pasted from its ruler, and programs started without their launcher
+(DeepSpeed's MPI discovery without mpi4py, accelerate without MASTER_ADDR, Lightning finding no
+GPU). Each text is a probe an auditor wrote from the source's format string; the test says which
+finding becomes the root cause, in which category, naming which rank."""
 
 from __future__ import annotations
 
@@ -33,6 +34,15 @@ CASES = [
     # Lightning's bar with a model's own loss names, Tqdm.format_num's "nan.0".
     pytest.param('GPU available: True (cuda), used: True\nTPU available: False, using: 0 TPU cores\nLOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0]\n\n  | Name          | Type          | Params | Mode \n--------------------------------------------------------\n0 | generator     | Generator     | 1.5 M  | train\n1 | discriminator | Discriminator | 533 K  | train\n--------------------------------------------------------\n\nEpoch 0:   0%|          | 1/469 [00:00<03:10, 2.46it/s, v_num=2, g_loss=0.693, d_loss=0.693]\nEpoch 0:  50%|█████     | 235/469 [00:10<00:10, 22.11it/s, v_num=2, g_loss=2.841, d_loss=0.204]\nEpoch 0: 100%|██████████| 469/469 [00:21<00:00, 21.93it/s, v_num=2, g_loss=3.210, d_loss=0.191]\n\nEpoch 1:   0%|          | 1/469 [00:00<00:22, 21.02it/s, v_num=2, g_loss=3.117, d_loss=0.187]\nEpoch 1:  38%|███       | 180/469 [00:08<00:13, 21.87it/s, v_num=2, g_loss=nan.0, d_loss=nan.0]\nEpoch 1: 100%|██████████| 469/469 [00:21<00:00, 21.95it/s, v_num=2, g_loss=nan.0, d_loss=nan.0]\n\nEpoch 2:   0%|          | 1/469 [00:00<00:22, 21.33it/s, v_num=2, g_loss=nan.0, d_loss=nan.0]\nEpoch 2:  66%|██████    | 311/469 [00:14<00:07, 21.90it/s, v_num=2, g_loss=nan.0, d_loss=nan.0]',
                  'nan-loss', 'nan_loss', None, id='nanbars-07'),
+    # DeepSpeed run as plain python: its MPI discovery without mpi4py.
+    pytest.param('$ python train_ds.py --deepspeed --deepspeed_config ds_zero2.json\n[2024-06-11 00:23:35,102] [INFO] [real_accelerator.py:203:get_accelerator] Setting ds_accelerator to cuda (auto detect)\n[2024-06-11 00:23:36,254] [INFO] [comm.py:637:init_distributed] cdb=None\n[2024-06-11 00:23:36,255] [INFO] [comm.py:652:init_distributed] Not using the DeepSpeed or dist launchers, attempting to detect MPI environment...\nTraceback (most recent call last):\n  File "/home/carol/ds/train_ds.py", line 97, in <module>\n    model_engine, optimizer, _, _ = deepspeed.initialize(args=args, model=model, model_parameters=model.parameters())\n  File "/home/carol/.venv/lib/python3.10/site-packages/deepspeed/__init__.py", line 157, in initialize\n    dist.init_distributed(dist_backend=dist_backend,\n  File "/home/carol/.venv/lib/python3.10/site-packages/deepspeed/comm/comm.py", line 656, in init_distributed\n    mpi_discovery(distributed_port=distributed_port, verbose=verbose)\n  File "/home/carol/.venv/lib/python3.10/site-packages/deepspeed/comm/comm.py", line 677, in mpi_discovery\n    from mpi4py import MPI\nModuleNotFoundError: No module named \'mpi4py\'\n',
+                 'deepspeed-mpi-discovery-without-mpi4py', 'launcher', None, id='notlaunched-05'),
+    # accelerate's multi-node refusal without MASTER_ADDR.
+    pytest.param('$ mpirun -n 4 -ppn 2 -hosts cpu-a01,cpu-a02 python train_cpu.py --epochs 3\nTraceback (most recent call last):\n  File "/work/eve/cpu_ddp/train_cpu.py", line 40, in <module>\n    accelerator = Accelerator()\n  File "/work/eve/venv/lib/python3.10/site-packages/accelerate/accelerator.py", line 462, in __init__\n    self.state = AcceleratorState(\n  File "/work/eve/venv/lib/python3.10/site-packages/accelerate/state.py", line 916, in __init__\n    PartialState(cpu, **kwargs)\n  File "/work/eve/venv/lib/python3.10/site-packages/accelerate/state.py", line 260, in __init__\n    raise ValueError(\nValueError: Tried to launch on distributed with multinode, but `MASTER_ADDR` env was not set, please try exporting rank 0\'s hostname as `MASTER_ADDR`\n',
+                 'launcher-env-missing', 'launcher', None, id='notlaunched-07'),
+    # Lightning's find_usable_cuda_devices with no GPU visible, under srun.
+    pytest.param('+ srun python train_vit.py --data /scratch/imnet --devices 4\n[2025-02-03 08:15:09] INFO: config loaded from conf/vit_b16.yaml\nTraceback (most recent call last):\n  File "/home/henry/vit/train_vit.py", line 212, in <module>\n    main(parse_args())\n  File "/home/henry/vit/train_vit.py", line 180, in main\n    devices=find_usable_cuda_devices(args.devices),\n            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n  File "/home/henry/.conda/envs/vit/lib/python3.12/site-packages/lightning/fabric/accelerators/cuda.py", line 106, in find_usable_cuda_devices\n    raise ValueError(\nValueError: You requested to find 4 devices but there are no visible CUDA devices on this machine.\nsrun: error: cpu-n031: task 0: Exited with exit code 1\n',
+                 'lightning-too-few-gpus', 'launcher', None, id='notlaunched-10'),
 ]
 
 
