@@ -557,7 +557,7 @@ def test_a_stamped_line_after_an_unstamped_traceback_is_the_next_message(tmp_pat
 
 def test_an_exceptions_message_lines_after_its_first_are_its_evidence_too(tmp_path):
     """torch's load_state_dict names the missing and unexpected keys on the lines after its first:
-    the finding shows them (at most MESSAGE_EVIDENCE), and stops at a chain's line."""
+    the finding shows them (at most MESSAGE_EVIDENCE); not a chain's line nor the program's next line."""
     from monitor.diagnosis.classify import MESSAGE_EVIDENCE
 
     keys = "".join(f'\tMissing key(s) in state_dict: "layer{n}.weight". \n' for n in range(MESSAGE_EVIDENCE + 2))
@@ -572,6 +572,12 @@ def test_an_exceptions_message_lines_after_its_first_are_its_evidence_too(tmp_pa
                "ValueError: no checkpoint to resume from\n")
     root = run_lines(Engine(load_catalogue(include_user=False)), chained).root_cause()
     assert root.evidence[-1] == "ValueError: no checkpoint to resume from"
+    # The program's next lines, unprefixed, run on into the record: not indented, after a message
+    # that announces nothing more, they are not the message.
+    went_on = ('Traceback (most recent call last):\n  File "/srv/data.py", line 41, in load\n    decode(path)\n'
+               "ValueError: cannot identify image file\nstep 11 loss 2.39\n")
+    (finding,) = run_lines(Engine(load_catalogue(include_user=False)), went_on).findings
+    assert finding.evidence[-1] == "ValueError: cannot identify image file"
 
 
 def test_a_rule_that_names_no_rank_ignores_the_label_srun_puts_on_its_line(tmp_path):
