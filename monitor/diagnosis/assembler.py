@@ -157,7 +157,7 @@ class RecordAssembler:
         if record is not None:
             if records.continues(record, body, stamped):
                 records.append(record, line, body, rule_hits)
-                if record.state == "done" or (record.kind == "last_error" and len(record.lines) == 2):
+                if record.state == "done" or (record.kind == "headed" and len(record.lines) == 2):
                     events.append(self._complete(key))
                 return
             record.followed_by = body

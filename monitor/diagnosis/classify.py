@@ -298,6 +298,8 @@ class ExceptionClassifier:
             how = records.HANDLED_INTROS[record.handled_by]
             if how == "in-excepthook":
                 return [self._went_on(record, exception, how, "warning", self._hook, evidence)]
+            if how == "ignored":
+                return [self._went_on(record, exception, how, "info", self._ignored, evidence)]
             return [self._went_on(record, exception, how, "info", self._handled, evidence)]
         # What the process printed next (another rank's lines may come between, unprefixed).
         after = ([record.followed_by] if exception.chained_cut  # past the chain's cut end

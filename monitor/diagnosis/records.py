@@ -18,7 +18,8 @@ Continuation, by kind:
   ``<omitting python frames>`` lines.
 - ``summary``: torchelastic's ``ChildFailedError`` block, up to its closing ``====`` line after
   the ``Root Cause`` section.
-- ``last_error``: NCCL's ``Last error:`` and the line after it.
+- ``headed``: a header and the line after it, which it announces: NCCL's ``Last error:``, XLA's
+  ``The following tasks are unhealthy (stopped sending heartbeats):`` before the first task's name.
 
 A record is also complete when its stream has been silent ``SILENCE_LINES`` lines of its file
 (``MESSAGE_SILENCE_LINES`` after a traceback's exception line): the rank died after printing it.
@@ -43,7 +44,11 @@ COLLECTIVE_STACK = "Stack trace of the failed collective:"
 # Python prints next after "Original exception was:", the failure that stopped the process. A
 # traceback whose header comes within HANDLED_WITHIN lines after one, in its stream, was handled;
 # each intro names how (``classify``'s finding for it).
-HANDLED_INTROS = {"WON'T CONVERT": "handled", "Error in sys.excepthook:": "in-excepthook"}
+HANDLED_INTROS = {"WON'T CONVERT": "handled", "Error in sys.excepthook:": "in-excepthook",
+                  # CPython before 3.13 (Modules/atexitmodule.c): an atexit callback raised after the
+                  # program ended; the traceback is printed and the exit goes on (3.13 on: "Exception
+                  # ignored in atexit callback", IGNORED_HEADER).
+                  "Error in atexit._run_exitfuncs:": "ignored"}
 # Literal text of every starter line, for the prefilter: a line without any cannot start a record.
 STARTER_LITERALS = (
     "Traceback (most recent call last)",
@@ -53,6 +58,7 @@ STARTER_LITERALS = (
     "ChildFailedError",
     " FAILED",  # the summary's title (``_SUMMARY_TITLE``)
     "Last error:",
+    "stopped sending heartbeats):",  # ``HEARTBEATS_HEADER``
     'File "',
     "terminated with the following error",
     # An exception's last line standing alone (``pyexc.parse_exception_line``).
@@ -157,6 +163,10 @@ _CPP_CONT = regex.compile(r"^(?:\s*what\(\):|\s*frame #\d+:|\s*<omitting python 
 # funcname " from " filename ":" lineno), innermost first.
 _COLLECTIVE_FRAME = regex.compile(r"^#\d+ \S+ from .*:\d+\s*$")
 _RULER = regex.compile(r"^\s*={10,}\s*$")
+# XLA's coordination service (coordination_service.cc, CheckHeartbeatTimeout): "The following tasks
+# are unhealthy (stopped sending heartbeats):\n<task names>", the end of a glog FATAL line (client.h)
+# or of an exception's message; the first task's name is on the next line.
+HEARTBEATS_HEADER = "The following tasks are unhealthy (stopped sending heartbeats):"
 # torchelastic's summary (torch/distributed/elastic/multiprocessing/errors/__init__.py,
 # _MSG_FORMAT_TEMPLATE): its title, f"{name} FAILED", under the top ruler, where a paste that starts
 # at the ruler begins it without the ChildFailedError line; and what its block holds after that
@@ -184,7 +194,7 @@ _FRAME_START = regex.compile(r'^\s+File "[^"]+", line \d+, in ')
 
 @dataclass(slots=True)
 class Record:
-    kind: str  # traceback | cpp | summary | last_error | line
+    kind: str  # traceback | cpp | summary | headed | line
     lines: list[LogLine]
     bodies: list[str]  # each line's text without its rank prefix
     rank: int | None
@@ -249,8 +259,8 @@ def starter_kind(body: str) -> str | None:
     if "ChildFailedError" in body and body.rstrip().endswith(("ChildFailedError:", "ChildFailedError")) \
             or _SUMMARY_TITLE.match(stripped):
         return "summary"
-    if stripped.rstrip() == "Last error:":
-        return "last_error"
+    if stripped.rstrip() == "Last error:" or stripped.rstrip().endswith(HEARTBEATS_HEADER):
+        return "headed"
     if SPAWNED.match(stripped):
         return "spawned"  # no record: it names the process of the traceback that follows
     return None
@@ -276,7 +286,7 @@ def continues(record: Record, body: str, stamped: bool = False) -> bool:
         # failed" under the worker's own exception): the next message, not more of this one.
         return False
     kind = record.kind
-    if kind == "last_error":
+    if kind == "headed":
         return len(record.lines) == 1
     if kind == "cpp":
         return bool(_CPP_CONT.match(body))
