@@ -259,9 +259,8 @@ def chronological(findings: list[Finding]) -> list[Finding]:
 def _times(findings: list[Finding]) -> dict[int, float] | None:
     """Each finding's time for ordering: its own; else (a traceback prints no time) the first time
     written after it in its file (``before``), else that of the next finding of its file that has
-    one, else of the one before; and never later than a finding below it in its file. So the files
-    of several nodes are ordered by their clocks, not by which was read first. None when some file
-    holds no time at all (the order of reading decides)."""
+    one, else of the one before. So the files of several nodes are ordered by their clocks, not by
+    which was read first. None when some file holds no time at all (the order of reading decides)."""
     by_file: dict[str, list[Finding]] = {}
     for finding in findings:
         by_file.setdefault(finding.file, []).append(finding)
@@ -279,14 +278,6 @@ def _times(findings: list[Finding]) -> dict[int, float] | None:
         earlier = times[id(same[0])]
         for finding in same:  # the last ones, with no time after them: the time before them
             earlier = times.setdefault(id(finding), earlier)
-        # A file is written in order: nothing in it happened after a line written below it. A time
-        # that says otherwise was read wrong or coarser (a glog time has no year and is taken in this
-        # one, while the log's own dated lines say 2022; torchelastic's summary writes whole seconds
-        # under a line stamped to the millisecond), so it takes the later line's time instead.
-        latest = None
-        for finding in reversed(same):
-            time = times[id(finding)]
-            latest = times[id(finding)] = time if latest is None or time < latest else latest
     return times
 
 

@@ -502,22 +502,6 @@ def test_findings_timed_only_by_a_later_line_order_with_those_after_them() -> No
     assert [f.rule for f in chronological([a, b, c])] == ["r2", "r0", "r1"]
 
 
-def test_a_time_later_than_a_line_below_it_in_its_file_takes_that_lines_time() -> None:
-    """A file is written in order: a glog time (no year, taken in this one) above the log's dated
-    2022 lines, or a millisecond stamp above torchelastic's whole seconds, is no later than them; it
-    ties with the line below and comes first, and another file's time between the two stays between."""
-    from monitor.model import Finding, chronological
-
-    def finding(seq: int, file: str, first_seen: float) -> Finding:
-        return Finding(rule=f"r{seq}", category="python_exception", severity="error", role="root", title="t",
-                       file=file, seq=seq, arrival=seq, first_seen=first_seen)
-
-    misread = finding(0, "a.log", first_seen=1_700_000_000.0 + 4 * 365 * 86400)
-    dated = finding(1, "a.log", first_seen=1_700_000_000.0)
-    other = finding(2, "b.log", first_seen=1_700_000_000.0 - 10)
-    assert [f.rule for f in chronological([dated, misread, other])] == ["r2", "r0", "r1"]
-
-
 STORE_LOST_UNDER_TORCHRUN = """\
 Traceback (most recent call last):
   File "/srv/train.py", line 133, in main
@@ -553,6 +537,16 @@ def test_a_stamped_line_after_an_unstamped_traceback_is_the_next_message(tmp_pat
     assert (diagnosis.root_cause.rule, diagnosis.root_cause.line) == ("store-connection-lost", 6)
     assert not any("[ERROR] failed" in line for line in diagnosis.root_cause.evidence)
     assert [f.line for f in chronological(diagnosis.findings)] == [6, 7, 12]
+    # Under a collector's prefix (kubectl logs --prefix), whose lead is read through to the time; and
+    # with another writer's stamped line among the frames, which goes by without cutting them.
+    prefixed = "".join(f"[pod/w-0/pytorch] {line}" for line in STORE_LOST_UNDER_TORCHRUN.splitlines(keepends=True))
+    frames = STORE_LOST_UNDER_TORCHRUN.splitlines(keepends=True)
+    interleaved = "".join(frames[:3] + ["[2024-05-07 03:22:51,903] torch.distributed.elastic.multiprocessing.api: "
+                                        "[WARNING] Sending process 88412 closing signal SIGTERM\n"] + frames[3:])
+    for text, line in ((prefixed, 6), (interleaved, 7)):
+        log.write_text(text)
+        root = diagnose_paths([str(log)], load_catalogue(include_user=False), fast=fast).root_cause
+        assert (root.rule, root.line) == ("store-connection-lost", line)
 
 
 def test_an_exceptions_message_lines_after_its_first_are_its_evidence_too(tmp_path):

@@ -160,6 +160,35 @@ async def test_a_line_a_finding_marks_shows_under_the_level_filters_whatever_its
         assert [app.store.text(i) for i in view._rows] == [lines[4].text]
 
 
+async def test_a_finding_placed_under_a_level_filter_leaves_the_view_where_the_user_reads():
+    """Under "errors only", a new finding's line joins the rows: the view stays on the line at its
+    top (it used to be centred on the cursor again, or moved by the row added above)."""
+    from monitor.model import Finding
+
+    lines = [LogLine("job.log", n, f"ERROR step {n} failed to fetch a batch" if n % 2 else f"step {n} ok", None)
+             for n in range(1, 401)]
+    feed = ScriptedLogFeed([LogBatch(lines=lines)])
+    app = make_app(feed)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await settle(pilot, app, len(lines))
+        view = app.query_one(LogView)
+        await pilot.press("e")
+        view.focus()
+        await pilot.press("g", "ctrl+f")  # first line, then a page down: reading, not following
+        await pilot.pause()
+        top = view._index_at(int(view.scroll_offset.y))
+        marked = Finding(rule="r", category="python_exception", severity="error", role="root", title="t",
+                         file="job.log", line=2, seq=0)  # "step 2 ok": above the view, now shown
+        feed.batches.put(LogBatch(findings=[marked], root_cause=None))
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if app.store.find("job.log", 2) in view._rows:
+                break
+        assert app.store.find("job.log", 2) in view._rows
+        await pilot.pause()
+        assert view._index_at(int(view.scroll_offset.y)) == top
+
+
 async def test_selecting_a_finding_jumps_the_log_to_its_line():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:

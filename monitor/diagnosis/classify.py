@@ -116,16 +116,17 @@ def record_rank_source(record: Record) -> str:
 
 def _message_lines(record: Record, index: int) -> tuple[int, ...]:
     """The lines that go on with the exception's message at ``index``, at most ``MESSAGE_EVIDENCE``:
-    each indented, or after a line that ends in ":" (load_state_dict's "Error(s) in loading
-    state_dict for Net:" and its tab-indented keys). Not any line after it: a record's message runs
-    on into the program's next lines ("step 11 loss 2.39") where no prefix tells them apart."""
+    each indented with a tab, or after a line that ends in ":" (load_state_dict's "Error(s) in
+    loading state_dict for Net:" and its tab-indented keys). Not any line after it: a record's
+    message runs on into the program's next lines ("step 11 loss 2.39", tqdm's "  4%|...") where no
+    prefix tells them apart."""
     more: list[int] = []
     previous = record.bodies[index].rstrip()
     for position in range(index + 1, min(len(record.bodies), index + 1 + MESSAGE_EVIDENCE)):
         body = record.bodies[position]
         stripped = body.strip()
         if not stripped or stripped.startswith(records.CHAIN_LINES) or records.is_traceback_header(stripped) \
-                or not (body[:1].isspace() or previous.endswith(":")):
+                or not (body.startswith("\t") or previous.endswith(":")):
             break
         more.append(position)
         previous = body.rstrip()

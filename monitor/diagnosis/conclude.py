@@ -174,7 +174,10 @@ def _first_step_past(root: Finding) -> int | None:
     distinct steps after it are beyond the last one before it, counting only the lines of
     ``root``'s rank where it has one (a peer's progress says nothing of the rank that raised);
     None where fewer are, or where that line is not in the file's end that is read."""
-    exception = root.evidence[-1]
+    # The exception's own line: the message's further lines may follow it in the evidence.
+    exc_type = root.fields.get("exc_type", "")
+    exception = next((line for line in root.evidence if exc_type and exc_type in line
+                      and not line.lstrip().startswith("File ")), root.evidence[-1])
     after: list[int] = []
     lines, _ = tail_lines(root.file)  # last first
     own = (line for line in lines if root.rank is None or line.rank == root.rank)

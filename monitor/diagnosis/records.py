@@ -81,8 +81,9 @@ HEAD_LINES = 100
 TAIL_LINES = 100
 # Lines of an exception message after the exception line (CUDA error hints, NCCL details).
 MAX_MESSAGE_LINES = 40
-# A traceback's states in which a stamped line (``continues``) ends it.
-_ENDED_BY_A_NEW_ENTRY = frozenset({"frames", "frames_blank", "message", "blank", "empty_gap", "chain"})
+# A traceback's states, after its exception line, in which a stamped line (``continues``) ends it
+# (among its frames, a stamped line is another thread's, and the frames go on after it).
+_ENDED_BY_A_NEW_ENTRY = frozenset({"message", "blank", "empty_gap", "chain"})
 # TensorFlow 1.x's OpError as a session prints it: "Caused by op '...', defined at:", the frames
 # where the op was built, a blank line, then "<Error> (see above for traceback): <message>" and its
 # "[[Node: ...]]" lines: that line is those frames' exception line, past the blank line.
@@ -174,6 +175,7 @@ HEARTBEATS_HEADER = "The following tasks are unhealthy (stopped sending heartbea
 # indented "key : value" lines (a traceback's lines indented under them).
 _SUMMARY_TITLE = regex.compile(r"^\S+ FAILED\s*$")
 _SUMMARY_LINE = regex.compile(r"^(?:\s|[=-]{10,}|Failures:|Root Cause|\[\d+\]:)")
+_SECTION_RULER = regex.compile(r"^-{10,}\s*$")
 # torchelastic's summary of a failed rank (``_format_failure`` in torch/distributed/elastic/
 # multiprocessing/errors): "  rank      : 5 (local_rank: 1)" (before torch 1.10 without the local
 # rank) and, where the entry point was
@@ -226,8 +228,9 @@ class Record:
     message_after_blank: bool = False
     message_empty: bool = False
     frames_in_message: bool = False
-    # Its first line had a time or a logger's head before the program's text (``Prefix.lead``): a
-    # wrapper that stamps every line. Where it had none, a stamped line is a new log entry.
+    # Its last line had a time or a logger's head before the program's text (``Prefix.lead``): a
+    # wrapper that stamps every line, or a logger's first line of a traceback it logs. After an
+    # unstamped line, a stamped one is a new log entry.
     stamped: bool = False
 
     @property
@@ -285,6 +288,7 @@ def continues(record: Record, body: str, stamped: bool = False) -> bool:
         # A logger's line after an unstamped traceback (torchelastic's "[<time>] ...: [ERROR]
         # failed" under the worker's own exception): the next message, not more of this one.
         return False
+    record.stamped = stamped
     kind = record.kind
     if kind == "headed":
         return len(record.lines) == 1
@@ -315,8 +319,11 @@ def append(record: Record, line: LogLine, body: str, rule_hits: set[int]) -> Non
 def _continues_summary(record: Record, body: str) -> bool:
     if record.state == "done":
         return False
-    if not _SUMMARY_LINE.match(body) and _SUMMARY_TITLE.match(record.bodies[0].lstrip()):
-        return False  # begun at a title alone: only the summary's own lines belong to it
+    if _SUMMARY_TITLE.match(record.bodies[0].lstrip()) and not (
+            _SECTION_RULER.match(body) if len(record.lines) == 1 else _SUMMARY_LINE.match(body)):
+        # Begun at a title alone: the summary's section ruler comes next ("BUILD FAILED" then
+        # anything else is some other program's), and only the summary's own lines belong to it.
+        return False
     if "Root Cause" in body:
         record.seen_root_cause = True
     elif record.seen_root_cause and _RULER.match(body):

@@ -78,7 +78,7 @@ def parse_prefix(text: str) -> Prefix:
             if lead.keeps == "header":  # the program's logger: when and how loud, not what
                 return Prefix(inner.rank, inner.stream, inner.body, inner.local, text[:found.end()] + inner.lead)
             if lead.keeps == "stream":  # a host: it names the stream where no rank or pid does
-                return Prefix(inner.rank, inner.stream or f"host={found['host']}", inner.body, inner.local)
+                return Prefix(inner.rank, inner.stream or f"host={found['host']}", inner.body, inner.local, inner.lead)
             # a time: when, not what
             return Prefix(inner.rank, inner.stream, inner.body, inner.local, text[:found.end()] + inner.lead)
         for literal, pattern in STREAMS:

@@ -234,9 +234,28 @@ class LogView(ScrollView, can_focus=True):
         # whatever its own words say (TensorFlow's "(0) INVALID_ARGUMENT: ..." names no level).
         self._marked_levels = {index: _MARK_LEVELS[mark] for index, mark in marks.items() if mark in _MARK_LEVELS}
         if self.line_filter.min_level > LEVEL_INFO:
-            self.set_filter(self.line_filter)
+            self._reselect()
         else:
             self.refresh()
+
+    def _reselect(self) -> None:
+        """The filter's rows again (which lines pass it changed, not the filter), the view kept on
+        the line at its top: a finding placed while the user reads elsewhere does not move them."""
+        top = self._index_at(self._row_at_screen(int(self.scroll_offset.y))[0]) if self.row_count else None
+        try:
+            self._rows = self.store.select(self.line_filter, raised=self._marked_levels)
+        except FilterError:
+            return  # the filter bar already says the regex is slow; the rows stay as they were
+        self._cache.clear()
+        self._wrapped = None
+        self._update_size()
+        if self.follow:
+            self._scroll_end()
+        elif top is not None:
+            row = min(bisect_left(self._rows, top), max(0, len(self._rows) - 1))
+            self.scroll_to(y=self._screen_row(row) if self._rows else 0, animate=False)
+        self.refresh()
+        self.post_message(self.StatusChanged())
 
     def line_to_copy(self) -> tuple[int, bool] | None:
         """What the user sees to copy: (the cursor's line, True) when it is on screen, else (the
