@@ -301,6 +301,8 @@ class ExceptionClassifier:
                 return [self._went_on(record, exception, how, "warning", self._hook, evidence)]
             if how == "ignored":
                 return [self._went_on(record, exception, how, "info", self._ignored, evidence)]
+            if how == "retried":
+                return [self._went_on(record, exception, how, "warning", self._retried, evidence)]
             return [self._went_on(record, exception, how, "info", self._handled, evidence)]
         # What the process printed next (another rank's lines may come between, unprefixed).
         after = ([record.followed_by] if exception.chained_cut  # past the chain's cut end

@@ -48,7 +48,10 @@ HANDLED_INTROS = {"WON'T CONVERT": "handled", "Error in sys.excepthook:": "in-ex
                   # CPython before 3.13 (Modules/atexitmodule.c): an atexit callback raised after the
                   # program ended; the traceback is printed and the exit goes on (3.13 on: "Exception
                   # ignored in atexit callback", IGNORED_HEADER).
-                  "Error in atexit._run_exitfuncs:": "ignored"}
+                  "Error in atexit._run_exitfuncs:": "ignored",
+                  # tenacity's before_sleep_log(..., exc_info=True): f"Retrying {fn_name} in {sleep}
+                  # seconds as it raised {value}." and then the traceback of the attempt it retries.
+                  "seconds as it raised": "retried"}
 # Literal text of every starter line, for the prefilter: a line without any cannot start a record.
 STARTER_LITERALS = (
     "Traceback (most recent call last)",
