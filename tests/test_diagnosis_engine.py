@@ -440,6 +440,39 @@ def test_first_seen_is_the_time_written_in_the_log_line_else_none(tmp_path, shan
     assert stamp is not None and stamp < time.time()
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_time_without_a_year_takes_the_year_the_log_itself_writes(tmp_path, fast):
+    """torch's glog lines write no year; a log from 2022 read today had them four years after its
+    own dated lines, and the launcher's 2022 line below an NCCL error came first: it was the root
+    cause. The year nearest the log's first dated line (read or streamed alike): December's dates
+    before a January glog line cross into the next year."""
+    import time
+
+    from monitor.diagnosis.diagnose import diagnose_paths
+    from monitor.diagnosis.timestamps import FileDate, parse_timestamp
+
+    log = tmp_path / "job.log"
+    log.write_text("LAUNCH INFO 2022-11-21 02:35:41,902 job_id: default\n"
+                   "Traceback (most recent call last):\n"
+                   '  File "/srv/train.py", line 117, in run\n    paddle.distributed.init_parallel_env()\n'
+                   "OSError: (External) NCCL error(2), unhandled system error.\n\n"
+                   "I1121 02:35:53.560647 3004662 tcp_store.cc:257] receive shutdown event\n"
+                   "LAUNCH ERROR 2022-11-21 02:35:54,385 Container failed !!!\n"
+                   "Container rank 1 status failed cmd ['/usr/bin/python', '-u', 'train.py'] code 1 log log/workerlog.1\n")
+    diagnosis = diagnose_paths([str(log)], load_catalogue(include_user=False), fast=fast)
+    assert diagnosis.root_cause.rule == "nccl-error"
+    (nccl,) = [f for f in diagnosis.findings if f.rule == "nccl-error"]
+    assert time.localtime(nccl.before).tm_year == 2022
+    december = FileDate().look("[2022-12-31 23:59:00,000] INFO saving")
+    assert december is not None and time.localtime(parse_timestamp("I0101 00:00:05.0 x", december)).tm_year == 2023
+    assert time.localtime(parse_timestamp("I1121 02:35:53.5 x", december)).tm_year == 2022
+    # A time without a year before the first date: the file's year is not taken from later lines
+    # (times read before it took the current one), read whole or line by line alike.
+    look = FileDate()
+    assert look.look("I1121 02:35:53.5 x") is None and look.done
+    assert look.look("[2022-12-31 23:59:00,000] INFO saving") is None
+
+
 def test_python_exception_title_follows_a_rank_learned_later():
     # The same traceback first without a prefix (rank unknown), then from [rank1]: the finding
     # takes rank 1, and its title must say so too.

@@ -18,7 +18,7 @@ import regex
 from monitor.diagnosis import pyexc, records
 from monitor.diagnosis.prefilter import Prefilter
 from monitor.diagnosis.records import Record
-from monitor.diagnosis.timestamps import parse_timestamp
+from monitor.diagnosis.timestamps import FileDate, parse_timestamp
 from monitor.logs.ranks import parse_prefix
 from monitor.model import LogLine
 
@@ -76,12 +76,26 @@ class RecordAssembler:
         self._collective_stacks: dict[str, tuple] = {}
         # Files whose times the later stages wait for (a finding there had none of its own).
         self.times_wanted: set[str] = set()
+        # The first time with a year the logs wrote (``timestamps.FileDate``): a time written
+        # without one (glog's "I1121 02:35:53") takes the year nearest it. Per file, its look.
+        self.dated: float | None = None
+        self.file_dates: dict[str, FileDate] = {}
+
+    def note_dated(self, seconds: float | None) -> None:
+        """The logs' first dated time, once found (``dated``): the first one is kept."""
+        if self.dated is None:
+            self.dated = seconds
 
     def feed(self, line: LogLine) -> list[Event]:
         """What this line completes or tells (most lines: nothing)."""
         events: list[Event] = []
         arrival = self.lines_fed
         self.lines_fed += 1
+        look = self.file_dates.get(line.file)
+        if look is None:
+            look = self.file_dates[line.file] = FileDate()
+        if not (look.done or look.bulk):
+            self.note_dated(look.look(line.text))
         self._feed(line, arrival, events)
         return events
 
@@ -126,7 +140,7 @@ class RecordAssembler:
         # Records this line completed: what they tell may have no time of its own either.
         untimed = [e for e in events[first_event:] if isinstance(e, Record) and e.time_after is None]
         if (untimed or line.file in self.times_wanted or self._pending_per_file.get(line.file)) and \
-                (stamp := parse_timestamp(prefix.lead or prefix.body)) is not None:
+                (stamp := parse_timestamp(prefix.lead or prefix.body, self.dated)) is not None:
             for record in untimed:
                 record.time_after = stamp
             self._note_time(key, stamp, events)

@@ -85,8 +85,10 @@ class LogConditions:
 
 class FindingBook:
     def __init__(self, conditions: LogConditions, known_ranks: set[int], other_ranks_text: str,
-                 node_of: Callable[[str], str | None] = node_name_of) -> None:
+                 node_of: Callable[[str], str | None] = node_name_of,
+                 dated: Callable[[], float | None] = lambda: None) -> None:
         self.conditions = conditions
+        self._dated = dated  # the logs' first dated time, for times written without a year
         self._node_of = node_of  # a log file's node (its folder's node.json, or its name)
         self._known_ranks = known_ranks  # the attribution stage's, read when rendering
         self._other_ranks_text = other_ranks_text
@@ -138,7 +140,7 @@ class FindingBook:
             title="", rank=rank, ranks=[rank] if rank is not None else [], file=first.file,
             line=first.line, count=1, evidence=[mask(record.lines[p].text) for p in match.evidence],
             fields=fields, remedy="", seq=next(self._seq), arrival=record.arrival,
-            first_seen=_record_time(record, positions), node=node,
+            first_seen=_record_time(record, positions, self._dated()), node=node,
             confidence=match.confidence, confidence_note=match.confidence_note,
             rank_source=match.rank_source if rank is not None else "", own_error=match.own_error,
             retryable=match.retryable,
@@ -183,7 +185,7 @@ class FindingBook:
         gained = {name: value for name, value in fields.items() if value and name not in finding.fields}
         if gained:
             changes["fields"] = {**finding.fields, **gained}
-        stamp = _record_time(record, positions)
+        stamp = _record_time(record, positions, self._dated())
         if stamp is not None and finding.first_seen is not None and stamp < finding.first_seen:
             changes.update(self._earlier(finding, match, fields, stamp))
             entry.first = len(entry.occurrences) - 1
@@ -425,7 +427,8 @@ def _process_of(match: Match) -> str | None:
     return process_of(match)
 
 
-def _record_time(record: Record, positions: tuple[int, ...]) -> float | None:
+def _record_time(record: Record, positions: tuple[int, ...], dated: float | None) -> float | None:
     """When a record's occurrence was written: its first line's time, else its matched line's (the
-    whole line: a time written before the rank prefix is not in the body)."""
-    return parse_timestamp(record.lines[0].text) or parse_timestamp(record.lines[positions[0]].text)
+    whole line: a time written before the rank prefix is not in the body); a time without a year
+    in the year nearest ``dated``, the logs' own."""
+    return parse_timestamp(record.lines[0].text, dated) or parse_timestamp(record.lines[positions[0]].text, dated)

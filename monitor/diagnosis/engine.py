@@ -31,6 +31,7 @@ from monitor.diagnosis.classify import REGEX_TIMEOUT_S, Match, classifiers, is_s
 from monitor.diagnosis.records import Record, embedded_traceback
 from monitor.diagnosis.root_cause import RankEvidence, choose, confidence, with_rank
 from monitor.diagnosis.secrets import mask
+from monitor.diagnosis.timestamps import FileDate
 from monitor.logs.nodes import node_name_of
 from monitor.model import Category, Diagnosis, Finding, LogLine, is_timeout
 
@@ -54,6 +55,7 @@ class Engine:
         texts = pyexc.TEXTS.get(catalogue.lang, pyexc.TEXTS["en"])
         self.conditions = LogConditions(self.prefilter, regex_timeout, self.problems)
         self.book = FindingBook(self.conditions, self.attribution.known_ranks, other_ranks_text=texts[4],
+                                dated=lambda: self.records.dated,
                                 node_of=lambda file: node_name_of(file) or (node_of(file) if node_of else None))
         # The lines too long to read whole, each (file, line, bytes left out), and the one note
         # that says so (``_line_cut``).
@@ -82,14 +84,21 @@ class Engine:
                 new.append(self._glued_note(event.line))
         return new
 
-    def early_lines(self, ranks, world_sizes, count: int, claims=()) -> None:
+    def early_lines(self, ranks, world_sizes, count: int, claims=(), dated: float | None = None) -> None:
         """What ``count`` lines among their file's first ``EARLY_LINES`` teach besides findings:
-        the ranks that exist, the world sizes they say and the ranks NCCL processes set up with;
-        ``scan.py`` reads them in bulk (its ``EarlyLines``) and feeds only the lines a literal
-        marks. Counted in the order as read."""
+        the ranks that exist, the world sizes they say, the ranks NCCL processes set up with and
+        the first dated time; ``scan.py`` reads them in bulk (its ``EarlyLines``) and feeds only
+        the lines a literal marks. Counted in the order as read."""
         self.records.lines_fed += count
+        self.records.note_dated(dated)
         for change in self.attribution.learn_ranks(ranks, world_sizes, list(claims)):
             self.book.rank_of_process(change.stream, change.rank)
+
+    def read_date_in_bulk(self, file: str) -> FileDate:
+        """The look for ``file``'s year that ``scan.py`` feeds its first lines to in bulk (the
+        engine then does not look at the lines fed to it one by one)."""
+        look = self.records.file_dates[file] = FileDate(bulk=True)
+        return look
 
     def wants_time(self, file: str) -> bool:
         """Whether a finding of ``file`` waits for a time written after it (so every line is read)."""

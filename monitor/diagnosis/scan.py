@@ -84,7 +84,7 @@ class EarlyLines:
     line-by-line path reads it) and the world sizes they say. Read from the whole region at
     once, each distinct prefix parsed once: the per-line path cost ~25 us a line, ~50 ms a file."""
 
-    def __init__(self, file_rank: FileRanks, number: int, block: bytes, size: int) -> None:
+    def __init__(self, file_rank: FileRanks, number: int, block: bytes, size: int, file_date) -> None:
         end = _after_lines(block, size, EARLY_LINES - number)
         region = block[:end - 1] if end else b""  # complete lines only, without the last newline
         self.count = region.count(b"\n") + 1 if end else 0
@@ -103,6 +103,12 @@ class EarlyLines:
         # The ranks NCCL processes set up with (``attribute.process_claim``).
         claims = (process_claim(line) for line in text.split("\n") if " NCCL INFO " in line) if " NCCL INFO " in text else ()
         self.claims = [claim for claim in claims if claim is not None]
+        # The logs' own year, for the times written without one, from the file's first lines.
+        self.dated = None
+        for line in text.split("\n") if not file_date.done else ():
+            self.dated = file_date.look(line)
+            if file_date.done:
+                break
 
 
 def _after_lines(block: bytes, size: int, count: int) -> int:
@@ -133,6 +139,8 @@ def scan_prefix(path: str | os.PathLike, engine: Engine, size: int, chunk_bytes:
 def _scan(path, engine: Engine, chunk_bytes: int, limit: int | None) -> tuple[int, int]:
     name = str(path)
     file_rank = FileRanks(name)
+    # The file's year, looked for in its first blocks, not line by line as the engine would.
+    file_date = engine.read_date_in_bulk(name)
     prefilter = engine.prefilter
     number = 0
     carry = b""
@@ -175,8 +183,8 @@ def _scan(path, engine: Engine, chunk_bytes: int, limit: int | None) -> tuple[in
             if cut < 0:
                 continue
             if number < EARLY_LINES:
-                early = EarlyLines(file_rank, number, block, size)
-                engine.early_lines(early.ranks, early.world_sizes, early.count, early.claims)
+                early = EarlyLines(file_rank, number, block, size, file_date)
+                engine.early_lines(early.ranks, early.world_sizes, early.count, early.claims, early.dated)
             view = memoryview(block)
             seen = engine.log_seen
             hits, controls = prefilter.chunk_hits(view[:size], seen, halves=finished)

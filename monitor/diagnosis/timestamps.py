@@ -6,8 +6,10 @@ are data (``formats.toml``); understood today, near the start of the line: ISO-l
 ``2024-12-26T02:11:16.5+02:00``, torchelastic's ``2024-12-26_02:11:16``), glog headers
 (``E1121 10:40:02.118``, torchelastic's ``W1121 10:10:35.644000``, ``[E1218 20:27:21.426415540``),
 syslog (``Mar 02 10:44:01 host kernel: ...``) and ``dmesg -T`` (``[Sat Mar  2 11:04:18 2024]``).
-A date without a year (glog, syslog) is taken in the current year, or the one before when
-that would put it more than a day in the future. Times without a zone are local time, as glog,
+A date without a year (glog, syslog) is taken in the year that puts it nearest the logs' own
+first dated time (``FileDate``: torchelastic's and Python logging's lines beside torch's glog ones,
+in a log read years later), else in the current year, or the one before when that would put it
+more than a day in the future. Times without a zone are local time, as glog,
 Python's logging and syslog write them: a finding's time is shown as the log says it, and
 compares right with times the monitor took itself (a metric finding, a stall). Impossible dates
 (``I0230``) are not timestamps.
@@ -28,9 +30,48 @@ _HEAD = 80
 _DAY = 86400
 
 
-def parse_timestamp(text: str) -> float | None:
+# A date with its year and a time after it ("2022-11-21 02:35:41", "2024/05/01T10:11"): what a log
+# says of its own year, for the times it writes without one.
+# How far into a line, and into a file, the year it writes is looked for (a logger's head, the
+# file's first lines).
+DATED_HEAD = 120
+DATED_LINES = 20
+_DATED = regex.compile(r"(?<![\d.])(?:19|20)\d\d[-/]\d\d[-/]\d\d[ T_]\d\d:\d\d")
+
+
+class FileDate:
+    """The year a file writes, from its first ``DATED_LINES`` lines: the first date with a year and
+    a time near a line's start that a timestamp format reads, unless a time without a year comes
+    first (times parsed before it was known took another year; a file's lines are looked at in
+    order, so reading a file whole and line by line agree). Fed one line at a time."""
+
+    __slots__ = ("done", "bulk", "_lines")
+
+    def __init__(self, bulk: bool = False) -> None:
+        self.done = False
+        self.bulk = bulk  # fed by the fast scan's first blocks (scan.py), not line by line
+        self._lines = 0
+
+    def look(self, line: str) -> float | None:
+        """The file's dated time, where ``line`` (its next one) settles it; else None."""
+        if self.done:
+            return None
+        self._lines += 1
+        self.done = self._lines >= DATED_LINES
+        head = line[:DATED_HEAD + 40]
+        if (match := _DATED.search(head)) is not None and match.start() <= DATED_HEAD:
+            if (seconds := parse_timestamp(head[max(0, match.start() - 1):])) is not None:
+                self.done = True
+                return seconds
+        if parse_timestamp(head) is not None:
+            self.done = True  # a time without a year came first
+        return None
+
+
+def parse_timestamp(text: str, near: float | None = None) -> float | None:
     """Seconds since the epoch for the timestamp at the head of ``text``, or None. The formats
-    (``formats.toml``, ``[[timestamp]]``) are tried in order; the first found decides."""
+    (``formats.toml``, ``[[timestamp]]``) are tried in order; the first found decides. ``near``: the
+    log's own dated time, whose year a date without one takes (the nearest of it and its neighbours)."""
     head = text[:_HEAD]
     for stamp in TIMESTAMPS:
         match = stamp.pattern.match(head) if stamp.anchored else stamp.pattern.search(head)
@@ -39,7 +80,7 @@ def parse_timestamp(text: str) -> float | None:
         found = match.groupdict()
         month = int(found["mo"]) if found.get("mo") else _MONTHS.index(found["mon"]) + 1
         if not found.get("y"):
-            return _without_year(month, match)
+            return _without_year(month, match, near)
         zoned = bool(found.get("utc") or found.get("sign"))
         seconds = _seconds(int(found["y"]), month, match, local=not zoned)
         if seconds is not None and found.get("sign"):
@@ -49,7 +90,11 @@ def parse_timestamp(text: str) -> float | None:
     return None
 
 
-def _without_year(month: int, match: regex.Match) -> float | None:
+def _without_year(month: int, match: regex.Match, near: float | None = None) -> float | None:
+    if near is not None:
+        year = time.localtime(near).tm_year
+        options = [s for y in (year - 1, year, year + 1) if (s := _seconds(y, month, match)) is not None]
+        return min(options, key=lambda seconds: abs(seconds - near)) if options else None
     now = time.time()
     year = time.localtime(now).tm_year
     seconds = _seconds(year, month, match)
