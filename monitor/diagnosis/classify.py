@@ -114,6 +114,17 @@ def record_rank_source(record: Record) -> str:
     return "local-prefix" if prefix.local and prefix.rank == record.rank else "prefix"
 
 
+def _first_frame_in(record: Record, package: str) -> bool:
+    """Whether the traceback's outermost frame is in ``package``'s own files."""
+    frame = next((body for body in record.bodies[1:4] if body.lstrip().startswith('File "')), "")
+    return f"{package}/" in frame or f"{package}\\" in frame
+
+
+def _chained(record: Record) -> bool:
+    """Whether the record holds a chain of tracebacks ("The above exception was the direct cause")."""
+    return any(body.lstrip().startswith(records.CHAIN_LINES) for body in record.bodies)
+
+
 def _message_lines(record: Record, index: int) -> tuple[int, ...]:
     """The lines that go on with the exception's message at ``index``, at most ``MESSAGE_EVIDENCE``:
     each indented with a tab, or after a line that ends in ":" (load_state_dict's "Error(s) in
@@ -293,10 +304,15 @@ class ExceptionClassifier:
         if records.is_ignored(record):
             # Printed by Python on its way on: information, never a cause.
             return [self._went_on(record, exception, "ignored", "info", self._ignored, (0, *evidence))]
-        if record.handled_by:
+        how = records.HANDLED_INTROS[record.handled_by] if record.handled_by else ""
+        if how == "retried" and not (_first_frame_in(record, "tenacity") and not _chained(record)):
+            # tenacity logs no traceback by default: this one, after its last "Retrying" line, is
+            # the program's own, not an attempt's caught inside tenacity's call (exc_info=True);
+            # so is one whose chain goes on past the attempt (RetryError: the attempts ran out).
+            how = ""
+        if how:
             # The library said, just before, that it handled this and went on; or the program's
             # excepthook failed with it, and the exception it was reporting comes next (the cause).
-            how = records.HANDLED_INTROS[record.handled_by]
             if how == "in-excepthook":
                 return [self._went_on(record, exception, how, "warning", self._hook, evidence)]
             if how == "ignored":

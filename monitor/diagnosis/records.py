@@ -45,9 +45,9 @@ COLLECTIVE_STACK = "Stack trace of the failed collective:"
 # traceback whose header comes within HANDLED_WITHIN lines after one, in its stream, was handled;
 # each intro names how (``classify``'s finding for it).
 HANDLED_INTROS = {"WON'T CONVERT": "handled", "Error in sys.excepthook:": "in-excepthook",
-                  # CPython before 3.13 (Modules/atexitmodule.c): an atexit callback raised after the
-                  # program ended; the traceback is printed and the exit goes on (3.13 on: "Exception
-                  # ignored in atexit callback", IGNORED_HEADER).
+                  # CPython before 3.10 (Modules/atexitmodule.c): an atexit callback raised after the
+                  # program ended; the traceback is printed and the exit status stays (later:
+                  # "Exception ignored in atexit callback", IGNORED_HEADER).
                   "Error in atexit._run_exitfuncs:": "ignored",
                   # tenacity's before_sleep_log(..., exc_info=True): f"Retrying {fn_name} in {sleep}
                   # seconds as it raised {value}." and then the traceback of the attempt it retries.
