@@ -18,7 +18,7 @@ from monitor.session.feeds import LogBatch
 from monitor.tui.findings_panel import FindingsPanel
 from monitor.tui.log_view import LogView
 from monitor.tui.screens import HelpScreen, QuitScreen
-from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, crash_feed, crash_findings, crash_lines, host_sample, settle
+from tests.tui_helpers import FixedMetricsFeed, ScriptedLogFeed, crash_feed, crash_findings, crash_lines, host_sample, settle, until
 from tests.zone_helpers import in_time_zone
 
 
@@ -145,18 +145,12 @@ async def test_a_line_a_finding_marks_shows_under_the_level_filters_whatever_its
         await pilot.press("e")
         assert view.row_count == 0  # no line says it is an error
         feed.batches.put(LogBatch(findings=[root, hint], root_cause=root))
-        for _ in range(100):
-            await pilot.pause(0.02)
-            if view.row_count:
-                break
+        await until(pilot, lambda: view.row_count, "the marked lines to show")
         assert [app.store.text(i) for i in view._rows] == [lines[2].text]
         await pilot.press("w")  # warnings and errors: the warning's line too
         assert [app.store.text(i) for i in view._rows] == [lines[2].text, lines[4].text]
         feed.batches.put(LogBatch(findings=[hint], root_cause=None))
-        for _ in range(100):
-            await pilot.pause(0.02)
-            if view.row_count == 1:
-                break
+        await until(pilot, lambda: view.row_count == 1, "the withdrawn finding's line to go")
         assert [app.store.text(i) for i in view._rows] == [lines[4].text]
 
 
@@ -180,11 +174,7 @@ async def test_a_finding_placed_under_a_level_filter_leaves_the_view_where_the_u
         marked = Finding(rule="r", category="python_exception", severity="error", role="root", title="t",
                          file="job.log", line=2, seq=0)  # "step 2 ok": above the view, now shown
         feed.batches.put(LogBatch(findings=[marked], root_cause=None))
-        for _ in range(100):
-            await pilot.pause(0.02)
-            if app.store.find("job.log", 2) in view._rows:
-                break
-        assert app.store.find("job.log", 2) in view._rows
+        await until(pilot, lambda: app.store.find("job.log", 2) in view._rows, "the marked line to show")
         await pilot.pause()
         assert view._index_at(int(view.scroll_offset.y)) == top
 
