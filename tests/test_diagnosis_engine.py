@@ -473,6 +473,24 @@ def test_a_time_without_a_year_takes_the_year_the_log_itself_writes(tmp_path, fa
     assert look.look("[2022-12-31 23:59:00,000] INFO saving") is None
 
 
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("glog_name", ["rank0.log", "rank9.log"])
+def test_a_file_of_glog_times_takes_the_year_of_another_files_dated_lines(tmp_path, fast, glog_name):
+    """Every file's first lines are looked at before any is read: rank 0's file of glog times alone
+    takes 2022 from rank 1's dated lines whichever is read first, and its illegal memory access, five
+    seconds before rank 1's OOM, is the root cause (read first, it had taken this year)."""
+    from monitor.diagnosis.diagnose import diagnose_paths
+
+    (tmp_path / glog_name).write_text(
+        "[rank0]: step 100 loss 2.31\n[E1121 02:35:50.123456 3004662 ProcessGroupNCCL.cpp:1182] [Rank 0] NCCL watchdog "
+        "thread terminated with exception: CUDA error: an illegal memory access was encountered\n")
+    (tmp_path / "rank1.log").write_text(
+        "2022-11-21 02:35:40,101 - INFO - rank 1 starting\n2022-11-21 02:35:55,001 - ERROR - rank 1: "
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    root = diagnose_paths([str(tmp_path)], load_catalogue(include_user=False), fast=fast).root_cause
+    assert root.rule == "cuda-illegal-access"
+
+
 def test_python_exception_title_follows_a_rank_learned_later():
     # The same traceback first without a prefix (rank unknown), then from [rank1]: the finding
     # takes rank 1, and its title must say so too.

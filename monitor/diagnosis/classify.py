@@ -114,15 +114,12 @@ def record_rank_source(record: Record) -> str:
     return "local-prefix" if prefix.local and prefix.rank == record.rank else "prefix"
 
 
-def _first_frame_in(record: Record, package: str) -> bool:
-    """Whether the traceback's outermost frame is in ``package``'s own files."""
-    frame = next((body for body in record.bodies[1:4] if body.lstrip().startswith('File "')), "")
+def _last_traceback_starts_in(record: Record, package: str) -> bool:
+    """Whether the outermost frame of the record's last traceback (of a chain, the one raised
+    last) is in ``package``'s own files."""
+    start = max((i for i, body in enumerate(record.bodies) if records.is_traceback_header(body.strip())), default=0)
+    frame = next((body for body in record.bodies[start + 1:start + 4] if body.lstrip().startswith('File "')), "")
     return f"{package}/" in frame or f"{package}\\" in frame
-
-
-def _chained(record: Record) -> bool:
-    """Whether the record holds a chain of tracebacks ("The above exception was the direct cause")."""
-    return any(body.lstrip().startswith(records.CHAIN_LINES) for body in record.bodies)
 
 
 def _message_lines(record: Record, index: int) -> tuple[int, ...]:
@@ -305,10 +302,11 @@ class ExceptionClassifier:
             # Printed by Python on its way on: information, never a cause.
             return [self._went_on(record, exception, "ignored", "info", self._ignored, (0, *evidence))]
         how = records.HANDLED_INTROS[record.handled_by] if record.handled_by else ""
-        if how == "retried" and not (_first_frame_in(record, "tenacity") and not _chained(record)):
+        if how == "retried" and not (_last_traceback_starts_in(record, "tenacity")
+                                     and exception.short_type != "RetryError"):
             # tenacity logs no traceback by default: this one, after its last "Retrying" line, is
-            # the program's own, not an attempt's caught inside tenacity's call (exc_info=True);
-            # so is one whose chain goes on past the attempt (RetryError: the attempts ran out).
+            # the program's own, not an attempt's caught inside tenacity's call (exc_info=True,
+            # its whole chain); and RetryError says the attempts ran out.
             how = ""
         if how:
             # The library said, just before, that it handled this and went on; or the program's

@@ -14,6 +14,7 @@ from monitor.logs.reader import UnreadableLog, find_logs, path_error, read_head,
 from monitor.logs.unwrap import HEAD_BYTES, unwrap, wrap_of
 from monitor.diagnosis.scan import scan_file
 from monitor.diagnosis.conclude import conclude
+from monitor.diagnosis.timestamps import FileDate
 
 
 class MissingPath(Exception):
@@ -36,6 +37,9 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
     found_in = [(path, find_logs(path)) for path in paths]
     # SLURM's --output=%N.out: a file per node, named after it.
     engine = Engine(catalogue, node_of=nodes_from_names([file for _, found in found_in for file in found]).get)
+    # The year the logs write, from every file's first lines before any is read: a rank's file of
+    # glog times alone, read first, takes the year another file's dated lines give.
+    engine.note_dated(_year_written([file for _, found in found_in for file in found]))
     files: list[str] = []
     problems: list[str] = []
     unread: list[str] = []
@@ -77,3 +81,19 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
     diagnosis.unread = unread
     diagnosis.empty = empty
     return diagnosis
+
+
+def _year_written(files: list[Path]) -> float | None:
+    """The first dated time among the files' first lines (``timestamps.FileDate``), in their order."""
+    for file in files:
+        look = FileDate(until_yearless=False)
+        try:
+            head = read_head(file, HEAD_BYTES)
+        except UnreadableLog:
+            continue
+        for line in head.decode("utf-8", "replace").split("\n"):
+            if (seconds := look.look(line)) is not None:
+                return seconds
+            if look.done:
+                break
+    return None

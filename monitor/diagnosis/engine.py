@@ -94,6 +94,10 @@ class Engine:
         for change in self.attribution.learn_ranks(ranks, world_sizes, list(claims)):
             self.book.rank_of_process(change.stream, change.rank)
 
+    def note_dated(self, seconds: float | None) -> None:
+        """The logs' first dated time, where the caller found it before reading them (``diagnose``)."""
+        self.records.note_dated(seconds)
+
     def read_date_in_bulk(self, file: str) -> FileDate:
         """The look for ``file``'s year that ``scan.py`` feeds its first lines to in bulk (the
         engine then does not look at the lines fed to it one by one)."""

@@ -45,12 +45,15 @@ class FileDate:
     first (times parsed before it was known took another year; a file's lines are looked at in
     order, so reading a file whole and line by line agree). Fed one line at a time."""
 
-    __slots__ = ("done", "bulk", "_lines")
+    __slots__ = ("done", "bulk", "_lines", "_until_yearless")
 
-    def __init__(self, bulk: bool = False) -> None:
+    def __init__(self, bulk: bool = False, until_yearless: bool = True) -> None:
         self.done = False
         self.bulk = bulk  # fed by the fast scan's first blocks (scan.py), not line by line
         self._lines = 0
+        # Read before any time is (``diagnose`` looks at every file's head first): a time without a
+        # year, or a banner's ("date", nvidia-smi's header), need not stop the look.
+        self._until_yearless = until_yearless
 
     def look(self, line: str) -> float | None:
         """The file's dated time, where ``line`` (its next one) settles it; else None."""
@@ -63,7 +66,7 @@ class FileDate:
             if (seconds := parse_timestamp(head[max(0, match.start() - 1):])) is not None:
                 self.done = True
                 return seconds
-        if parse_timestamp(head) is not None:
+        if self._until_yearless and parse_timestamp(head) is not None:
             self.done = True  # a time without a year came first
         return None
 
