@@ -28,6 +28,7 @@ import re
 from monitor.diagnosis.attribute import WORLD_SIZE, process_claim
 from monitor.diagnosis.engine import EARLY_LINES, Engine
 from monitor.diagnosis.prefilter import has_control
+from monitor.diagnosis.timestamps import FileDate
 from monitor.formats import LEAD_ALTERNATION, PREFIX_ALTERNATION
 from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import make_line, open_log, read_chunks
@@ -84,7 +85,7 @@ class EarlyLines:
     line-by-line path reads it) and the world sizes they say. Read from the whole region at
     once, each distinct prefix parsed once: the per-line path cost ~25 us a line, ~50 ms a file."""
 
-    def __init__(self, file_rank: FileRanks, number: int, block: bytes, size: int, file_date) -> None:
+    def __init__(self, file_rank: FileRanks, number: int, block: bytes, size: int, file_date: FileDate) -> None:
         end = _after_lines(block, size, EARLY_LINES - number)
         region = block[:end - 1] if end else b""  # complete lines only, without the last newline
         self.count = region.count(b"\n") + 1 if end else 0

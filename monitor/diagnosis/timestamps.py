@@ -30,12 +30,12 @@ _HEAD = 80
 _DAY = 86400
 
 
-# A date with its year and a time after it ("2022-11-21 02:35:41", "2024/05/01T10:11"): what a log
-# says of its own year, for the times it writes without one.
 # How far into a line, and into a file, the year it writes is looked for (a logger's head, the
 # file's first lines).
 DATED_HEAD = 120
 DATED_LINES = 20
+# A date with its year and a time after it ("2022-11-21 02:35:41", "2024/05/01T10:11"): what a log
+# says of its own year, for the times it writes without one.
 _DATED = regex.compile(r"(?<![\d.])(?:19|20)\d\d[-/]\d\d[-/]\d\d[ T_]\d\d:\d\d")
 
 
