@@ -18,7 +18,7 @@ import regex
 from monitor.diagnosis import pyexc, records
 from monitor.diagnosis.prefilter import Prefilter
 from monitor.diagnosis.records import Record
-from monitor.diagnosis.timestamps import FileDate, parse_timestamp
+from monitor.diagnosis.timestamps import DATED_LINES, FileDate, parse_timestamp
 from monitor.logs.ranks import parse_prefix
 from monitor.model import LogLine
 
@@ -91,11 +91,12 @@ class RecordAssembler:
         events: list[Event] = []
         arrival = self.lines_fed
         self.lines_fed += 1
-        look = self.file_dates.get(line.file)
-        if look is None:
-            look = self.file_dates[line.file] = FileDate()
-        if not (look.done or look.bulk):
-            self.note_dated(look.look(line.text))
+        if line.line <= DATED_LINES:  # a file's year is in its first lines: no look per line after
+            look = self.file_dates.get(line.file)
+            if look is None:
+                look = self.file_dates[line.file] = FileDate()
+            if not (look.done or look.bulk):
+                self.note_dated(look.look(line.text))
         self._feed(line, arrival, events)
         return events
 

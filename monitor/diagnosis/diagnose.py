@@ -11,7 +11,7 @@ from monitor.diagnosis.engine import Engine
 from monitor.model import Diagnosis, Finding
 from monitor.logs.nodes import nodes_from_names
 from monitor.logs.reader import UnreadableLog, find_logs, path_error, read_head, read_log
-from monitor.logs.unwrap import HEAD_BYTES, unwrap, wrap_of
+from monitor.logs.unwrap import HEAD_BYTES, Wrap, unwrap, wrap_of
 from monitor.diagnosis.scan import scan_file
 from monitor.diagnosis.conclude import conclude
 from monitor.diagnosis.timestamps import FileDate
@@ -37,9 +37,10 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
     found_in = [(path, find_logs(path)) for path in paths]
     # SLURM's --output=%N.out: a file per node, named after it.
     engine = Engine(catalogue, node_of=nodes_from_names([file for _, found in found_in for file in found]).get)
-    # The year the logs write, from every file's first lines before any is read: a rank's file of
-    # glog times alone, read first, takes the year another file's dated lines give.
-    engine.note_dated(_year_written([file for _, found in found_in for file in found]))
+    # Every file's head, read once before any file is read: a rank's file of glog times alone, read
+    # first, takes the year another file's dated lines give.
+    wraps, dated = _heads([file for _, found in found_in for file in found])
+    engine.note_dated(dated)
     files: list[str] = []
     problems: list[str] = []
     unread: list[str] = []
@@ -56,7 +57,8 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
             name = str(file)
             try:
                 # A paste hard-wrapped by a terminal is read line by line, its pieces joined.
-                wrap = wrap_of(read_head(file, HEAD_BYTES))
+                if isinstance(wrap := wraps[file], UnreadableLog):
+                    raise wrap
                 if fast and wrap is None:
                     scan_file(file, engine)
                 else:
@@ -83,17 +85,22 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
     return diagnosis
 
 
-def _year_written(files: list[Path]) -> float | None:
-    """The first dated time among the files' first lines (``timestamps.FileDate``), in their order."""
+def _heads(files: list[Path]) -> tuple[dict[Path, Wrap | UnreadableLog | None], float | None]:
+    """Each file's head, read once: how a terminal wrapped it (``wrap_of``; the UnreadableLog its
+    read raised), and the first dated time among the files' first lines (``timestamps.FileDate``),
+    in their order."""
+    wraps: dict[Path, Wrap | UnreadableLog | None] = {}
+    dated: float | None = None
     for file in files:
-        look = FileDate(until_yearless=False)
         try:
             head = read_head(file, HEAD_BYTES)
-        except UnreadableLog:
+        except UnreadableLog as exc:
+            wraps[file] = exc
             continue
-        for line in head.decode("utf-8", "replace").split("\n"):
-            if (seconds := look.look(line)) is not None:
-                return seconds
-            if look.done:
-                break
-    return None
+        wraps[file] = wrap_of(head)
+        if dated is None:
+            look = FileDate(until_yearless=False)
+            for line in head.decode("utf-8", "replace").split("\n"):
+                if (dated := look.look(line)) is not None or look.done:
+                    break
+    return wraps, dated

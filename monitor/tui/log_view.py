@@ -161,15 +161,19 @@ class LogView(ScrollView, can_focus=True):
         pattern = compile_pattern(line_filter.pattern) if line_filter.pattern else None
         rows = self.store.select(line_filter, raised=self._marked_levels) if line_filter.active else None
         self.line_filter, self._pattern, self._rows = line_filter, pattern, rows
-        self._cache.clear()
-        self._wrapped = None
-        self._update_size()
+        self._rows_changed()
         if self.cursor_index is not None and self.row_of(self.cursor_index) is not None:
             self._scroll_to_row(self.row_of(self.cursor_index))
         elif self.follow:
             self._scroll_end()
         self.refresh()
         self.post_message(self.StatusChanged())
+
+    def _rows_changed(self) -> None:
+        """Which lines are shown changed: drawn rows, wrapping and the scroll size go with them."""
+        self._cache.clear()
+        self._wrapped = None
+        self._update_size()
 
     def replace_store(self, store: LogStore, cursor: int) -> None:
         """Show ``store`` instead (the same lines with earlier ones in front), the cursor on ``cursor``."""
@@ -246,9 +250,7 @@ class LogView(ScrollView, can_focus=True):
             self._rows = self.store.select(self.line_filter, raised=self._marked_levels)
         except FilterError:
             return  # the filter bar already says the regex is slow; the rows stay as they were
-        self._cache.clear()
-        self._wrapped = None
-        self._update_size()
+        self._rows_changed()
         if self.follow:
             self._scroll_end()
         elif top is not None:
