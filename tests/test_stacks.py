@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from monitor.session import hang_probe
 from monitor.stacks import compare, files
 from monitor.stacks.capture import take
 from monitor.stacks.model import Capture, Frame, ProcessStack, Thread
@@ -168,6 +169,60 @@ def test_ddp_ranks_waiting_in_backward_count_as_waiting():
     finding = compare.analyse(_capture(*backward[:2], stuck, backward[2]))
     assert finding.fields["kind"] == "stuck" and finding.rank == 2
     assert "DDP's gradient all-reduce, in backward" in finding.remedy
+
+
+# -- a verdict taken again: a rank only passing through is not named -------------------------
+
+def _looks(monkeypatch, *captures: Capture) -> list[Capture]:
+    """Makes the probe's captures these, in turn; the list of those not yet taken."""
+    left = list(captures)
+    monkeypatch.setattr(hang_probe, "take", lambda pids, reason, py_spy=None: left.pop(0))
+    return left
+
+
+def _backward(rank: int, line: int = 222) -> ProcessStack:
+    return _rank(rank, ("_engine_run_backward", AUTOGRAD, 979), ("run_steps", TRAIN, line))
+
+
+def _in_load_batch(rank: int) -> ProcessStack:
+    return _rank(rank, ("load_batch", TRAIN, 102), ("run_steps", TRAIN, 219))
+
+
+def test_a_rank_read_while_still_in_its_previous_collective_is_not_named(monkeypatch):
+    # Rank 0 read in DDP's set-up while its peers are already in backward: read again, it is with them.
+    passing = _capture(_waiting(0, "all_gather", 206), _backward(1), _in_load_batch(2), _backward(3))
+    settled = _capture(_backward(0), _backward(1), _in_load_batch(2), _backward(3))
+    left = _looks(monkeypatch, passing, settled, replace(settled, taken=settled.taken + 2))
+    look = hang_probe.Look([1], "stall", confirm_after_s=0)
+    assert look.finding.title == "rank 2 is in load_batch (train.py:102) while ranks 0,1,3 wait in backward at " \
+                                 "run_steps (train.py:222)"
+    assert look.capture.taken == settled.taken + 2 and not left
+
+
+def test_a_verdict_the_next_look_agrees_with_takes_two_looks(monkeypatch):
+    stuck = _capture(_backward(0), _backward(1), _in_load_batch(2), _backward(3))
+    left = _looks(monkeypatch, stuck, replace(stuck, taken=stuck.taken + 2), stuck)
+    look = hang_probe.Look([1], "stall", confirm_after_s=0)
+    assert look.finding.rank == 2 and look.capture.taken == stuck.taken + 2 and len(left) == 1
+
+
+def test_ranks_that_keep_moving_are_looked_at_a_bounded_number_of_times(monkeypatch):
+    moving = [_capture(_backward(0), _backward(1), _rank(2, ("forward", TRAIN, 100 + i), ("run_steps", TRAIN, 219)))
+              for i in range(hang_probe.CONFIRM_LOOKS + 1)]
+    left = _looks(monkeypatch, *moving)
+    look = hang_probe.Look([1], "stall", confirm_after_s=0)
+    assert look.finding.line == 100 + hang_probe.CONFIRM_LOOKS - 1 and len(left) == 1
+
+
+def test_a_verdict_without_odd_ranks_and_a_job_gone_meanwhile_are_not_looked_at_again(monkeypatch):
+    all_wait = _capture(_waiting(0), _waiting(1))
+    left = _looks(monkeypatch, all_wait, all_wait)
+    assert hang_probe.Look([1], "stall", confirm_after_s=0).finding.fields["kind"] == "all-wait" and len(left) == 1
+
+    stuck = _capture(_backward(0), _in_load_batch(1))
+    _looks(monkeypatch, stuck, Capture(taken=2.0e9, trigger="stall", host="gpu-07", problem="no process of the job is running"))
+    look = hang_probe.Look([1], "stall", confirm_after_s=0)
+    assert look.finding.rank == 1 and look.capture is stuck
 
 
 def test_the_minority_collective_is_a_mismatch():

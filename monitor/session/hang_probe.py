@@ -33,6 +33,12 @@ from monitor.stacks.model import Capture
 # How long to wait for the ranks to write the dumps asked for (NCCL checks its pipe every second).
 DUMP_WAIT_S = 10.0
 DUMP_POLL_S = 0.5
+# A rank caught between two calls (back from one collective, not yet in the next; or read seconds
+# after its peers on a loaded machine) is the odd one out for a moment: a verdict naming odd ranks
+# stands when a look CONFIRM_AFTER_S later puts every rank at the same place, up to
+# CONFIRM_LOOKS looks (the last one's verdict stands then).
+CONFIRM_AFTER_S = 2.0
+CONFIRM_LOOKS = 3
 NOT_TAKEN_RULE = "stacks-not-taken"
 # A job that has ended, or a process that ended meanwhile: nothing the user needs to fix.
 _NOT_PROBLEMS = ("none", "gone")
@@ -122,15 +128,29 @@ class HangProbe:
 
 
 class Look:
-    """One look inside a job: dumps asked for (when it has pipes), then every rank's stack."""
+    """One look inside a job: dumps asked for (when it has pipes), then every rank's stack, taken
+    again while the ranks it names as odd ones could be only passing through."""
 
     def __init__(self, pids: list[int], reason: str, recorder: RecorderPlan | None = None,
-                 py_spy: str | None = None, stacks_file: str = "") -> None:
+                 py_spy: str | None = None, stacks_file: str = "", *,
+                 confirm_after_s: float = CONFIRM_AFTER_S) -> None:
         self.recorder = recorder
         self.dumps_before = dump_files(recorder.dump_prefix) if recorder else {}
         self.dumps_asked = request_dumps(recorder.pipe_prefix) if recorder and recorder.pipe_prefix else []
         self.capture = take(pids, reason, py_spy)
         self.finding = compare.analyse(self.capture, stacks_file)
+        for _ in range(CONFIRM_LOOKS - 1):
+            if self.finding is None or self.finding.fields.get("kind") not in compare.ODD_KINDS:
+                break
+            time.sleep(confirm_after_s)
+            capture = take(pids, reason, py_spy)
+            finding = compare.analyse(capture, stacks_file)
+            if finding is None:
+                break  # the job ended meanwhile: the look before says what it was doing
+            settled = _verdict(finding) == _verdict(self.finding)
+            self.capture, self.finding = capture, finding
+            if settled:
+                break
 
     def read_dumps(self, wait_s: float = DUMP_WAIT_S) -> list[Finding]:
         """The findings of the dumps the ranks wrote since they were asked (waiting up to
@@ -157,3 +177,8 @@ class Look:
         assert self.recorder is not None
         now = dump_files(self.recorder.dump_prefix)
         return [path for path, mtime in now.items() if self.dumps_before.get(path) != mtime]
+
+
+def _verdict(finding: Finding) -> tuple[str, tuple[int, ...]]:
+    """What two looks must share to agree: the title names every group of ranks and its place."""
+    return finding.title, tuple(finding.ranks)
