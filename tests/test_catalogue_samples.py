@@ -29,7 +29,7 @@ CATEGORIES = (
     "nan_loss", "shm_exhausted", "disk_full", "slurm_event", "launcher",
 )
 # Sample folders: each file (or each directory, as one job) is a sample.
-SAMPLE_DIRS = ("demo", "documented", "gpu")
+SAMPLE_DIRS = ("demo", "documented", "gpu", "cpu")
 
 
 def diagnose_json(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:

@@ -508,7 +508,7 @@ def test_python_exception_title_follows_a_rank_learned_later():
 
 def test_a_stop_from_outside_before_the_timeouts_is_the_root_not_a_stalled_rank():
     # torchrun got SIGTERM (scancel, preemption); as the ranks went down, a peer's gloo pair
-    # closed. Nobody hung: the stop is the root. The same timeout before any stop is a hang.
+    # closed. Nobody hung: the stop is the root. The same loss before any stop: rank 0 left the job.
     catalogue = load_catalogue(include_user=False)
     stop = ("W1121 13:52:04.032000 4668 site-packages/torch/distributed/elastic/agent/server/api.py:753] "
             "Received 15 death signal, shutting down workers")
@@ -518,7 +518,7 @@ def test_a_stop_from_outside_before_the_timeouts_is_the_root_not_a_stalled_rank(
     stopped = run_lines(Engine(catalogue), f"{world}\n{stop}\n{gloo}").root_cause()
     assert stopped.rule == "torchrun-stopped-by-signal" and stopped.category == "stopped"
     hang = run_lines(Engine(catalogue), f"{world}\n{gloo}\n{stop}").root_cause()
-    assert hang.category == "gloo_timeout" and hang.title.startswith("Rank 0 stalled")
+    assert hang.category == "gloo_timeout" and hang.title.startswith("Rank 0 left the job")
 
 
 def test_a_line_where_two_ranks_ran_together_is_read_as_two(tmp_path):

@@ -46,6 +46,21 @@ def test_launch_plans(command, launcher, nproc, port, source):
     assert plan.under_srun == (command[0] == "srun")
 
 
+@pytest.mark.parametrize("command, env, world", [
+    (["torchrun", "--nproc-per-node", "2", "train.py", "--nnodes", "4"], {}, 2),  # the script's --nnodes
+    (["python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=8", "t.py"], {}, 8),
+    (["torchrun", "--nnodes", "1:1", "--nproc-per-node", "4", "t.py"], {}, 4),
+    (["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "t.py"], {}, None),  # the other node's ranks
+    (["torchrun", "--nproc-per-node", "4", "t.py"], {"PET_NNODES": "2"}, None),
+    (["torchrun", "t.py"], {"PET_NPROC_PER_NODE": "3"}, 3),
+    (["torchrun", "--nproc-per-node", "gpu", "t.py"], {}, None),
+    (["srun", "torchrun", "--nproc-per-node", "4", "t.py"], {}, None),  # one torchrun per node
+    (["deepspeed", "--num_gpus", "2", "train.py"], {}, None),
+])
+def test_the_world_size_a_command_fixes(command, env, world):
+    assert parse(command, env).world_size == world
+
+
 def test_torchrun_log_dir_files_of_this_run(tmp_path: Path):
     old = tmp_path / "old" / "attempt_0" / "0" / "stdout.log"
     new = tmp_path / "new" / "attempt_0" / "1" / "stderr.log"

@@ -126,10 +126,15 @@ class Attribution:
             self.known_ranks.add(rank)
         changed = self.learn_process(claim) if (claim := process_claim(body)) is not None else None
         match = WORLD_SIZE.search(body) if "orld" in body or "ORLD" in body else None
-        if match and 0 < int(match.group(1)) <= MAX_WORLD:
-            self.world_size = max(self.world_size or 0, int(match.group(1)))
-            self.known_ranks.update(range(self.world_size))
+        if match:
+            self.learn_world_size(int(match.group(1)))
         return changed
+
+    def learn_world_size(self, size: int) -> None:
+        """The job has ``size`` ranks (a line's ``world_size=N``, the launch command): all of them exist."""
+        if 0 < size <= MAX_WORLD:
+            self.world_size = max(self.world_size or 0, size)
+            self.known_ranks.update(range(self.world_size))
 
     def learn_ranks(self, ranks, world_sizes, claims: list[ProcessClaim]) -> list[ProcessRank]:
         """What a file's first lines say in bulk (``scan.EarlyLines``): ranks, world sizes, the
@@ -137,9 +142,7 @@ class Attribution:
         changed = {change.stream: change for claim in claims if (change := self.learn_process(claim)) is not None}
         self.known_ranks.update(ranks)
         for size in world_sizes:
-            if 0 < size <= MAX_WORLD:
-                self.world_size = max(self.world_size or 0, size)
-                self.known_ranks.update(range(self.world_size))
+            self.learn_world_size(size)
         return list(changed.values())
 
     def learn_summary(self, record: Record) -> list[PidRank]:

@@ -10,6 +10,7 @@ from monitor.diagnosis.catalogue import Catalogue
 from monitor.diagnosis.engine import Engine
 from monitor.model import Diagnosis, Finding
 from monitor.logs.nodes import nodes_from_names
+from monitor.logs.runs import recorded_world_size
 from monitor.logs.reader import UnreadableLog, find_logs, path_error, read_head, read_log
 from monitor.logs.unwrap import HEAD_BYTES, Wrap, unwrap, wrap_of
 from monitor.diagnosis.scan import scan_file
@@ -41,6 +42,9 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
     # first, takes the year another file's dated lines give.
     wraps, dated = _heads([file for _, found in found_in for file in found])
     engine.note_dated(dated)
+    # The ranks the launch command `monitor run` recorded makes (ranks that printed nothing exist too).
+    for size in {size for _, found in found_in for file in found if (size := recorded_world_size(file)) is not None}:
+        engine.note_world_size(size)
     files: list[str] = []
     problems: list[str] = []
     unread: list[str] = []

@@ -94,6 +94,11 @@ class Engine:
         for change in self.attribution.learn_ranks(ranks, world_sizes, list(claims)):
             self.book.rank_of_process(change.stream, change.rank)
 
+    def note_world_size(self, size: int) -> None:
+        """The job's number of ranks, where the caller knows it from outside the logs (the launch
+        command): ranks that printed nothing of their own still exist for the root-cause policy."""
+        self.attribution.learn_world_size(size)
+
     def note_dated(self, seconds: float | None) -> None:
         """The logs' first dated time, where the caller found it before reading them (``diagnose``)."""
         self.records.note_dated(seconds)

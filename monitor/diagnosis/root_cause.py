@@ -11,9 +11,11 @@ In order:
    on to print a surer one (an exception no rule names that a retry loop logged, then a library's
    own message from the same rank: ``Finding.confidence``);
 2. with timeouts: the earliest stop from outside (``stopped``) when it came before every
-   timeout (the ranks lost their peers to the stop; nobody hung), else the hang suspect: the
-   rank a timeout's own message names (monitoredBarrier), or the rank that never reached, or
-   never finished, the collective the others waited in;
+   timeout (the ranks lost their peers to the stop; nobody hung); where every timeout says its
+   peer went away (``lost_peer``), the launcher's report of another rank that failed first (an
+   exit of its own: that is why they lost it); else the hang suspect: the rank a timeout's own
+   message names (monitoredBarrier), or the rank that never reached, or never finished, the
+   collective the others waited in (where the peers went away: the rank that left the job);
 3. with only reports of failures left (cascades), the earliest confirmation a log line made (the
    kernel's OOM kill of a process, SLURM's oom-kill event: what killed the process the reports
    say died) unless a stop from outside is among them, else the earliest report a rule names
@@ -112,6 +114,11 @@ TEXTS = {
         "hang": "Hang: {reason}. Look at what rank {rank} was doing last (its final lines, a slow checkpoint or eval, "
                 "a data-loader stall, a code path the other ranks did not take).",
         "stalled": "Rank {rank} stalled; {others} ({title})",
+        "went_away": "{ranks} went away (it exited or crashed) while the others still called collectives with it",
+        "left": "Rank {rank} left the job; {others} ({title})", "lost_it": "the others lost their connection to it",
+        "left_remedy": "Rank {rank} left the job: {reason}. Look at how rank {rank} ended (its last lines: an exit of "
+                       "its own, a crash, or a loop that ran fewer steps than the others', as an uneven split of the "
+                       "data across ranks makes).",
         "only_timeouts": "only timeouts: no rank logged an error of its own, so the rank that hung is inferred "
                          "from which rank the others waited for",
         "only_report": "only {what}: the failing process's own error is not in the log",
@@ -127,6 +134,10 @@ TEXTS = {
         "hang": "卡住：{reason}。看看 rank {rank} 最后在做什么（它最后的几行、一次很慢的 checkpoint 或评估、"
                 "DataLoader 卡住、其他 rank 没有走的一条代码路径）。",
         "stalled": "rank {rank} 卡住了；{others}（{title}）",
+        "went_away": "{ranks} 离开了（它退出或崩溃了），而其他 rank 还在和它做集合通信",
+        "left": "rank {rank} 离开了作业；{others}（{title}）", "lost_it": "其他 rank 失去了与它的连接",
+        "left_remedy": "rank {rank} 离开了作业：{reason}。看看 rank {rank} 是怎么结束的（它最后的几行：它自己退出了、"
+                       "崩溃了，或者它的循环比其他 rank 少跑了几步，数据在各 rank 之间分得不均时就会这样）。",
         "only_timeouts": "只有超时：没有哪个 rank 记录了自己的错误，卡住的 rank 是根据其他 rank 在等谁推断出来的",
         "only_report": "只有{what}：失败进程自己的错误不在日志里",
         "launcher_report": "启动器的报告", "category_report": "一份 {category} 报告",
@@ -189,6 +200,10 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
         # A GPU that faulted under a rank (its Xid) is why the others waited for it.
         if faulted := [f for f in confirms if f.origin == "metrics"]:
             return chronological(faulted)[0]
+        # Ranks that lost their peer, and a launcher that saw another rank fail first (an exit of its
+        # own, with no error a rule names: sys.exit, os._exit): that exit is why they lost it.
+        if all(lost_peer(f) for f in timeouts) and (left := _left_first(weighed, timeouts)) is not None:
+            return left
         return hang_suspect(timeouts, ranks, lang) if ranks is not None else chronological(timeouts)[0]
     errors = [f for f in weighed if f.severity == "error" and f.role != "confirm"]
     # A kill explains reports of processes that died; a stop sent from outside is no such report.
@@ -244,10 +259,28 @@ def hang_suspect(timeouts: list[Finding], evidence: RankEvidence, lang: str = "e
         if missing:
             suspect = missing[0]
             who = _texts(lang)["ranks" if len(missing) > 1 else "rank"].format(ranks=", ".join(map(str, missing)))
-            reason = _texts(lang)["never_reached"].format(ranks=who)
+            left = all(lost_peer(f) for f in timeouts)
+            reason = _texts(lang)["went_away" if left else "never_reached"].format(ranks=who)
+            if left:
+                return _suspected(first, suspect, reason, _texts(lang)["lost_it"], lang, left=True)
     if suspect is None:
         return first
     return _suspected(first, suspect, reason, _texts(lang)["waited"], lang)
+
+
+def lost_peer(finding: Finding) -> bool:
+    """Whether a timeout finding says its peer went away (gloo's "Connection closed by peer
+    [host]:port": a process that exited or crashed) rather than that it did not answer in time."""
+    peer = str(finding.fields.get("peer", ""))
+    return bool(peer) and not peer.isdigit()
+
+
+def _left_first(findings: list[Finding], timeouts: list[Finding]) -> Finding | None:
+    """The launcher's first report of a failed process whose rank is not one of the ranks that
+    lost their peer; None where it names one of them or none."""
+    losing = {rank for f in timeouts for rank in (f.ranks or ([f.rank] if f.rank is not None else []))}
+    report = next((f for f in chronological(findings) if f.severity == "error" and _launcher_saw_fail(f)), None)
+    return report if report is not None and report.rank not in losing else None
 
 
 def _missing(known: set[int], present: set[int], world: int | None) -> list[int]:
@@ -256,11 +289,12 @@ def _missing(known: set[int], present: set[int], world: int | None) -> list[int]
     return sorted(r for r in known - present if world is None or r < world)
 
 
-def _suspected(finding: Finding, rank: int, reason: str, others: str, lang: str = "en") -> Finding:
-    """``finding`` retitled to name the rank the others waited for, and why."""
+def _suspected(finding: Finding, rank: int, reason: str, others: str, lang: str = "en", left: bool = False) -> Finding:
+    """``finding`` retitled to name the rank the others waited for (``left``: that went away), and why."""
     texts = _texts(lang)
-    remedy = texts["hang"].format(reason=reason, rank=rank) + "\n" + finding.remedy
-    return replace(finding, title=texts["stalled"].format(rank=rank, others=others, title=finding.title), rank=rank,
+    remedy = texts["left_remedy" if left else "hang"].format(reason=reason, rank=rank) + "\n" + finding.remedy
+    title = texts["left" if left else "stalled"].format(rank=rank, others=others, title=finding.title)
+    return replace(finding, title=title, rank=rank,
                    fields=dict(finding.fields, suspect_rank=str(rank), suspect_reason=reason), remedy=remedy,
                    ranks=list(finding.ranks), evidence=list(finding.evidence), rank_source="hang")
 
@@ -282,6 +316,11 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
         return waited
     if root.rank is None and (named := _named_by_its_kin(root, findings)) is not None:
         return replace(root, rank=named, ranks=list(root.ranks) or [named], rank_source="related")
+    # An error of no rank beside the others' timeouts is the rank they waited for's: the launcher's
+    # first failure is then one of those that timed out (a thread's exception on rank 1 left it
+    # stuck; rank 0 timed out and exited first).
+    if root.rank is None and evidence is not None and (awaited := _waited_for(findings, evidence)) is not None:
+        return replace(root, rank=awaited, ranks=list(root.ranks) or [awaited], rank_source="hang")
     summary = next((f for f in chronological(findings) if _launcher_saw_fail(f)), None)
     if summary is not None:
         assert summary.rank is not None  # picked for its rank
@@ -295,6 +334,17 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
     if local is None:
         return root
     return replace(root, rank=local, ranks=list(root.ranks) or [local], rank_source="local")
+
+
+def _waited_for(findings: list[Finding], evidence: RankEvidence) -> int | None:
+    """The rank the timeouts among ``findings`` point at as the one the others waited for (a
+    rank their messages name, or the one rank that never reported them); None without timeouts
+    or where they do not say."""
+    timeouts = [f for f in findings if is_timeout(f) and f.severity == "error"]
+    if not timeouts:
+        return None
+    suspect = hang_suspect(timeouts, evidence)
+    return suspect.rank if suspect.rank_source == "hang" or (suspect.role == "root" and suspect.rank is not None) else None
 
 
 def _named_by_its_kin(root: Finding, findings: list[Finding]) -> int | None:

@@ -247,6 +247,17 @@ def job_record(log: Path) -> dict:
     return side_record(Run(log.stem, [log.with_name(f"{log.stem}.job.json")]), "job")
 
 
+def recorded_world_size(log: Path) -> int | None:
+    """The number of ranks the command `monitor run` recorded beside ``log`` fixes (torchrun on one
+    machine: ``launchers.LaunchPlan.world_size``); None without a record, or where it does not."""
+    from monitor.runner.launchers import parse
+
+    command = job_record(log).get("command")
+    if not isinstance(command, list) or not all(isinstance(word, str) for word in command):
+        return None
+    return parse(command, env={}).world_size
+
+
 def recorded_job_log(specs: list[str]) -> Path | None:
     """The log of the one job `monitor run` recorded among what a watch follows (its run-X.log,
     a folder holding its files, or the glob of them a folder of several runs is followed by),

@@ -48,6 +48,7 @@ class LaunchPlan:
     master_port: int | None = None
     port_source: str | None = None     # where the port came from, e.g. "--master-port"
     standalone: bool = False
+    nnodes: str | None = None          # torchrun's --nnodes as written ("2", "1:4")
     log_dir: Path | None = None
     options: dict[str, str] = field(default_factory=dict)
 
@@ -58,6 +59,15 @@ class LaunchPlan:
             return int(self.nproc_per_node) if self.nproc_per_node else None
         except ValueError:
             return None
+
+    @property
+    def world_size(self) -> int | None:
+        """The job's number of ranks where the command alone fixes it: torchrun on one machine
+        (no --nnodes, or 1, or 1:1; not one torchrun per node under srun) with a number of
+        processes per node."""
+        if self.launcher != "torchrun" or self.under_srun or self.nnodes not in (None, "1", "1:1"):
+            return None
+        return self.processes
 
 
 def option_groups(args: list[str], flags: set[str]) -> tuple[list[list[str]], list[str]]:
@@ -206,6 +216,7 @@ def _torchrun(args: list[str], env: dict[str, str]) -> LaunchPlan:
     options, _ = _split_options(args, _FLAGS["torchrun"])
     plan = LaunchPlan("torchrun", options=options, standalone="standalone" in options)
     plan.nproc_per_node = options.get("nproc_per_node") or env.get("PET_NPROC_PER_NODE")
+    plan.nnodes = options.get("nnodes") or env.get("PET_NNODES")
     log_dir = options.get("log_dir") or env.get("PET_LOG_DIR")
     plan.log_dir = Path(log_dir) if log_dir else None
     endpoint = options.get("rdzv_endpoint") or env.get("PET_RDZV_ENDPOINT")

@@ -332,7 +332,8 @@ def open_session(job: Job, catalogue, checks: Sequence[Finding] = (), stall_afte
     session = JobSession([job.log_path, *job.extra_log_paths()], catalogue, stall_after=stall_after,
                          stop_requested=lambda: job.stop_requested, probe=probe,
                          on_step=_both(on_step, straggler.lines if straggler is not None else None), against=against,
-                         more_paths=job.extra_log_paths)  # torchrun creates per-rank files late
+                         more_paths=job.extra_log_paths,  # torchrun creates per-rank files late
+                         world_size=launchers.parse(job.command).world_size)
     session.add([copy.copy(finding) for finding in checks])  # one copy per attempt: the session numbers them
     metrics = SamplerFeed(Sampler(job_pids=job.pids, watch_dirs=[str(job.log_path.parent)]), session.post,
                           samples_file=_samples_file(job.log_path), observers=observers,

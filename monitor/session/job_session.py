@@ -110,7 +110,8 @@ class JobSession:
                  clock: Clock = SYSTEM_CLOCK,
                  stop_requested: Callable[[], bool] | None = None, probe: HangProbe | None = None,
                  on_step: Callable[[JobSession, list[LogLine]], None] | None = None, attach: bool = False,
-                 against: Against | None = None, more_paths: Callable[[], list] | None = None) -> None:
+                 against: Against | None = None, more_paths: Callable[[], list] | None = None,
+                 world_size: int | None = None) -> None:
         """``stop_requested``: asked on every step whether the job was asked to stop (``Job.
         stop_requested``; see ``request_stop``). ``probe``: takes the job's stacks when a hang is
         suspected (a session of logs alone has none). ``on_step``: called on the session's thread
@@ -120,7 +121,8 @@ class JobSession:
         ``against``: the last run that ended well (``diagnosis/novelty.py``): new warning and error
         lines are told as they come, and the diagnosis lists what is new since it. ``more_paths``:
         asked every few seconds, and at the end, for files to follow that appeared since the start
-        (``Job.extra_log_paths``: torchrun --log-dir's per-rank files).
+        (``Job.extra_log_paths``: torchrun --log-dir's per-rank files). ``world_size``: the job's
+        number of ranks where its launch command fixes it (ranks that print nothing exist too).
         Raises ``monitor.logs.sources.SourceError``
         for a PATH that can never name a file."""
         self.follower = Follower([str(p) for p in paths], poll=poll, clock=clock)
@@ -128,6 +130,8 @@ class JobSession:
         self._named_nodes: dict[str, str] = {}
         self._named_from = 0  # how many files the names were read from
         self.engine = Engine(catalogue, node_of=self._named_nodes.get)
+        if world_size is not None:
+            self.engine.note_world_size(world_size)
         self.stall = StallDetector(stall_after)
         # The training progress the lines say (step, loss, rate): tracked here, once, on the
         # session's thread, for its readers (the screen, the status snapshot) once one asks
