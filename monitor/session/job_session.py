@@ -46,6 +46,7 @@ from monitor.logs.clock import SYSTEM_CLOCK, Clock
 from monitor.logs.follow import Follower
 from monitor.logs.nodes import nodes_from_names
 from monitor.logs.ranks import FileRanks
+from monitor.logs.runs import recorded_job_log, recorded_world_size
 from monitor.logs.reader import UnreadableLog, last_lines, line_end
 from monitor.model import SEVERITY_ORDER, Diagnosis, Finding, LogLine, is_timeout
 from monitor.progress.parse import parse_progress
@@ -122,7 +123,8 @@ class JobSession:
         lines are told as they come, and the diagnosis lists what is new since it. ``more_paths``:
         asked every few seconds, and at the end, for files to follow that appeared since the start
         (``Job.extra_log_paths``: torchrun --log-dir's per-rank files). ``world_size``: the job's
-        number of ranks where its launch command fixes it (ranks that print nothing exist too).
+        number of ranks where its launch command fixes it (ranks that print nothing exist too); by
+        default, where ``paths`` are a run `monitor run` recorded, what its recorded command says.
         Raises ``monitor.logs.sources.SourceError``
         for a PATH that can never name a file."""
         self.follower = Follower([str(p) for p in paths], poll=poll, clock=clock)
@@ -130,6 +132,9 @@ class JobSession:
         self._named_nodes: dict[str, str] = {}
         self._named_from = 0  # how many files the names were read from
         self.engine = Engine(catalogue, node_of=self._named_nodes.get)
+        # A watch of a run `monitor run` recorded reads its command as `diagnose` does.
+        if world_size is None and (recorded := recorded_job_log([str(p) for p in paths])) is not None:
+            world_size = recorded_world_size(recorded)
         if world_size is not None:
             self.engine.note_world_size(world_size)
         self.stall = StallDetector(stall_after)
