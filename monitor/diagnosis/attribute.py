@@ -131,7 +131,7 @@ class Attribution:
         return changed
 
     def learn_world_size(self, size: int) -> None:
-        """The job has ``size`` ranks (a line's ``world_size=N``, the launch command): all of them exist."""
+        """The job has ``size`` ranks (a line's ``world_size=N``): all of them exist."""
         if 0 < size <= MAX_WORLD:
             self.world_size = max(self.world_size or 0, size)
             self.known_ranks.update(range(self.world_size))

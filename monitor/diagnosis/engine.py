@@ -24,7 +24,7 @@ from monitor.diagnosis import advice as advice_file, pyexc
 from monitor.diagnosis.assembler import (
     EARLY_LINES, ConditionLiterals, EarlyLine, Glued, RecordAssembler, TimeWritten,
 )
-from monitor.diagnosis.attribute import Attribution
+from monitor.diagnosis.attribute import MAX_WORLD, Attribution
 from monitor.diagnosis.book import FindingBook, LogConditions
 from monitor.diagnosis.catalogue import Catalogue
 from monitor.diagnosis.classify import REGEX_TIMEOUT_S, Match, classifiers, is_summary
@@ -52,6 +52,7 @@ class Engine:
         self.records = RecordAssembler(self.prefilter)
         self.classifiers = classifiers(catalogue, self.problems, regex_timeout)
         self.attribution = Attribution()
+        self.command_world_size: int | None = None  # ``note_world_size``
         texts = pyexc.TEXTS.get(catalogue.lang, pyexc.TEXTS["en"])
         self.conditions = LogConditions(self.prefilter, regex_timeout, self.problems)
         self.book = FindingBook(self.conditions, self.attribution.known_ranks, other_ranks_text=texts[4],
@@ -96,8 +97,9 @@ class Engine:
 
     def note_world_size(self, size: int) -> None:
         """The job's number of ranks, where the caller knows it from outside the logs (the launch
-        command): ranks that printed nothing of their own still exist for the root-cause policy."""
-        self.attribution.learn_world_size(size)
+        command): ranks that printed nothing of their own still exist for the root-cause policy,
+        unless the logs show a rank beyond it (the command's environment made more nodes)."""
+        self.command_world_size = size
 
     def note_dated(self, seconds: float | None) -> None:
         """The logs' first dated time, where the caller found it before reading them (``diagnose``)."""
@@ -250,9 +252,13 @@ class Engine:
 
     def rank_evidence(self) -> RankEvidence:
         """What the root-cause policy weighs to name the rank that hung among timeouts."""
+        known, world = frozenset(self.attribution.known_ranks), self.attribution.world_size
+        command = self.command_world_size
+        if command is not None and 0 < command <= MAX_WORLD and all(rank < command for rank in known):
+            known, world = known | frozenset(range(command)), max(world or 0, command)
         return RankEvidence(
             occurrences={f.seq: self.book.occurrences(f) for f in self.book.findings if is_timeout(f)},
-            known_ranks=frozenset(self.attribution.known_ranks), world_size=self.attribution.world_size,
+            known_ranks=known, world_size=world,
         )
 
     def root_cause(self) -> Finding | None:

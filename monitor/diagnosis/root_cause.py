@@ -268,11 +268,16 @@ def hang_suspect(timeouts: list[Finding], evidence: RankEvidence, lang: str = "e
     return _suspected(first, suspect, reason, _texts(lang)["waited"], lang)
 
 
+# Timeouts that say their peer went away: gloo's closed, reset or EOF'd connection to a peer address
+# (a process that exited or crashed), not a peer that did not answer in time (gloo's "Read timeout",
+# "Application timeout caused pair closure", a read that timed out: a hung or vanished peer).
+LOST_PEER_RULES = frozenset({"gloo-peer-lost"})
+
+
 def lost_peer(finding: Finding) -> bool:
-    """Whether a timeout finding says its peer went away (gloo's "Connection closed by peer
-    [host]:port": a process that exited or crashed) rather than that it did not answer in time."""
-    peer = str(finding.fields.get("peer", ""))
-    return bool(peer) and not peer.isdigit()
+    """Whether a timeout finding says its peer went away rather than that it did not answer in time."""
+    return (finding.rule in LOST_PEER_RULES and bool(finding.fields.get("peer"))
+            and "timed out" not in str(finding.fields.get("read_error", "")))
 
 
 def _left_first(findings: list[Finding], timeouts: list[Finding]) -> Finding | None:
@@ -319,7 +324,8 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
     # An error of no rank beside the others' timeouts is the rank they waited for's: the launcher's
     # first failure is then one of those that timed out (a thread's exception on rank 1 left it
     # stuck; rank 0 timed out and exited first).
-    if root.rank is None and evidence is not None and (awaited := _waited_for(findings, evidence)) is not None:
+    if (root.rank is None and evidence is not None and not any(k in root.fields for k in LOCAL_RANK_FIELDS)
+            and (awaited := _waited_for(findings, evidence)) is not None):
         return replace(root, rank=awaited, ranks=list(root.ranks) or [awaited], rank_source="hang")
     summary = next((f for f in chronological(findings) if _launcher_saw_fail(f)), None)
     if summary is not None:
@@ -338,10 +344,15 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
 
 def _waited_for(findings: list[Finding], evidence: RankEvidence) -> int | None:
     """The rank the timeouts among ``findings`` point at as the one the others waited for (a
-    rank their messages name, or the one rank that never reported them); None without timeouts
-    or where they do not say."""
-    timeouts = [f for f in findings if is_timeout(f) and f.severity == "error"]
+    rank their messages name, or the one rank that never reported them), where the launcher saw
+    no failure first or saw one of the ranks that timed out; None without such timeouts (a lost
+    peer was not waited for: it may be one the launcher stopped), or where they do not say."""
+    timeouts = [f for f in findings if is_timeout(f) and f.severity == "error" and not lost_peer(f)]
     if not timeouts:
+        return None
+    timed_out = {rank for f in timeouts for rank in (f.ranks or ([f.rank] if f.rank is not None else []))}
+    summary = next((f for f in chronological(findings) if _launcher_saw_fail(f)), None)
+    if summary is not None and summary.rank not in timed_out:
         return None
     suspect = hang_suspect(timeouts, evidence)
     return suspect.rank if suspect.rank_source == "hang" or (suspect.role == "root" and suspect.rank is not None) else None
@@ -445,6 +456,9 @@ def _same_process(a: Finding, b: Finding) -> bool:
     """Printed by one process, as far as the log says: one rank, or one file where a rank is unknown."""
     if a.rank is not None and b.rank is not None:
         return a.rank == b.rank and a.node == b.node
+    # A launcher's record of a process (its local rank) is the launcher's line, not that process's.
+    if any(key in f.fields for f in (a, b) for key in LOCAL_RANK_FIELDS):
+        return False
     return a.file == b.file
 
 

@@ -235,7 +235,7 @@ def side_record(run: Run, kind: str) -> dict:
             try:
                 with open(path, "rb") as stream:
                     data = json.loads(stream.read(MAX_SIDE_BYTES))
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested past Python's stack
                 return {}
             return data if isinstance(data, dict) else {}
     return {}

@@ -1,0 +1,68 @@
+"""Which rank a job lost, where its peers only say they lost it: logs made from the recorded CPU jobs
+(sample_logs/cpu) for the cases their review raised (tests/data/lost_peers)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from monitor.diagnosis.catalogue import load_catalogue
+from monitor.diagnosis.diagnose import diagnose_paths
+
+DATA = Path(__file__).parent / "data" / "lost_peers"
+
+
+@pytest.fixture(scope="module")
+def catalogue():
+    return load_catalogue(include_user=False)
+
+
+def root_of(name: str, catalogue):
+    root = diagnose_paths([DATA / name], catalogue).root_cause
+    assert root is not None
+    return root
+
+
+def test_a_read_that_timed_out_is_a_stalled_peer_not_one_that_left(catalogue):
+    # gloo's "Read timeout [ip]:port": rank 1 is in a slow evaluation, not gone.
+    root = root_of("read-timeout", catalogue)
+    assert (root.rule, root.rank) == ("gloo-timeout", 1) and root.title.startswith("Rank 1 stalled")
+
+
+def test_a_crash_the_launcher_reports_after_another_ranks_error_is_its_consequence(catalogue):
+    # Rank 0's ValueError (its last line alone), then rank 1's lost peer, then torchrun's record of
+    # local rank 1's SIGSEGV: the launcher's line is not rank 0's own, and does not outlive it.
+    root = root_of("bare-error-then-segv", catalogue)
+    assert (root.rule, root.rank, root.fields["exc_type"]) == ("python-exception", 0, "ValueError")
+
+
+def test_a_crash_keeps_the_local_rank_the_launcher_names(catalogue):
+    # Three ranks on one node, torchrun's summary cut off: "local rank 2 crashed" is rank 2's.
+    root = root_of("segv-no-summary", catalogue)
+    assert (root.rule, root.rank) == ("torchrun-worker-crashed", 2)
+
+
+def test_an_exception_of_no_rank_keeps_the_launchers_first_failure_beside_lost_peers(catalogue):
+    # Torchrun saw rank 2 fail first and stopped the others; rank 0 lost its (stopped) peer.
+    root = root_of("rankless-exception", catalogue)
+    assert (root.rule, root.rank) == ("python-exception", 2)
+
+
+def test_a_command_whose_ranks_the_log_exceeds_is_not_the_jobs_world(catalogue, tmp_path):
+    # The recorded command says 4 processes per node; the log shows ranks 4-7 (PET_NNODES in the
+    # job's environment made two nodes): its world size is not taken, as without the record.
+    with_record = root_of("second-node", catalogue)
+    for path in (DATA / "second-node").glob("*.log"):
+        shutil.copy(path, tmp_path / path.name)
+    without = diagnose_paths([tmp_path], catalogue).root_cause
+    assert without is not None and (with_record.rank, with_record.title) == (without.rank, without.title)
+    assert with_record.rank is not None and with_record.rank >= 4
+
+
+def test_a_record_nested_past_pythons_stack_is_ignored(catalogue, tmp_path):
+    shutil.copy(next((DATA / "segv-no-summary").glob("*.log")), tmp_path / "run-20261128-105324.log")
+    (tmp_path / "run-20261128-105324.job.json").write_text('{"command": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    root = diagnose_paths([tmp_path], catalogue).root_cause
+    assert root is not None and root.rule == "torchrun-worker-crashed"
