@@ -66,3 +66,17 @@ def test_a_record_nested_past_pythons_stack_is_ignored(catalogue, tmp_path):
     (tmp_path / "run-20261128-105324.job.json").write_text('{"command": ' + "[" * 100_000 + "]" * 100_000 + "}")
     root = diagnose_paths([tmp_path], catalogue).root_cause
     assert root is not None and root.rule == "torchrun-worker-crashed"
+
+
+def test_the_rank_that_left_is_not_one_the_launcher_stopped(catalogue):
+    # Three ranks: rank 2 finished its shorter shard, rank 0 lost its peer, torchrun then sent
+    # SIGTERM to rank 1: rank 2 left, rank 1 was stopped.
+    root = root_of("stopped-peer", catalogue)
+    assert (root.rule, root.rank) == ("gloo-peer-lost", 2) and root.title.startswith("Rank 2 left the job")
+
+
+def test_a_crash_after_the_others_timed_out_waiting_is_no_root(catalogue):
+    # Rank 0's collective timed out waiting; torchrun then reported rank 1's SIGSEGV (torn down
+    # while hung): the wait is the story, not "crashed in native code".
+    root = root_of("timeout-then-segv", catalogue)
+    assert root.rule != "torchrun-worker-crashed" and root.category == "nccl_timeout"

@@ -224,6 +224,11 @@ def test_a_verdict_without_odd_ranks_and_a_job_gone_meanwhile_are_not_looked_at_
     look = hang_probe.Look([1], "stall", confirm_after_s=0)
     assert look.finding.rank == 1 and look.capture is stuck
 
+    # The launcher stopping the ranks: the next look sees rank 0 alone.
+    _looks(monkeypatch, stuck, _capture(_in_load_batch(0)))
+    look = hang_probe.Look([1], "stall", confirm_after_s=0)
+    assert look.finding.rank == 1 and look.capture is stuck
+
 
 def test_the_minority_collective_is_a_mismatch():
     finding = compare.analyse(_capture(_waiting(0, "broadcast", 117), _waiting(1), _waiting(2), _waiting(3)))

@@ -180,6 +180,11 @@ class RuleClassifier:
             if index in self._disabled or not matched or not self._record_allows(rule, record):
                 continue
             matched.sort()
+            # In a traceback the process printed and went on from (a logging handler's error, a retried
+            # attempt), what the rule names happened and stopped nothing: a warning at most.
+            went_on = bool(record.handled_by) and records.HANDLED_INTROS[record.handled_by] in records.WENT_ON_FROM
+            severity: Severity = "warning" if went_on and rule.severity == "error" else rule.severity
+            role = "cascade" if went_on else rule.role
             rank, source = record.rank, record_rank_source(record)
             if not rule.ranked:
                 rank, source = None, ""
@@ -190,7 +195,7 @@ class RuleClassifier:
             elif rank is None and (rank := rank_in_text(record.bodies[matched[0]])) is not None:
                 source = "message"
             found.append(Match(
-                key=(rule.id, *(fields.get(name, "") for name in rule.distinct)), rule=rule.id, category=rule.category, severity=rule.severity, role=rule.role,
+                key=(rule.id, *(fields.get(name, "") for name in rule.distinct)), rule=rule.id, category=rule.category, severity=severity, role=role,
                 title=rule.title, remedy=rule.remedy, record=record, positions=tuple(matched), rank=rank,
                 rank_source=source, fields=fields, evidence=tuple(matched[:MAX_EVIDENCE]),
                 confidence=rule.confidence, confidence_note=rule.confidence_note,
@@ -276,6 +281,7 @@ class ExceptionClassifier:
         self._hook = pyexc.HOOK_TEXTS.get(lang, pyexc.HOOK_TEXTS["en"])
         self._retried = pyexc.RETRIED_TEXTS.get(lang, pyexc.RETRIED_TEXTS["en"])
         self._handled = pyexc.HANDLED_TEXTS.get(lang, pyexc.HANDLED_TEXTS["en"])
+        self._logged = pyexc.LOGGED_TEXTS.get(lang, pyexc.LOGGED_TEXTS["en"])
         self._cut = pyexc.CUT_TEXTS.get(lang, pyexc.CUT_TEXTS["en"])
         self._cut_service = pyexc.CUT_SERVICE_TEXTS.get(lang, pyexc.CUT_SERVICE_TEXTS["en"])
         self._launcher = pyexc.LAUNCHER_TEXTS.get(lang, pyexc.LAUNCHER_TEXTS["en"])
@@ -317,6 +323,8 @@ class ExceptionClassifier:
                 return [self._went_on(record, exception, how, "info", self._ignored, evidence)]
             if how == "retried":
                 return [self._went_on(record, exception, how, "warning", self._retried, evidence)]
+            if how == "logged":
+                return [self._went_on(record, exception, how, "warning", self._logged, evidence)]
             return [self._went_on(record, exception, how, "info", self._handled, evidence)]
         # What the process printed next (another rank's lines may come between, unprefixed).
         after = ([record.followed_by] if exception.chained_cut  # past the chain's cut end

@@ -163,6 +163,17 @@ HANDLED_TEXTS = {
            "或它总会容忍的错误）："
            "作业继续运行，只是在图断开处更慢。{message}"),
 }
+# Python's logging could not emit a record (records.HANDLED_INTROS: Handler.handleError's "--- Logging
+# error ---"): the handler printed why and the program went on, that record lost.
+LOGGED_TEXTS = {
+    "en": ("{exc_type} in a logging handler on rank {rank}: a log record was not written",
+           "Python's logging could not write a record (its handler printed this, then \"Call stack:\" and the "
+           "message it dropped) and the program went on: what the handler writes to is failing, and the lines "
+           "it drops are lost. {message}"),
+    "zh": ("rank {rank} 上的日志 handler 出现 {exc_type}：一条日志记录没有写出",
+           "Python 的 logging 写不出一条记录（它的 handler 打印了这个错误，接着是 \"Call stack:\" 和丢掉的消息），"
+           "程序继续运行：handler 写入的目标出了问题，它丢掉的行就没了。{message}"),
+}
 # The program's sys.excepthook raised while it reported an uncaught exception (records.HANDLED_INTROS):
 # the exception Python prints after it ("Original exception was:") is the one that stopped the process.
 HOOK_TEXTS = {

@@ -51,7 +51,13 @@ HANDLED_INTROS = {"WON'T CONVERT": "handled", "Error in sys.excepthook:": "in-ex
                   "Error in atexit._run_exitfuncs:": "ignored",
                   # tenacity's before_sleep_log(..., exc_info=True): f"Retrying {fn_name} in {sleep}
                   # seconds as it raised {value}." and then the traceback of the attempt it retries.
-                  "seconds as it raised": "retried"}
+                  "seconds as it raised": "retried",
+                  # logging.Handler.handleError (Lib/logging/__init__.py): "--- Logging error ---", the
+                  # traceback, "Call stack:" and the record's "Message: %r" / "Arguments: %s"; emit returns.
+                  "--- Logging error ---": "logged"}
+# What the process did with a traceback an intro announced, where it went on: what a rule reads in it
+# happened, but did not stop the process (``classify.RuleClassifier``).
+WENT_ON_FROM = frozenset({"handled", "retried", "logged"})
 # Literal text of every starter line, for the prefilter: a line without any cannot start a record.
 STARTER_LITERALS = (
     "Traceback (most recent call last)",

@@ -183,7 +183,7 @@ def _later(first: Finding, then: Finding, lang: str = "en") -> str:
 def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en") -> Finding | None:
     weighed = [f for f in findings if f.origin not in _LAST_RESORTS]
     roots = [f for f in weighed
-             if f.role == "root" and f.severity == "error" and not is_timeout(f)]
+             if f.role == "root" and f.severity == "error" and not is_timeout(f) and not _after_a_wait(f, weighed)]
     if roots:
         ordered = chronological(roots)
         return next(f for i, f in enumerate(ordered) if not _outlived(f, ordered[i + 1:]))
@@ -204,7 +204,7 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
         # own, with no error a rule names: sys.exit, os._exit): that exit is why they lost it.
         if all(lost_peer(f) for f in timeouts) and (left := _left_first(weighed, timeouts)) is not None:
             return left
-        return hang_suspect(timeouts, ranks, lang) if ranks is not None else chronological(timeouts)[0]
+        return hang_suspect(timeouts, ranks, lang, _stopped_by_launcher(weighed)) if ranks is not None else chronological(timeouts)[0]
     errors = [f for f in weighed if f.severity == "error" and f.role != "confirm"]
     # A kill explains reports of processes that died; a stop sent from outside is no such report.
     if confirms and not any(f.category == STOPPED for f in errors):
@@ -222,7 +222,24 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
     return exits[-1] if exits else None
 
 
-def hang_suspect(timeouts: list[Finding], evidence: RankEvidence, lang: str = "en") -> Finding:
+def _after_a_wait(finding: Finding, findings: list[Finding]) -> bool:
+    """Whether ``finding`` is a launcher's record of a process's death (its local rank) that came
+    after a rank timed out waiting (not one that lost its peer): the others waited for that
+    process before it died (a hung rank torn down), so its death is no root of its own."""
+    if not any(key in finding.fields for key in LOCAL_RANK_FIELDS):
+        return False
+    waits = [f for f in findings if is_timeout(f) and f.severity == "error" and not lost_peer(f)]
+    return any(chronological([wait, finding])[0] is wait for wait in waits)
+
+
+def _stopped_by_launcher(findings: list[Finding]) -> frozenset[int]:
+    """The ranks a launcher stopped itself (torchrun's SIGTERM to the others once one failed)."""
+    return frozenset(f.rank for f in findings if f.rank is not None and f.rank_source == "launcher"
+                     and f.severity == "info" and f.fields.get("signal") == "SIGTERM")
+
+
+def hang_suspect(timeouts: list[Finding], evidence: RankEvidence, lang: str = "en",
+                 stopped: frozenset[int] = frozenset()) -> Finding:
     """With only timeouts, the suspect is the rank that never reached (or never finished)
     the collective the others waited in: a timeout whose own message names it (role ``root``:
     rank 0's "Rank N failed to pass monitoredBarrier"), else ``timeouts[0]`` retitled to name the
@@ -256,6 +273,9 @@ def hang_suspect(timeouts: list[Finding], evidence: RankEvidence, lang: str = "e
             reason = _texts(lang)["fewest"].format(rank=suspect, low=f"{low:g}")
     if suspect is None and reporting:
         missing = _missing(known, reporting, evidence.world_size)
+        if all(lost_peer(f) for f in timeouts):
+            # Ranks the launcher stopped did not leave of their own: they are not why the peers were lost.
+            missing = [rank for rank in missing if rank not in stopped]
         if missing:
             suspect = missing[0]
             who = _texts(lang)["ranks" if len(missing) > 1 else "rank"].format(ranks=", ".join(map(str, missing)))
@@ -284,6 +304,8 @@ def _left_first(findings: list[Finding], timeouts: list[Finding]) -> Finding | N
     """The launcher's first report of a failed process whose rank is not one of the ranks that
     lost their peer; None where it names one of them or none."""
     losing = {rank for f in timeouts for rank in (f.ranks or ([f.rank] if f.rank is not None else []))}
+    if not losing:
+        return None  # which ranks lost their peer is not said: the report may be of one of them
     report = next((f for f in chronological(findings) if f.severity == "error" and _launcher_saw_fail(f)), None)
     return report if report is not None and report.rank not in losing else None
 

@@ -36,9 +36,12 @@ DUMP_POLL_S = 0.5
 # A rank caught between two calls (back from one collective, not yet in the next; or read seconds
 # after its peers on a loaded machine) is the odd one out for a moment: a verdict naming odd ranks
 # stands when a look CONFIRM_AFTER_S later puts every rank at the same place, up to
-# CONFIRM_LOOKS looks (the last one's verdict stands then).
+# CONFIRM_LOOKS looks and CONFIRM_WITHIN_S after the first (the last one's verdict stands then).
+# A look that sees fewer ranks (the job ending: the first timeout often comes just before the
+# launcher stops every rank) keeps the one before.
 CONFIRM_AFTER_S = 2.0
 CONFIRM_LOOKS = 3
+CONFIRM_WITHIN_S = 10.0
 NOT_TAKEN_RULE = "stacks-not-taken"
 # A job that has ended, or a process that ended meanwhile: nothing the user needs to fix.
 _NOT_PROBLEMS = ("none", "gone")
@@ -137,16 +140,19 @@ class Look:
         self.recorder = recorder
         self.dumps_before = dump_files(recorder.dump_prefix) if recorder else {}
         self.dumps_asked = request_dumps(recorder.pipe_prefix) if recorder and recorder.pipe_prefix else []
+        first = time.monotonic()
         self.capture = take(pids, reason, py_spy)
         self.finding = compare.analyse(self.capture, stacks_file)
         for _ in range(CONFIRM_LOOKS - 1):
             if self.finding is None or self.finding.fields.get("kind") not in compare.ODD_KINDS:
                 break
+            if time.monotonic() - first + confirm_after_s > CONFIRM_WITHIN_S:
+                break
             time.sleep(confirm_after_s)
             capture = take(pids, reason, py_spy)
             finding = compare.analyse(capture, stacks_file)
-            if finding is None:
-                break  # the job ended meanwhile: the look before says what it was doing
+            if finding is None or len(capture.ranked()) < len(self.capture.ranked()):
+                break  # the job is ending: the look before says what it was doing
             settled = _verdict(finding) == _verdict(self.finding)
             self.capture, self.finding = capture, finding
             if settled:
