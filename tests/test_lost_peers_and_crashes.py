@@ -50,9 +50,9 @@ def test_an_exception_of_no_rank_keeps_the_launchers_first_failure_beside_lost_p
     assert (root.rule, root.rank) == ("python-exception", 2)
 
 
-def test_a_command_whose_ranks_the_log_exceeds_is_not_the_jobs_world(catalogue, tmp_path):
-    # The recorded command says 4 processes per node; the log shows ranks 4-7 (PET_NNODES in the
-    # job's environment made two nodes): its world size is not taken, as without the record.
+def test_a_recorded_world_the_log_exceeds_is_not_the_jobs_world(catalogue, tmp_path):
+    # The run's record says 4 ranks; the log shows ranks 4-7 (another node's, or a record of
+    # another job): its world size is not taken, as without the record.
     with_record = root_of("second-node", catalogue)
     for path in (DATA / "second-node").glob("*.log"):
         shutil.copy(path, tmp_path / path.name)
@@ -63,7 +63,7 @@ def test_a_command_whose_ranks_the_log_exceeds_is_not_the_jobs_world(catalogue, 
 
 def test_a_record_nested_past_pythons_stack_is_ignored(catalogue, tmp_path):
     shutil.copy(next((DATA / "segv-no-summary").glob("*.log")), tmp_path / "run-20261128-105324.log")
-    (tmp_path / "run-20261128-105324.job.json").write_text('{"command": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (tmp_path / "run-20261128-105324.meta.json").write_text('{"world_size": ' + "[" * 100_000 + "]" * 100_000 + "}")
     root = diagnose_paths([tmp_path], catalogue).root_cause
     assert root is not None and root.rule == "torchrun-worker-crashed"
 

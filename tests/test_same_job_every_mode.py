@@ -118,9 +118,9 @@ async def test_one_job_gets_one_root_cause_in_every_mode(name, tmp_path, catalog
     assert roots == {mode: post_mortem for mode in roots}
 
 
-def test_a_recorded_run_is_read_with_its_command_in_every_mode(tmp_path, catalogue):
+def test_a_recorded_run_is_read_with_its_world_size_in_every_mode(tmp_path, catalogue):
     # Rank 1 finished its shorter shard and exited 0: only rank 0's lost connection is in the log;
-    # the recorded command (2 ranks) says which rank left, to diagnose and to a watch alike.
+    # the run's recorded world size (2 ranks) says which rank left, to diagnose and to a watch alike.
     for path in (SAMPLES / "cpu/short-shard").iterdir():
         shutil.copy(path, tmp_path / path.name)
     log = next(tmp_path.glob("run-*.log"))

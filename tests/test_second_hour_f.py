@@ -325,4 +325,4 @@ def test_a_rank_killed_by_a_segfault_is_named_sigsegv(tmp_path):
     log.write_text("E1125 22:30:01.000000 123 torch/distributed/elastic/multiprocessing/api.py:869] failed "
                    "(exitcode: -11) local_rank: 1 (pid: 4242) of binary: /usr/bin/python3\n")
     result = monitor("diagnose", "--no-user-rules", str(log))
-    assert "torchrun: local rank 1 exited with code -11 (SIGSEGV)" in result.stdout, result.stdout
+    assert "torchrun: local rank 1 crashed in native code (exit code -11 (SIGSEGV))" in result.stdout, result.stdout

@@ -42,7 +42,7 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
     # first, takes the year another file's dated lines give.
     wraps, dated = _heads([file for _, found in found_in for file in found])
     engine.note_dated(dated)
-    # The ranks the launch command `monitor run` recorded makes (ranks that printed nothing exist too).
+    # The job's ranks as `monitor run` recorded them (ranks that printed nothing exist too).
     for size in {size for _, found in found_in for file in found if (size := recorded_world_size(file)) is not None}:
         engine.note_world_size(size)
     files: list[str] = []

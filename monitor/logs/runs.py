@@ -248,14 +248,10 @@ def job_record(log: Path) -> dict:
 
 
 def recorded_world_size(log: Path) -> int | None:
-    """The number of ranks the command `monitor run` recorded beside ``log`` fixes (torchrun on one
-    machine: ``launchers.LaunchPlan.world_size``); None without a record, or where it does not."""
-    from monitor.runner.launchers import parse
-
-    command = job_record(log).get("command")
-    if not isinstance(command, list) or not all(isinstance(word, str) for word in command):
-        return None
-    return parse(command, env={}).world_size
+    """The job's number of ranks as `monitor run` resolved it from its launch command and
+    environment (run-X.meta.json's ``world_size``: torchrun on one machine); None without it."""
+    size = side_record(Run(log.stem, [log.with_name(f"{log.stem}.meta.json")]), "meta").get("world_size")
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
 def recorded_job_log(specs: list[str]) -> Path | None:

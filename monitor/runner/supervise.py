@@ -204,7 +204,7 @@ def _attempt(options: RunOptions, plan: launchers.LaunchPlan, catalogue, checks:
     and the root cause's category (for the next decision)."""
     log_path = new_log_path(options.log_dir)
     meta: dict[str, Any] = {"command": options.command, "cwd": os.getcwd(), "attempt": attempt,
-            "launcher": plan.launcher, "under_srun": plan.under_srun,
+            "launcher": plan.launcher, "under_srun": plan.under_srun, "world_size": plan.world_size,
             "slurm": launchers.slurm_context(), "log": str(log_path),
             "preflight": [f.to_json() for f in checks]}
     if error := write_state(side_file(log_path, "meta"), meta):

@@ -124,7 +124,7 @@ class JobSession:
         asked every few seconds, and at the end, for files to follow that appeared since the start
         (``Job.extra_log_paths``: torchrun --log-dir's per-rank files). ``world_size``: the job's
         number of ranks where its launch command fixes it (ranks that print nothing exist too); by
-        default, where ``paths`` are a run `monitor run` recorded, what its recorded command says.
+        default, where ``paths`` are a run `monitor run` recorded, the one it recorded.
         Raises ``monitor.logs.sources.SourceError``
         for a PATH that can never name a file."""
         self.follower = Follower([str(p) for p in paths], poll=poll, clock=clock)
@@ -132,7 +132,7 @@ class JobSession:
         self._named_nodes: dict[str, str] = {}
         self._named_from = 0  # how many files the names were read from
         self.engine = Engine(catalogue, node_of=self._named_nodes.get)
-        # A watch of a run `monitor run` recorded reads its command as `diagnose` does.
+        # A watch of a run `monitor run` recorded reads its world size as `diagnose` does.
         if world_size is None and (recorded := recorded_job_log([str(p) for p in paths])) is not None:
             world_size = recorded_world_size(recorded)
         if world_size is not None:
