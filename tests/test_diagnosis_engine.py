@@ -55,6 +55,7 @@ def test_python_exception_names_the_user_frame_and_keeps_text_literal(tmp_path):
     assert finding.fields == {
         "exc_type": "ValueError", "message": "shapes [bold]do not[/bold] match",
         "frame_file": "/home/u/train.py", "frame_line": "7", "frame_func": "main",
+        "excepthook": "torch",  # "[rank1]: Traceback": torch's excepthook printed it, uncaught
     }
     assert finding.rank == 1 and finding.line == 8
     assert "Raised from /home/u/train.py:7 in main" in finding.remedy
@@ -645,3 +646,22 @@ patterns = ['\\*\\*\\* (?P<entity>STEP \\S+) ON \\S+ CANCELLED AT \\S+ DUE TO TI
     assert (by_rule["step-cancelled"].rank, by_rule["step-cancelled"].ranks) == (None, [])
     assert by_rule["step-cancelled"].title == "SLURM ended STEP 77.0"
     assert by_rule["cuda-oom"].rank == 1
+
+
+def _traceback(exc: str, prefix: str = "") -> str:
+    return "\n".join(prefix + line for line in (
+        "Traceback (most recent call last):", '  File "/job/train.py", line 40, in main', "    step(batch)", exc))
+
+
+def test_a_traceback_the_program_printed_before_torchs_report_of_an_uncaught_one_is_no_root():
+    # torch's excepthook prints a rank's uncaught exception behind "[rank<N>]: " once the process
+    # group is up; an unprefixed traceback before it in the file was printed by the program.
+    catalogue = load_catalogue(include_user=False)
+    printed = _traceback("ConnectionRefusedError: [Errno 111] Connection refused")
+    uncaught = _traceback("IndexError: list index out of range", "[rank1]: ")
+    root = run_lines(Engine(catalogue), f"{printed}\nstep 2 loss 0.5\n{uncaught}").root_cause()
+    assert (root.fields["exc_type"], root.rank) == ("IndexError", 1)
+    # A thread's uncaught exception (threading's hook) is no program's printing: it stays the root.
+    thread = "Exception in thread prefetch-1:\n" + _traceback("KeyError: 'rec7'")
+    root = run_lines(Engine(catalogue), f"{thread}\nstep 2 loss 0.5\n{uncaught}").root_cause()
+    assert root.fields["exc_type"] == "KeyError" and root.fields["thread"] == "1"

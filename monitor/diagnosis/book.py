@@ -271,6 +271,13 @@ class FindingBook:
             entry = self._entries[key]
             self._update(entry, replace(entry.finding, before=stamp), render=False)
 
+    def several_ranks_known(self) -> None:
+        """The job shows a second rank: remedies of findings with no rank name "the other ranks" now."""
+        for entry in self._entries.values():
+            if entry.finding.rank is None and not entry.revised:
+                self._update(entry, entry.finding, render=True)
+        self.version += 1
+
     def conditions_changed(self) -> None:
         """An advice condition's pattern was found in the logs: remedies that depend on one again."""
         for entry in self._entries.values():

@@ -308,6 +308,9 @@ class ExceptionClassifier:
             # Printed by Python on its way on: information, never a cause.
             return [self._went_on(record, exception, "ignored", "info", self._ignored, (0, *evidence))]
         how = records.HANDLED_INTROS[record.handled_by] if record.handled_by else ""
+        thread = how == "thread"
+        if thread:
+            how = ""  # uncaught, in a thread: weighed as any uncaught exception, marked so
         if how == "retried" and not (_last_traceback_starts_in(record, "tenacity")
                                      and exception.short_type != "RetryError"):
             # tenacity logs no traceback by default: this one, after its last "Retrying" line, is
@@ -336,6 +339,10 @@ class ExceptionClassifier:
         title, cascade_title, remedy, cascade_remedy, *_ = self._texts
         category: str = pyexc.CATEGORY
         fields = exception.fields()
+        if thread:
+            fields["thread"] = "1"
+        elif not bare and records.TORCH_EXCEPTHOOK_HEADER.search(record.lines[0].text):
+            fields["excepthook"] = "torch"  # surely uncaught: torch's hook printed it
         if exception.launcher and not cascade:
             category, (title, remedy) = "launcher", self._launcher
             fields["launcher"] = exception.launcher

@@ -74,8 +74,10 @@ class Engine:
             if isinstance(event, Record):
                 self._decide(event, new)
             elif isinstance(event, EarlyLine):
+                known = len(self.attribution.known_ranks)
                 if (change := self.attribution.learn_early(event.rank, event.body)) is not None:
                     self.book.rank_of_process(change.stream, change.rank)
+                self._ranks_learnt(known)
             elif isinstance(event, TimeWritten):
                 self.book.time_written(event.file, event.stamp)
             elif isinstance(event, ConditionLiterals):
@@ -92,8 +94,17 @@ class Engine:
         the lines a literal marks. Counted in the order as read."""
         self.records.lines_fed += count
         self.records.note_dated(dated)
+        known = len(self.attribution.known_ranks)
         for change in self.attribution.learn_ranks(ranks, world_sizes, list(claims)):
             self.book.rank_of_process(change.stream, change.rank)
+        self._ranks_learnt(known)
+
+    def _ranks_learnt(self, known_before: int) -> None:
+        """Findings of no rank say "the other ranks" once the job shows several: rendered again when
+        the second rank is learnt, whenever that is (in bulk ahead of a file's records, or line by
+        line after some), so both readings say the same."""
+        if known_before <= 1 < len(self.attribution.known_ranks):
+            self.book.several_ranks_known()
 
     def note_world_size(self, size: int) -> None:
         """The job's number of ranks, where the caller knows it from outside the logs (the launch
@@ -124,8 +135,10 @@ class Engine:
 
     def _decide(self, record: Record, new: list[Finding]) -> None:
         """A completed record through classify, attribute and the finding book."""
+        known = len(self.attribution.known_ranks)
         for learnt in self.attribution.learn_summary(record):
             self.book.rank_of_pid(learnt.pid, learnt.rank)
+        self._ranks_learnt(known)
         for pair in self.attribution.learn_locals(record):
             self.book.rank_of_local(pair.file, pair.local, pair.rank)
         if is_summary(record) and (embedded := embedded_traceback(record)) is not None:

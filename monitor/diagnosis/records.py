@@ -54,10 +54,16 @@ HANDLED_INTROS = {"WON'T CONVERT": "handled", "Error in sys.excepthook:": "in-ex
                   "seconds as it raised": "retried",
                   # logging.Handler.handleError (Lib/logging/__init__.py): "--- Logging error ---", the
                   # traceback, "Call stack:" and the record's "Message: %r" / "Arguments: %s"; emit returns.
-                  "--- Logging error ---": "logged"}
+                  "--- Logging error ---": "logged",
+                  # threading.excepthook (Lib/threading.py): "Exception in thread {name}:" then the
+                  # traceback. The thread died, not its process: no went-on, but no process's end.
+                  "Exception in thread ": "thread"}
 # What the process did with a traceback an intro announced, where it went on: what a rule reads in it
 # happened, but did not stop the process (``classify.RuleClassifier``).
 WENT_ON_FROM = frozenset({"handled", "retried", "logged"})
+# torch's excepthook (torch/distributed/distributed_c10d.py, _distributed_excepthook, installed by
+# init_process_group since 2.2): every line of an uncaught exception's report as "[rank<N>]: <line>".
+TORCH_EXCEPTHOOK_HEADER = regex.compile(r"\[rank\d+\]: Traceback \(most recent call last\):\s*$")
 # Literal text of every starter line, for the prefilter: a line without any cannot start a record.
 STARTER_LITERALS = (
     "Traceback (most recent call last)",

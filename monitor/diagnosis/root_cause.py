@@ -184,6 +184,7 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
     weighed = [f for f in findings if f.origin not in _LAST_RESORTS]
     roots = [f for f in weighed
              if f.role == "root" and f.severity == "error" and not is_timeout(f) and not _after_a_wait(f, weighed)]
+    roots = [f for f in roots if not _printed_by_the_program(f, roots)]
     if roots:
         ordered = chronological(roots)
         return next(f for i, f in enumerate(ordered) if not _outlived(f, ordered[i + 1:]))
@@ -220,6 +221,19 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
         return stalls[-1]
     exits = [f for f in findings if f.origin == "exit" and f.severity == "error"]
     return exits[-1] if exits else None
+
+
+def _printed_by_the_program(finding: Finding, roots: list[Finding]) -> bool:
+    """Whether ``finding`` is a traceback the program printed itself and went on from: a rank's
+    uncaught exception is printed by torch's excepthook, every line behind "[rank<N>]: ", once
+    init_process_group has run; a traceback without it before such a report in the same file (not a
+    thread's, which threading's hook prints) was printed by the program (traceback.print_exc,
+    logging.exception). Before the hook is installed no rank can print one later (the others wait
+    for it in init_process_group)."""
+    if finding.rule != PYTHON_EXCEPTION_RULE or finding.fields.get("excepthook") or finding.fields.get("thread"):
+        return False
+    return any(f.rule == PYTHON_EXCEPTION_RULE and f.fields.get("excepthook") == "torch" and f.file == finding.file
+               and chronological([finding, f])[0] is finding for f in roots)
 
 
 def _after_a_wait(finding: Finding, findings: list[Finding]) -> bool:
