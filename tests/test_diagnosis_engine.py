@@ -664,4 +664,4 @@ def test_a_traceback_the_program_printed_before_torchs_report_of_an_uncaught_one
     # A thread's uncaught exception (threading's hook) is no program's printing: it stays the root.
     thread = "Exception in thread prefetch-1:\n" + _traceback("KeyError: 'rec7'")
     root = run_lines(Engine(catalogue), f"{thread}\nstep 2 loss 0.5\n{uncaught}").root_cause()
-    assert root.fields["exc_type"] == "KeyError" and root.fields["thread"] == "1"
+    assert root.fields["exc_type"] == "KeyError" and root.fields["thread"] == "prefetch-1"

@@ -69,7 +69,7 @@ class RecordAssembler:
         # Per stream, the process mp.spawn says the next traceback is of.
         self._spawned: dict[tuple, int] = {}
         # Per stream, the last line that announced a handled error's traceback (line number, text).
-        self._handled_intro: dict[tuple, tuple[int, str]] = {}
+        self._handled_intro: dict[tuple, tuple[int, str, str]] = {}
         self._glued_seen = False
         # Per file, the stream of its collective's stack in progress (``records.COLLECTIVE_STACK``),
         # while it is in progress.
@@ -179,7 +179,7 @@ class RecordAssembler:
             events.append(self._complete(key))
         kind = records.starter_kind(body) if starter else None
         if starter and kind is None and (said := next((i for i in records.HANDLED_INTROS if i in body), None)):
-            self._handled_intro[key] = (line.line, said)
+            self._handled_intro[key] = (line.line, said, body)
         if kind == "spawned":
             # torch.multiprocessing.spawn's "-- Process N terminated with the following error:": the
             # traceback that follows is process N's (its rank, under mp.spawn's usual use).
@@ -194,7 +194,7 @@ class RecordAssembler:
                 record.rank, record.rank_from = int(reported[1]), "message"
             intro = self._handled_intro.pop(key, None) if kind == "traceback" else None
             if intro is not None and line.line - intro[0] <= records.HANDLED_WITHIN:
-                record.handled_by = intro[1]
+                record.handled_by, record.intro = intro[1], intro[2]
             record.rule_hits.append(rule_hits)
             self._pending[key] = record
             self._pending_per_file[line.file] = self._pending_per_file.get(line.file, 0) + 1

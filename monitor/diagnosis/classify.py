@@ -340,7 +340,8 @@ class ExceptionClassifier:
         category: str = pyexc.CATEGORY
         fields = exception.fields()
         if thread:
-            fields["thread"] = "1"
+            named = records.THREAD_INTRO.search(record.intro)
+            fields["thread"] = named["thread"] if named else "?"
         elif not bare and records.TORCH_EXCEPTHOOK_HEADER.search(record.lines[0].text):
             fields["excepthook"] = "torch"  # surely uncaught: torch's hook printed it
         if exception.launcher and not cascade:

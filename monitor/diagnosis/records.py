@@ -58,6 +58,7 @@ HANDLED_INTROS = {"WON'T CONVERT": "handled", "Error in sys.excepthook:": "in-ex
                   # threading.excepthook (Lib/threading.py): "Exception in thread {name}:" then the
                   # traceback. The thread died, not its process: no went-on, but no process's end.
                   "Exception in thread ": "thread"}
+THREAD_INTRO = regex.compile(r"Exception in thread (?P<thread>.+?):\s*$")
 # What the process did with a traceback an intro announced, where it went on: what a rule reads in it
 # happened, but did not stop the process (``classify.RuleClassifier``).
 WENT_ON_FROM = frozenset({"handled", "retried", "logged"})
@@ -231,8 +232,9 @@ class Record:
     # The line of its stream that completed it (not part of it), when one did: what the process
     # printed next (a retry loop's "retrying in 2 s").
     followed_by: str = ""
-    # The intro (a key of HANDLED_INTROS) that said this traceback was handled, if any.
+    # The intro (a key of HANDLED_INTROS) that said this traceback was handled, if any, and its line.
     handled_by: str = ""
+    intro: str = ""
     # A notebook's traceback: the exception type its IPython header names ("" for any other
     # traceback), whose frames are unindented with blank lines between them; and the blank lines
     # seen in a row.
