@@ -19,12 +19,12 @@ import regex
 from monitor.diagnosis import pyexc
 from monitor.diagnosis.classify import REGEX_TIMEOUT_S
 from monitor.diagnosis.novelty import Against, compare
-from monitor.diagnosis.root_cause import RankEvidence, choose, confidence, with_rank
+from monitor.diagnosis.root_cause import LOCAL_RANK_FIELDS, RankEvidence, choose, confidence, with_rank
 from monitor.diagnosis.second_opinion import review
 from monitor.diagnosis.secrets import mask
 from monitor.diagnosis.tail import all_end_training, step_of, tail_lines
 from monitor.logs.ranks import FileRanks
-from monitor.model import Category, Diagnosis, Finding
+from monitor.model import Category, Diagnosis, Finding, chronological
 
 # What is read for the last line of the rank that hung: each file's end (``tail.TAIL_BYTES``), and
 # at most this much in all (a folder of a thousand nodes' files costs what a few do); the rank's
@@ -52,6 +52,30 @@ def conclude(diagnosis: Diagnosis, catalogue, against: Against | None = None, *,
     diagnosis = review(diagnosis, catalogue)
     diagnosis = compared(diagnosis, against) if against is not None else diagnosis
     return with_last_line(diagnosis)
+
+
+# What a job that exited 0 says of the failures its log shows (``exited_zero``).
+HANDLED_NOTE = "the job exited 0: the program caught this exception and went on"
+RESTARTED_NOTE = "the job exited 0: the launcher restarted the failed workers and the last attempt succeeded"
+
+
+def exited_zero(findings: list[Finding]) -> list[Finding]:
+    """New values of ``findings`` for a job that exited 0 (warnings, never the cause): an
+    exception no rule names was caught by the program (a retry loop that logged it); and where a
+    launcher recorded a worker that failed (torchrun exits 0 only when its last attempt of the
+    worker group succeeded: --max-restarts restarted it), every error up to its last such record
+    was recovered from."""
+    failed = [f for f in findings if f.severity == "error" and any(key in f.fields for key in LOCAL_RANK_FIELDS)]
+    last = chronological(failed)[-1] if failed else None
+    revised = []
+    for finding in findings:
+        if finding.severity != "error":
+            continue
+        if last is not None and (finding is last or chronological([finding, last])[0] is finding):
+            revised.append(replace(finding, severity="warning", role="cascade", confidence_note=RESTARTED_NOTE))
+        elif finding.rule == pyexc.RULE_ID:
+            revised.append(replace(finding, severity="warning", role="cascade", confidence_note=HANDLED_NOTE))
+    return revised
 
 
 # What the wait of a log that ends with one is said to be, in each output language.

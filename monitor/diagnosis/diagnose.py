@@ -10,11 +10,11 @@ from monitor.diagnosis.catalogue import Catalogue
 from monitor.diagnosis.engine import Engine
 from monitor.model import Diagnosis, Finding
 from monitor.logs.nodes import nodes_from_names
-from monitor.logs.runs import recorded_world_size
+from monitor.logs.runs import recorded_exit_code, recorded_world_size
 from monitor.logs.reader import UnreadableLog, find_logs, path_error, read_head, read_log
 from monitor.logs.unwrap import HEAD_BYTES, Wrap, unwrap, wrap_of
 from monitor.diagnosis.scan import scan_file
-from monitor.diagnosis.conclude import conclude
+from monitor.diagnosis.conclude import conclude, exited_zero
 from monitor.diagnosis.timestamps import FileDate
 
 
@@ -82,6 +82,11 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
                 engine.flush(name)
     for finding in evidence:
         engine.add_external(finding)
+    # A run `monitor run` recorded as exited 0 is read as its end was (``JobSession.job_ended``).
+    exits = {recorded_exit_code(Path(name)) for name in files}
+    if exits == {0}:
+        for finding in exited_zero(engine.findings):
+            engine.revise(finding)
     diagnosis = conclude(engine.diagnosis(files), catalogue, finished=True, ranks=engine.rank_evidence())
     diagnosis.problems = problems + diagnosis.problems
     diagnosis.unread = unread

@@ -254,6 +254,13 @@ def recorded_world_size(log: Path) -> int | None:
     return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
+def recorded_exit_code(log: Path) -> int | None:
+    """How the job `monitor run` recorded in ``log`` exited (run-X.job.json's ``exit_code``);
+    None without a record, or before it ended."""
+    code = job_record(log).get("exit_code")
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
 def recorded_job_log(specs: list[str]) -> Path | None:
     """The log of the one job `monitor run` recorded among what a watch follows (its run-X.log,
     a folder holding its files, or the glob of them a folder of several runs is followed by),

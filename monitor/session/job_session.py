@@ -35,11 +35,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from monitor.diagnosis.engine import Engine
-from monitor.diagnosis.pyexc import RULE_ID as PYTHON_EXCEPTION_RULE
 from monitor.diagnosis.node_health import NodeWatch
 from monitor.diagnosis.scan import scan_prefix
 from monitor.diagnosis.root_cause import as_requested_stop
-from monitor.diagnosis.conclude import conclude
+from monitor.diagnosis.conclude import conclude, exited_zero
 from monitor.diagnosis.novelty import Against, NoveltyWatch
 from monitor.diagnosis.second_opinion import review
 from monitor.logs.clock import SYSTEM_CLOCK, Clock
@@ -67,7 +66,6 @@ PROBE_JOIN_S = 3.0
 # After a silence ends, how long an error may take to show that it was a hang after all.
 PROBATION_S = 20.0
 EVIDENCE_ORIGINS = ("stacks", "flight-recorder")
-HANDLED_NOTE = "the job exited 0: the program caught this exception and went on"
 # Metric signal that, like a stall, makes the session look inside the job.
 GPUS_IDLE_RULE = "metrics-gpus-idle"
 
@@ -224,12 +222,10 @@ class JobSession:
                 # after it the silence was the hang they ended: its evidence stays.
                 self._withdraw(on_trial)
         if exit_finding is None:
-            # An exception no rule names, in a job that exited 0, was caught by the program (a
-            # retry loop that logged it): what it says stays, as a warning, never the cause.
-            for finding in self.engine.findings:
-                if finding.rule == PYTHON_EXCEPTION_RULE and finding.severity == "error":
-                    self.engine.revise(replace(finding, severity="warning", role="cascade",
-                                               confidence_note=HANDLED_NOTE))
+            # What failed in a job that exited 0 was caught, or restarted by the launcher: what it
+            # says stays, as warnings, never the cause.
+            for finding in exited_zero(self.engine.findings):
+                self.engine.revise(finding)
             return
         if self.root_cause() is not None:
             exit_finding = replace(exit_finding, role="confirm")

@@ -21,16 +21,21 @@ from pathlib import Path
 JOBS = Path(__file__).resolve().parent / "cpu_jobs"
 CPU_DIR = Path(__file__).resolve().parent.parent / "cpu"
 KEPT = (".log", ".job.json", ".meta.json")
+# Jobs launched otherwise: torchrun's options before the script, and the environment they need
+# (torch 2.13's restarted workers reuse the agent's store and the first attempt's addresses unless
+# TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: their init_process_group then times out).
+LAUNCH = {"restart-once-clean": (["--max-restarts", "1"], {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})}
 
 
 def record(name: str) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         shutil.copy(JOBS / f"{name}.py", Path(scratch) / "job.py")
+        options, extra_env = LAUNCH.get(name, ([], {}))
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
         subprocess.run([sys.executable, "-m", "monitor", "run", "--headless", "--no-preflight", "--no-user-rules",
                         "--log-dir", "logs", "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                        "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "job.py"],
-                       cwd=scratch, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+                        "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", *options, "job.py"],
+                       cwd=scratch, env={**env, **extra_env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
         target = CPU_DIR / name
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
