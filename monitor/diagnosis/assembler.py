@@ -178,7 +178,7 @@ class RecordAssembler:
             record.followed_by = body
             events.append(self._complete(key))
         kind = records.starter_kind(body) if starter else None
-        if starter and kind is None and (said := next((i for i in records.HANDLED_INTROS if i in body), None)):
+        if starter and kind is None and (said := records.intro_of(body)) is not None:
             self._handled_intro[key] = (line.line, said, body)
         if kind == "spawned":
             # torch.multiprocessing.spawn's "-- Process N terminated with the following error:": the

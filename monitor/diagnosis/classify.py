@@ -114,6 +114,25 @@ def record_rank_source(record: Record) -> str:
     return "local-prefix" if prefix.local and prefix.rank == record.rank else "prefix"
 
 
+def went_on_from(record: Record) -> str:
+    """How the process went on from what ``record`` holds ("" where it did not say so): the intro
+    before a traceback (``records.HANDLED_INTROS``; tenacity's only for an attempt caught inside its
+    call, not the program's own traceback after its last "Retrying" line nor RetryError: the
+    attempts ran out: tenacity logs no traceback by default, so one after its last "Retrying" line
+    is the program's own, and an attempt's is logged inside tenacity's call, exc_info=True, its
+    whole chain), or a one-line record that is such an intro itself (tenacity's "Retrying ... as it
+    raised <exception>." names the exception it retries)."""
+    if record.kind == "line":
+        said = records.intro_of(record.bodies[0])
+        how = records.HANDLED_INTROS[said] if said is not None else ""
+        return how if how in records.WENT_ON_FROM else ""
+    how = records.HANDLED_INTROS[record.handled_by] if record.handled_by else ""
+    if how == "retried" and not (_last_traceback_starts_in(record, "tenacity")
+                                 and not any("RetryError" in body for body in record.bodies)):
+        return ""
+    return how
+
+
 def _last_traceback_starts_in(record: Record, package: str) -> bool:
     """Whether the outermost frame of the record's last traceback (of a chain, the one raised
     last) is in ``package``'s own files."""
@@ -182,7 +201,7 @@ class RuleClassifier:
             matched.sort()
             # In a traceback the process printed and went on from (a logging handler's error, a retried
             # attempt), what the rule names happened and stopped nothing: a warning at most.
-            went_on = bool(record.handled_by) and records.HANDLED_INTROS[record.handled_by] in records.WENT_ON_FROM
+            went_on = went_on_from(record) in records.WENT_ON_FROM
             severity: Severity = "warning" if went_on and rule.severity == "error" else rule.severity
             role = "cascade" if went_on else rule.role
             rank, source = record.rank, record_rank_source(record)
@@ -195,7 +214,9 @@ class RuleClassifier:
             elif rank is None and (rank := rank_in_text(record.bodies[matched[0]])) is not None:
                 source = "message"
             found.append(Match(
-                key=(rule.id, *(fields.get(name, "") for name in rule.distinct)), rule=rule.id, category=rule.category, severity=severity, role=role,
+                # Its own key: a later uncaught match of the rule is a finding of its own, not merged into this warning.
+                key=(rule.id, "went-on" if went_on else "", *(fields.get(name, "") for name in rule.distinct)),
+                rule=rule.id, category=rule.category, severity=severity, role=role,
                 title=rule.title, remedy=rule.remedy, record=record, positions=tuple(matched), rank=rank,
                 rank_source=source, fields=fields, evidence=tuple(matched[:MAX_EVIDENCE]),
                 confidence=rule.confidence, confidence_note=rule.confidence_note,
@@ -307,16 +328,10 @@ class ExceptionClassifier:
         if records.is_ignored(record):
             # Printed by Python on its way on: information, never a cause.
             return [self._went_on(record, exception, "ignored", "info", self._ignored, (0, *evidence))]
-        how = records.HANDLED_INTROS[record.handled_by] if record.handled_by else ""
+        how = "" if bare else went_on_from(record)
         thread = how == "thread"
         if thread:
             how = ""  # uncaught, in a thread: weighed as any uncaught exception, marked so
-        if how == "retried" and not (_last_traceback_starts_in(record, "tenacity")
-                                     and exception.short_type != "RetryError"):
-            # tenacity logs no traceback by default: this one, after its last "Retrying" line, is
-            # the program's own, not an attempt's caught inside tenacity's call (exc_info=True,
-            # its whole chain); and RetryError says the attempts ran out.
-            how = ""
         if how:
             # The library said, just before, that it handled this and went on; or the program's
             # excepthook failed with it, and the exception it was reporting comes next (the cause).
@@ -340,8 +355,8 @@ class ExceptionClassifier:
         category: str = pyexc.CATEGORY
         fields = exception.fields()
         if thread:
-            named = records.THREAD_INTRO.search(record.intro)
-            fields["thread"] = named["thread"] if named else "?"
+            named = records.THREAD_INTRO.match(record.intro.strip())
+            fields["python_thread"] = named["thread"] if named else "?"
         elif not bare and records.TORCH_EXCEPTHOOK_HEADER.search(record.lines[0].text):
             fields["excepthook"] = "torch"  # surely uncaught: torch's hook printed it
         if exception.launcher and not cascade:

@@ -109,9 +109,10 @@ CASCADE_TITLE = "{exc_type} on rank {rank} (a consequence)"
 REMEDY = (
     "Raised from {frame_file}:{frame_line} in {frame_func}: start there.\n"
     "Uncaught {exc_type} on rank {rank}: {message}\n"
-    # {thread} only for a thread's exception (threading's "Exception in thread <name>:").
-    "It was raised in thread {thread}, which died of it while its process went on without it: a rank whose "
-    "loader or prefetch thread died waits for what the thread no longer makes, and the others time out waiting for it.\n"
+    # {python_thread} only for a thread's exception (threading's "Exception in thread <name>:").
+    "It was raised in thread {python_thread}, which died of it while its process went on without it: where that rank "
+    "then stopped (its peers timing out waiting for it), this is why: a loader or prefetch thread that dies leaves "
+    "its rank waiting for what the thread no longer makes.\n"
     # {other_ranks} only when the job has several ranks: a single process has no peers to blame.
     "Errors on {other_ranks} after this one are usually its consequences (they time out or get SIGTERM)."
 )
@@ -317,8 +318,8 @@ TEXTS = {
         "{exc_type}（rank {rank}，是别处失败的后果）",
         "在 {frame_file}:{frame_line} 的 {frame_func} 中抛出：从那里查起。\n"
         "未捕获的 {exc_type}（rank {rank}）：{message}\n"
-        "它是在线程 {thread} 中抛出的，这个线程因此死了，而它的进程没有它继续运行：加载数据或预取的线程死掉的 rank "
-        "会一直等那个线程再也不会产出的东西，其他 rank 则等它等到超时。\n"
+        "它是在线程 {python_thread} 中抛出的，这个线程因此死了，而它的进程没有它继续运行：如果这个 rank 随后停住了"
+        "（其他 rank 等它等到超时），原因就在这里：加载数据或预取的线程死掉后，它的 rank 会一直等那个线程再也不会产出的东西。\n"
         "此后{other_ranks}上的报错通常是它的后果（它们会超时或收到 SIGTERM）。",
         "{exc_type}（rank {rank}）报告的是别处的失败（对端进程死了或超时，或启动器在停止作业）："
         "去所有 rank 上找最早的根因。",

@@ -58,7 +58,16 @@ HANDLED_INTROS = {"WON'T CONVERT": "handled", "Error in sys.excepthook:": "in-ex
                   # threading.excepthook (Lib/threading.py): "Exception in thread {name}:" then the
                   # traceback. The thread died, not its process: no went-on, but no process's end.
                   "Exception in thread ": "thread"}
-THREAD_INTRO = regex.compile(r"Exception in thread (?P<thread>.+?):\s*$")
+# The intro as threading writes it, whole (a logger's "Exception in thread pool ..." text is none).
+THREAD_INTRO = regex.compile(r"^Exception in thread (?P<thread>.+?)(?: \(most likely raised during interpreter shutdown\))?:\s*$")
+
+
+def intro_of(body: str) -> str | None:
+    """The HANDLED_INTROS key ``body`` says, if any (the thread's only as threading writes it)."""
+    said = next((intro for intro in HANDLED_INTROS if intro in body), None)
+    if said is not None and HANDLED_INTROS[said] == "thread" and THREAD_INTRO.match(body.strip()) is None:
+        return None
+    return said
 # What the process did with a traceback an intro announced, where it went on: what a rule reads in it
 # happened, but did not stop the process (``classify.RuleClassifier``).
 WENT_ON_FROM = frozenset({"handled", "retried", "logged"})

@@ -184,7 +184,7 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
     weighed = [f for f in findings if f.origin not in _LAST_RESORTS]
     roots = [f for f in weighed
              if f.role == "root" and f.severity == "error" and not is_timeout(f) and not _after_a_wait(f, weighed)]
-    roots = [f for f in roots if not _printed_by_the_program(f, roots)]
+    roots = [f for f in roots if not _printed_by_the_program(f, roots, weighed)]
     if roots:
         ordered = chronological(roots)
         return next(f for i, f in enumerate(ordered) if not _outlived(f, ordered[i + 1:]))
@@ -223,17 +223,36 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
     return exits[-1] if exits else None
 
 
-def _printed_by_the_program(finding: Finding, roots: list[Finding]) -> bool:
-    """Whether ``finding`` is a traceback the program printed itself and went on from: a rank's
+def _printed_by_the_program(finding: Finding, roots: list[Finding], findings: list[Finding]) -> bool:
+    """Whether ``finding``, an exception no rule names, is not what ended its process. A rank's
     uncaught exception is printed by torch's excepthook, every line behind "[rank<N>]: ", once
-    init_process_group has run; a traceback without it before such a report in the same file (not a
-    thread's, which threading's hook prints) was printed by the program (traceback.print_exc,
-    logging.exception). Before the hook is installed no rank can print one later (the others wait
-    for it in init_process_group)."""
-    if finding.rule != PYTHON_EXCEPTION_RULE or finding.fields.get("excepthook") or finding.fields.get("thread"):
+    init_process_group has run (before, no rank can print one later: the others wait for it
+    there); so a later such report in the same file means: a traceback without the prefix, of the
+    same program file, was printed by the program itself (traceback.print_exc, logging.exception)
+    and went on, unless the launcher saw a process fail or stopped the others between the two (the
+    report is then a consequence: a SIGTERM handler's); and a thread's exception (threading's hook)
+    did not stop its rank, which went on to raise that."""
+    if finding.rule != PYTHON_EXCEPTION_RULE or finding.fields.get("excepthook"):
         return False
-    return any(f.rule == PYTHON_EXCEPTION_RULE and f.fields.get("excepthook") == "torch" and f.file == finding.file
-               and chronological([finding, f])[0] is finding for f in roots)
+    thread = bool(finding.fields.get("python_thread"))
+    for report in roots:
+        if (report.rule != PYTHON_EXCEPTION_RULE or report.fields.get("excepthook") != "torch"
+                or chronological([finding, report])[0] is not finding):
+            continue
+        if thread:
+            return True
+        if report.file != finding.file or report.fields.get("frame_file") != finding.fields.get("frame_file"):
+            continue
+        if not any(_launcher_acted(other) and chronological([finding, other, report]) == [finding, other, report]
+                   for other in findings):
+            return True
+    return False
+
+
+def _launcher_acted(finding: Finding) -> bool:
+    """A launcher's record of a process that failed (its local rank), or of its stopping the others."""
+    return (any(key in finding.fields for key in LOCAL_RANK_FIELDS) and finding.severity == "error") or (
+        finding.rank_source == "launcher" and finding.fields.get("signal") == "SIGTERM")
 
 
 def _after_a_wait(finding: Finding, findings: list[Finding]) -> bool:
@@ -243,7 +262,11 @@ def _after_a_wait(finding: Finding, findings: list[Finding]) -> bool:
     if not any(key in finding.fields for key in LOCAL_RANK_FIELDS):
         return False
     waits = [f for f in findings if is_timeout(f) and f.severity == "error" and not lost_peer(f)]
-    return any(chronological([wait, finding])[0] is wait for wait in waits)
+    # A wait of an earlier attempt, which the launcher restarted the workers after, is over.
+    restarts = [f for f in findings if f.rule in RESTART_RULES]
+    return any(chronological([wait, finding])[0] is wait
+               and not any(chronological([wait, restart, finding]) == [wait, restart, finding] for restart in restarts)
+               for wait in waits)
 
 
 def _stopped_by_launcher(findings: list[Finding]) -> frozenset[int]:
@@ -302,6 +325,8 @@ def hang_suspect(timeouts: list[Finding], evidence: RankEvidence, lang: str = "e
     return _suspected(first, suspect, reason, _texts(lang)["waited"], lang)
 
 
+# The launcher's word that it restarts the workers (rules/launcher.toml).
+RESTART_RULES = frozenset({"torchrun-restart"})
 # Timeouts that say their peer went away: gloo's closed, reset or EOF'd connection to a peer address
 # (a process that exited or crashed), not a peer that did not answer in time (gloo's "Read timeout",
 # "Application timeout caused pair closure", a read that timed out: a hung or vanished peer).
@@ -363,6 +388,8 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
     if (root.rank is None and evidence is not None and not any(k in root.fields for k in LOCAL_RANK_FIELDS)
             and (awaited := _waited_for(findings, evidence)) is not None):
         return replace(root, rank=awaited, ranks=list(root.ranks) or [awaited], rank_source="hang")
+    if root.rank is None and root.fields.get("python_thread"):
+        return root  # a thread's death ended no process: no launcher's record is of its rank
     summary = next((f for f in chronological(findings) if _launcher_saw_fail(f)), None)
     if summary is not None:
         assert summary.rank is not None  # picked for its rank
@@ -372,7 +399,7 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
                        rank_source=summary.rank_source)
     if root.rank is not None:
         return root
-    local = _local_rank(findings, evidence)
+    local = _local_rank(findings, evidence, root)
     if local is None:
         return root
     return replace(root, rank=local, ranks=list(root.ranks) or [local], rank_source="local")
@@ -466,10 +493,11 @@ def _not_ready(root: Finding, evidence: RankEvidence | None, lang: str = "en") -
 LOCAL_RANK_FIELDS = ("local_rank", "process_index")
 
 
-def _local_rank(findings: list[Finding], evidence: RankEvidence | None) -> int | None:
-    """The local rank of the first failure a launcher reported, taken as the global rank when
-    nothing shows a second node: no finding names a node and no rank the log shows is above
-    the highest local rank the launchers named."""
+def _local_rank(findings: list[Finding], evidence: RankEvidence | None, root: Finding) -> int | None:
+    """The local rank of ``root`` where it is a launcher's record of a process, else of the first
+    failure a launcher reported, taken as the global rank when nothing shows a second node: no
+    finding names a node and no rank the log shows is above the highest local rank the launchers
+    named."""
     named = [(f, int(f.fields[k])) for f in chronological(findings) for k in LOCAL_RANK_FIELDS
              if str(f.fields.get(k, "")).isdigit()]
     if not named or any(f.node for f in findings):
@@ -477,7 +505,7 @@ def _local_rank(findings: list[Finding], evidence: RankEvidence | None) -> int |
     highest = max(rank for _, rank in named)
     if evidence is not None and any(rank > highest for rank in evidence.known_ranks):
         return None
-    return named[0][1]
+    return next((rank for f, rank in named if f is root), named[0][1])
 
 
 def _outlived(finding: Finding, later: list[Finding]) -> bool:

@@ -36,7 +36,7 @@ DUMP_POLL_S = 0.5
 # A rank caught between two calls (back from one collective, not yet in the next; or read seconds
 # after its peers on a loaded machine) is the odd one out for a moment: a verdict naming odd ranks
 # stands when a look CONFIRM_AFTER_S later puts every rank at the same place, up to
-# CONFIRM_LOOKS looks and CONFIRM_WITHIN_S after the first (the last one's verdict stands then).
+# CONFIRM_LOOKS looks and CONFIRM_WITHIN_S after the first ended (the last one's verdict stands then).
 # A look that sees fewer ranks (the job ending: the first timeout often comes just before the
 # launcher stops every rank) keeps the one before.
 CONFIRM_AFTER_S = 2.0
@@ -140,9 +140,9 @@ class Look:
         self.recorder = recorder
         self.dumps_before = dump_files(recorder.dump_prefix) if recorder else {}
         self.dumps_asked = request_dumps(recorder.pipe_prefix) if recorder and recorder.pipe_prefix else []
-        first = time.monotonic()
         self.capture = take(pids, reason, py_spy)
         self.finding = compare.analyse(self.capture, stacks_file)
+        first = time.monotonic()  # the window counts from the first look's end: a slow look still gets a second
         for _ in range(CONFIRM_LOOKS - 1):
             if self.finding is None or self.finding.fields.get("kind") not in compare.ODD_KINDS:
                 break
