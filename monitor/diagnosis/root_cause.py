@@ -114,7 +114,7 @@ TEXTS = {
         "hang": "Hang: {reason}. Look at what rank {rank} was doing last (its final lines, a slow checkpoint or eval, "
                 "a data-loader stall, a code path the other ranks did not take).",
         "stalled": "Rank {rank} stalled; {others} ({title})",
-        "went_away": "{ranks} went away (it exited or crashed) while the others still called collectives with it",
+        "went_away": "{ranks} went away (exited or crashed) while the others still called collectives",
         "left": "Rank {rank} left the job; {others} ({title})", "lost_it": "the others lost their connection to it",
         "left_remedy": "Rank {rank} left the job: {reason}. Look at how rank {rank} ended (its last lines: an exit of "
                        "its own, a crash, or a loop that ran fewer steps than the others', as an uneven split of the "
@@ -134,7 +134,7 @@ TEXTS = {
         "hang": "卡住：{reason}。看看 rank {rank} 最后在做什么（它最后的几行、一次很慢的 checkpoint 或评估、"
                 "DataLoader 卡住、其他 rank 没有走的一条代码路径）。",
         "stalled": "rank {rank} 卡住了；{others}（{title}）",
-        "went_away": "{ranks} 离开了（它退出或崩溃了），而其他 rank 还在和它做集合通信",
+        "went_away": "{ranks} 离开了（退出或崩溃了），而其他 rank 还在做集合通信",
         "left": "rank {rank} 离开了作业；{others}（{title}）", "lost_it": "其他 rank 失去了与它的连接",
         "left_remedy": "rank {rank} 离开了作业：{reason}。看看 rank {rank} 是怎么结束的（它最后的几行：它自己退出了、"
                        "崩溃了，或者它的循环比其他 rank 少跑了几步，数据在各 rank 之间分得不均时就会这样）。",
