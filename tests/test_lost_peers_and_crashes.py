@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.diagnose import diagnose_paths
+from monitor.logs.runs import separate_jobs
 
 DATA = Path(__file__).parent / "data" / "lost_peers"
 
@@ -80,3 +82,16 @@ def test_a_crash_after_the_others_timed_out_waiting_is_no_root(catalogue):
     # while hung): the wait is the story, not "crashed in native code".
     root = root_of("timeout-then-segv", catalogue)
     assert root.rule != "torchrun-worker-crashed" and root.category == "nccl_timeout"
+
+
+def test_a_run_under_redirects_is_diagnosed_with_the_rank_files_it_read(catalogue, tmp_path):
+    # torchrun --log-dir trlogs --redirects 3 (no --tee): the run's log holds torchrun's lines only;
+    # rank 3's ZeroDivisionError is in its own stderr.log, which the run recorded as read beside it.
+    shutil.copytree(DATA.parent / "redirects", tmp_path / "job")
+    log = next((tmp_path / "job").glob("run-*.log"))
+    extras = sorted(str(p) for p in (tmp_path / "job" / "trlogs").rglob("*.log"))
+    log.with_name(log.stem + ".meta.json").write_text(json.dumps({"world_size": 4, "extra_logs": extras}))
+    root = diagnose_paths([log], catalogue).root_cause
+    assert root is not None and (root.fields.get("exc_type"), root.rank) == ("ZeroDivisionError", 3)
+    # Read with its folder as one job, not as the run and some other job's files.
+    assert separate_jobs([log, *map(Path, extras)]) == [[log, *map(Path, extras)]]

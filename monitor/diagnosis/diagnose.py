@@ -10,7 +10,7 @@ from monitor.diagnosis.catalogue import Catalogue
 from monitor.diagnosis.engine import Engine
 from monitor.model import Diagnosis, Finding
 from monitor.logs.nodes import nodes_from_names
-from monitor.logs.runs import recorded_exit_code, recorded_world_size
+from monitor.logs.runs import recorded_exit_code, recorded_extra_logs, recorded_world_size
 from monitor.logs.reader import UnreadableLog, find_logs, path_error, read_head, read_log
 from monitor.logs.unwrap import HEAD_BYTES, Wrap, unwrap, wrap_of
 from monitor.diagnosis.scan import scan_file
@@ -36,6 +36,9 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
         if (error := path_error(path)) is not None:
             raise MissingPath(f"{path}: {error}")
     found_in = [(path, find_logs(path)) for path in paths]
+    # A run `monitor run` recorded: the per-rank files it read beside its log are the job's too
+    # (under torchrun --redirects without --tee, the only place a rank's traceback is).
+    found_in += [(extra, [extra]) for _, found in list(found_in) for file in found for extra in recorded_extra_logs(file)]
     # SLURM's --output=%N.out: a file per node, named after it.
     engine = Engine(catalogue, node_of=nodes_from_names([file for _, found in found_in for file in found]).get)
     # Every file's head, read once before any file is read: a rank's file of glog times alone, read

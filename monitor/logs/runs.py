@@ -123,8 +123,17 @@ def separate_jobs(files: list[Path]) -> list[list[Path]]:
     runs of a folder are."""
     if len(files) < 2:
         return [files]
-    top = os.path.commonpath([os.path.abspath(file) for file in files])
-    return _jobs([(file, Path(os.path.abspath(file)).relative_to(top).parts) for file in files])
+    # The per-rank files a run `monitor run` recorded read beside its log are its job's, wherever they lie.
+    owners = {os.path.realpath(extra): run for run in files for extra in recorded_extra_logs(run)}
+    owned = {file: owners[os.path.realpath(file)] for file in files if os.path.realpath(file) in owners}
+    rest = [file for file in files if file not in owned]
+    if len(rest) < 2:
+        return [files]
+    top = os.path.commonpath([os.path.abspath(file) for file in rest])
+    groups = _jobs([(file, Path(os.path.abspath(file)).relative_to(top).parts) for file in rest])
+    for file, run in owned.items():
+        next((group for group in groups if run in group), groups[0]).append(file)
+    return groups
 
 
 def _jobs(files: list[tuple[Path, tuple[str, ...]]]) -> list[list[Path]]:
@@ -252,6 +261,19 @@ def recorded_world_size(log: Path) -> int | None:
     environment (run-X.meta.json's ``world_size``: torchrun on one machine); None without it."""
     size = side_record(Run(log.stem, [log.with_name(f"{log.stem}.meta.json")]), "meta").get("world_size")
     return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
+# The most per-rank files of a run `diagnose` adds to its log (a node's ranks, many times over).
+MAX_RECORDED_LOGS = 1024
+
+
+def recorded_extra_logs(log: Path) -> list[Path]:
+    """The per-rank files (torchrun --log-dir) the run `monitor run` recorded in ``log`` read beside
+    it (run-X.meta.json's ``extra_logs``), those that are still files; [] without a record."""
+    named = side_record(Run(log.stem, [log.with_name(f"{log.stem}.meta.json")]), "meta").get("extra_logs")
+    if not isinstance(named, list):
+        return []
+    return [Path(name) for name in named[:MAX_RECORDED_LOGS] if isinstance(name, str) and Path(name).is_file()]
 
 
 def recorded_exit_code(log: Path) -> int | None:

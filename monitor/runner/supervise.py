@@ -451,7 +451,9 @@ def _report(job: Job, diagnosis: Diagnosis, code: int, decision: restart.Restart
         run_info["rank_wait_fraction"] = {str(rank): round(share, 3) for rank, share in scores.wait_fractions().items()}
     path = side_file(job.log_path, "diagnosis")
     save_error = write_state(path, {"run": run_info, **diagnosis.to_json()})
-    meta.update(exit_code=code, ended=time.time(), restart=decision.to_json())
+    # The per-rank files the run read beside its log (torchrun --log-dir), for `diagnose` of the log.
+    meta.update(exit_code=code, ended=time.time(), restart=decision.to_json(),
+                extra_logs=[str(p.absolute()) for p in job.extra_log_paths()])
     for error in (save_error, write_state(side_file(job.log_path, "meta"), meta)):
         if error:
             say(error)
