@@ -19,7 +19,7 @@ import regex
 from monitor.diagnosis import pyexc
 from monitor.diagnosis.classify import REGEX_TIMEOUT_S
 from monitor.diagnosis.novelty import Against, compare
-from monitor.diagnosis.root_cause import LOCAL_RANK_FIELDS, RankEvidence, choose, confidence, with_rank
+from monitor.diagnosis.root_cause import RankEvidence, choose, confidence, launcher_record, with_rank
 from monitor.diagnosis.second_opinion import review
 from monitor.diagnosis.secrets import mask
 from monitor.diagnosis.tail import all_end_training, step_of, tail_lines
@@ -65,7 +65,7 @@ def exited_zero(findings: list[Finding]) -> list[Finding]:
     launcher recorded a worker that failed (torchrun exits 0 only when its last attempt of the
     worker group succeeded: --max-restarts restarted it), every error up to its last such record
     was recovered from."""
-    failed = [f for f in findings if f.severity == "error" and any(key in f.fields for key in LOCAL_RANK_FIELDS)]
+    failed = [f for f in findings if f.severity == "error" and launcher_record(f)]
     last = chronological(failed)[-1] if failed else None
     revised = []
     for finding in findings:

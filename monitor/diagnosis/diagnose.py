@@ -10,7 +10,7 @@ from monitor.diagnosis.catalogue import Catalogue
 from monitor.diagnosis.engine import Engine
 from monitor.model import Diagnosis, Finding
 from monitor.logs.nodes import nodes_from_names
-from monitor.logs.runs import recorded_exit_code, recorded_extra_logs, recorded_world_size
+from monitor.logs.runs import run_record
 from monitor.logs.reader import UnreadableLog, find_logs, path_error, read_head, read_log
 from monitor.logs.unwrap import HEAD_BYTES, Wrap, unwrap, wrap_of
 from monitor.diagnosis.scan import scan_file
@@ -36,9 +36,11 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
         if (error := path_error(path)) is not None:
             raise MissingPath(f"{path}: {error}")
     found_in = [(path, find_logs(path)) for path in paths]
-    # A run `monitor run` recorded: the per-rank files it read beside its log are the job's too
-    # (under torchrun --redirects without --tee, the only place a rank's traceback is).
-    found_in += [(extra, [extra]) for _, found in list(found_in) for file in found for extra in recorded_extra_logs(file)]
+    # What `monitor run` recorded beside a run's log, read once per file.
+    records = {file: run_record(file) for _, found in found_in for file in found}
+    # The per-rank files a run read beside its log are the job's too (under torchrun --redirects
+    # without --tee, the only place a rank's traceback is).
+    found_in += [(extra, [extra]) for record in records.values() for extra in record.extra_logs]
     # SLURM's --output=%N.out: a file per node, named after it.
     engine = Engine(catalogue, node_of=nodes_from_names([file for _, found in found_in for file in found]).get)
     # Every file's head, read once before any file is read: a rank's file of glog times alone, read
@@ -46,7 +48,7 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
     wraps, dated = _heads([file for _, found in found_in for file in found])
     engine.note_dated(dated)
     # The job's ranks as `monitor run` recorded them (ranks that printed nothing exist too).
-    for size in {size for _, found in found_in for file in found if (size := recorded_world_size(file)) is not None}:
+    for size in {record.world_size for record in records.values() if record.world_size is not None}:
         engine.note_world_size(size)
     files: list[str] = []
     problems: list[str] = []
@@ -86,8 +88,7 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
     for finding in evidence:
         engine.add_external(finding)
     # A run `monitor run` recorded as exited 0 is read as its end was (``JobSession.job_ended``).
-    exits = {recorded_exit_code(Path(name)) for name in files}
-    if exits == {0}:
+    if {record.exit_code for file, record in records.items() if str(file) in files} == {0}:
         for finding in exited_zero(engine.findings):
             engine.revise(finding)
     diagnosis = conclude(engine.diagnosis(files), catalogue, finished=True, ranks=engine.rank_evidence())

@@ -251,15 +251,14 @@ def _printed_by_the_program(finding: Finding, roots: list[Finding], findings: li
 
 def _launcher_acted(finding: Finding) -> bool:
     """A launcher's record of a process that failed (its local rank), or of its stopping the others."""
-    return (any(key in finding.fields for key in LOCAL_RANK_FIELDS) and finding.severity == "error") or (
-        finding.rank_source == "launcher" and finding.fields.get("signal") == "SIGTERM")
+    return (launcher_record(finding) and finding.severity == "error") or _stopped_by_the_launcher(finding)
 
 
 def _after_a_wait(finding: Finding, findings: list[Finding]) -> bool:
     """Whether ``finding`` is a launcher's record of a process's death (its local rank) that came
     after a rank timed out waiting (not one that lost its peer): the others waited for that
     process before it died (a hung rank torn down), so its death is no root of its own."""
-    if not any(key in finding.fields for key in LOCAL_RANK_FIELDS):
+    if not launcher_record(finding):
         return False
     waits = [f for f in findings if is_timeout(f) and f.severity == "error" and not lost_peer(f)]
     # A wait of an earlier attempt, which the launcher restarted the workers after, is over.
@@ -271,8 +270,7 @@ def _after_a_wait(finding: Finding, findings: list[Finding]) -> bool:
 
 def _stopped_by_launcher(findings: list[Finding]) -> frozenset[int]:
     """The ranks a launcher stopped itself (torchrun's SIGTERM to the others once one failed)."""
-    return frozenset(f.rank for f in findings if f.rank is not None and f.rank_source == "launcher"
-                     and f.severity == "info" and f.fields.get("signal") == "SIGTERM")
+    return frozenset(f.rank for f in findings if f.rank is not None and f.severity == "info" and _stopped_by_the_launcher(f))
 
 
 def hang_suspect(timeouts: list[Finding], evidence: RankEvidence, lang: str = "en",
@@ -385,7 +383,7 @@ def with_rank(root: Finding | None, findings: list[Finding], evidence: RankEvide
     # An error of no rank beside the others' timeouts is the rank they waited for's: the launcher's
     # first failure is then one of those that timed out (a thread's exception on rank 1 left it
     # stuck; rank 0 timed out and exited first).
-    if (root.rank is None and evidence is not None and not any(k in root.fields for k in LOCAL_RANK_FIELDS)
+    if (root.rank is None and evidence is not None and not launcher_record(root)
             and (awaited := _waited_for(findings, evidence)) is not None):
         return replace(root, rank=awaited, ranks=list(root.ranks) or [awaited], rank_source="hang")
     if root.rank is None and root.fields.get("python_thread"):
@@ -493,6 +491,16 @@ def _not_ready(root: Finding, evidence: RankEvidence | None, lang: str = "en") -
 LOCAL_RANK_FIELDS = ("local_rank", "process_index")
 
 
+def launcher_record(finding: Finding) -> bool:
+    """Whether ``finding`` is a launcher's record of one of its processes (it names its local rank)."""
+    return any(key in finding.fields for key in LOCAL_RANK_FIELDS)
+
+
+def _stopped_by_the_launcher(finding: Finding) -> bool:
+    """Whether ``finding`` is a launcher's word that it stopped a process (torchrun's SIGTERM to the others)."""
+    return finding.rank_source == "launcher" and finding.fields.get("signal") == "SIGTERM"
+
+
 def _local_rank(findings: list[Finding], evidence: RankEvidence | None, root: Finding) -> int | None:
     """The local rank of ``root`` where it is a launcher's record of a process, else of the first
     failure a launcher reported, taken as the global rank when nothing shows a second node: no
@@ -521,7 +529,7 @@ def _same_process(a: Finding, b: Finding) -> bool:
     if a.rank is not None and b.rank is not None:
         return a.rank == b.rank and a.node == b.node
     # A launcher's record of a process (its local rank) is the launcher's line, not that process's.
-    if any(key in f.fields for f in (a, b) for key in LOCAL_RANK_FIELDS):
+    if launcher_record(a) or launcher_record(b):
         return False
     return a.file == b.file
 

@@ -124,7 +124,7 @@ def separate_jobs(files: list[Path]) -> list[list[Path]]:
     if len(files) < 2:
         return [files]
     # The per-rank files a run `monitor run` recorded read beside its log are its job's, wherever they lie.
-    owners = {os.path.realpath(extra): run for run in files for extra in recorded_extra_logs(run)}
+    owners = {os.path.realpath(extra): run for run in files for extra in run_record(run).extra_logs}
     owned = {file: owners[os.path.realpath(file)] for file in files if os.path.realpath(file) in owners}
     rest = [file for file in files if file not in owned]
     if len(rest) < 2:
@@ -256,31 +256,36 @@ def job_record(log: Path) -> dict:
     return side_record(Run(log.stem, [log.with_name(f"{log.stem}.job.json")]), "job")
 
 
-def recorded_world_size(log: Path) -> int | None:
-    """The job's number of ranks as `monitor run` resolved it from its launch command and
-    environment (run-X.meta.json's ``world_size``: torchrun on one machine); None without it."""
-    size = side_record(Run(log.stem, [log.with_name(f"{log.stem}.meta.json")]), "meta").get("world_size")
-    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
-
-
 # The most per-rank files of a run `diagnose` adds to its log (a node's ranks, many times over).
 MAX_RECORDED_LOGS = 1024
 
 
-def recorded_extra_logs(log: Path) -> list[Path]:
-    """The per-rank files (torchrun --log-dir) the run `monitor run` recorded in ``log`` read beside
-    it (run-X.meta.json's ``extra_logs``), those that are still files; [] without a record."""
-    named = side_record(Run(log.stem, [log.with_name(f"{log.stem}.meta.json")]), "meta").get("extra_logs")
-    if not isinstance(named, list):
-        return []
-    return [Path(name) for name in named[:MAX_RECORDED_LOGS] if isinstance(name, str) and Path(name).is_file()]
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """What `monitor run` recorded beside a run's log that `diagnose` and a watch read: the job's
+    number of ranks as the run resolved it from its launch command and environment (torchrun on one
+    machine), the per-rank files it read beside the log (torchrun --log-dir, those still files), and
+    how the job exited (None before it ended). Empty for a log no run recorded."""
+
+    world_size: int | None = None
+    extra_logs: tuple[Path, ...] = ()
+    exit_code: int | None = None
 
 
-def recorded_exit_code(log: Path) -> int | None:
-    """How the job `monitor run` recorded in ``log`` exited (run-X.job.json's ``exit_code``);
-    None without a record, or before it ended."""
-    code = job_record(log).get("exit_code")
-    return code if isinstance(code, int) and not isinstance(code, bool) else None
+def run_record(log: Path) -> RunRecord:
+    """``log``'s run-X.meta.json and run-X.job.json, each read once."""
+    meta = side_record(Run(log.stem, [log.with_name(f"{log.stem}.meta.json")]), "meta")
+    named = meta.get("extra_logs")
+    extra = [Path(name) for name in named[:MAX_RECORDED_LOGS] if isinstance(name, str)] if isinstance(named, list) else []
+    size = _integer(meta.get("world_size"))
+    return RunRecord(world_size=size if size is not None and size > 0 else None,
+                     extra_logs=tuple(path for path in extra if path.is_file()),
+                     exit_code=_integer(job_record(log).get("exit_code")))
+
+
+def _integer(value: object) -> int | None:
+    """A JSON integer (not a bool, a float or a string of digits), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def recorded_job_log(specs: list[str]) -> Path | None:

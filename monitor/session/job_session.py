@@ -45,7 +45,7 @@ from monitor.logs.clock import SYSTEM_CLOCK, Clock
 from monitor.logs.follow import Follower
 from monitor.logs.nodes import nodes_from_names
 from monitor.logs.ranks import FileRanks
-from monitor.logs.runs import recorded_job_log, recorded_world_size
+from monitor.logs.runs import recorded_job_log, run_record
 from monitor.logs.reader import UnreadableLog, last_lines, line_end
 from monitor.model import SEVERITY_ORDER, Diagnosis, Finding, LogLine, is_timeout
 from monitor.progress.parse import parse_progress
@@ -132,7 +132,7 @@ class JobSession:
         self.engine = Engine(catalogue, node_of=self._named_nodes.get)
         # A watch of a run `monitor run` recorded reads its world size as `diagnose` does.
         if world_size is None and (recorded := recorded_job_log([str(p) for p in paths])) is not None:
-            world_size = recorded_world_size(recorded)
+            world_size = run_record(recorded).world_size
         if world_size is not None:
             self.engine.note_world_size(world_size)
         self.stall = StallDetector(stall_after)
