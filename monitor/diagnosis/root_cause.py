@@ -121,6 +121,8 @@ TEXTS = {
                        "data across ranks makes).",
         "only_timeouts": "only timeouts: no rank logged an error of its own, so the rank that hung is inferred "
                          "from which rank the others waited for",
+        "only_lost": "only lost connections: no rank logged an error of its own, so the rank that left is inferred "
+                     "from which rank the others lost",
         "only_report": "only {what}: the failing process's own error is not in the log",
         "launcher_report": "a launcher's report", "category_report": "a {category} report",
     },
@@ -139,6 +141,7 @@ TEXTS = {
         "left_remedy": "rank {rank} 离开了作业：{reason}。看看 rank {rank} 是怎么结束的（它最后的几行：它自己退出了、"
                        "崩溃了，或者它的循环比其他 rank 少跑了几步，数据在各 rank 之间分得不均时就会这样）。",
         "only_timeouts": "只有超时：没有哪个 rank 记录了自己的错误，卡住的 rank 是根据其他 rank 在等谁推断出来的",
+        "only_lost": "只有断开的连接：没有哪个 rank 记录了自己的错误，离开的 rank 是根据其他 rank 失去了谁推断出来的",
         "only_report": "只有{what}：失败进程自己的错误不在日志里",
         "launcher_report": "启动器的报告", "category_report": "一份 {category} 报告",
     },
@@ -545,7 +548,7 @@ def confidence(root: Finding | None, lang: str = "en") -> tuple[Confidence | Non
         return level, note
     if is_timeout(root):
         inferred: tuple[Confidence, str]
-        inferred = ("likely", _texts(lang)["only_timeouts"])
+        inferred = ("likely", _texts(lang)["only_lost" if lost_peer(root) else "only_timeouts"])
         return _weaker((level, note), inferred)
     if root.role != "root" or root.severity != "error":
         texts = _texts(lang)
