@@ -12,6 +12,7 @@ from pathlib import Path
 
 from monitor.diagnosis import node_health
 from monitor.flight_recorder import dumps as fr_dumps
+from monitor.flight_recorder import variables as fr_variables
 from monitor.flight_recorder.match import analyse as analyse_dumps
 from monitor.model import SEVERITY_ORDER, Finding
 from monitor.stacks import files as stacks_files
@@ -27,6 +28,12 @@ class Evidence:
 def is_evidence_file(path: Path) -> bool:
     """A stacks file or a flight-recorder dump (given by name: not a log to read as text)."""
     return path.name.endswith(stacks_files.SUFFIX) or fr_dumps.looks_like_dump(path)
+
+
+def recorded_beside(log: Path) -> list[Path]:
+    """What `monitor run` kept beside the run ``log`` while the job ran, where it exists: its stacks
+    and its flight-recorder dumps (a hang the live run named is named again from the log alone)."""
+    return [path for path in (stacks_files.stacks_paths(log)[0], fr_variables.dumps_folder(log)) if path.exists()]
 
 
 def read_evidence(paths: list[Path]) -> Evidence:

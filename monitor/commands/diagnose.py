@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from monitor.cli import UsageError
     from monitor.diagnosis.diagnose import MissingPath, diagnose_paths
     from monitor.logs.reader import is_log_like, path_error
+    from monitor.logs.runs import recorded_by_run
     from monitor.text import safe_json, say
 
     # As grep does: a path that does not exist is said on stderr and makes the exit code 2, and
@@ -49,11 +50,13 @@ def run(args: argparse.Namespace) -> int:
     present, beside, notes = pick_runs(present, args)
     # Stacks and dumps are looked for in folders and files not named like logs: a plain log
     # costs nothing more to diagnose.
+    # A log `monitor run` recorded brings what the run kept beside it (its stacks, its dumps).
+    run_logs = [Path(p) for p in present if Path(p).is_file() and recorded_by_run(Path(p))]
     evidence, logs = None, present
-    if maybe := [Path(p) for p in present if Path(p).is_dir() or not is_log_like(Path(p))] + beside:
-        from monitor.evidence import is_evidence_file, read_evidence
+    if maybe := [Path(p) for p in present if Path(p).is_dir() or not is_log_like(Path(p))] + beside + run_logs:
+        from monitor.evidence import is_evidence_file, read_evidence, recorded_beside
 
-        evidence = read_evidence(maybe)
+        evidence = read_evidence(maybe + [path for log in run_logs for path in recorded_beside(log)])
         logs = [path for path in present if not is_evidence_file(Path(path))]
     try:
         diagnosis = diagnose_paths(logs, catalogue, evidence=evidence.findings if evidence else [])

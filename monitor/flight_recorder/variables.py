@@ -70,6 +70,11 @@ class RecorderPlan:
         return line + "; --no-flight-recorder turns this off"
 
 
+def dumps_folder(log_path: Path) -> Path:
+    """Where `monitor run` has the ranks of the run logged in ``log_path`` dump: ``run-X.fr/``."""
+    return log_path.with_name(log_path.stem + ".fr")
+
+
 # The first release known to read the TORCH_FR_* names (checked on 2.13; its dumps say '2.10').
 CURRENT_NAMES_SINCE = (2, 10)
 

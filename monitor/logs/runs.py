@@ -283,6 +283,11 @@ def run_record(log: Path) -> RunRecord:
                      exit_code=_integer(job_record(log).get("exit_code")))
 
 
+def recorded_by_run(log: Path) -> bool:
+    """Whether ``log`` is a run's log that `monitor run` recorded (its run-X.meta.json beside it)."""
+    return log.with_name(f"{log.stem}.meta.json").is_file()
+
+
 def _integer(value: object) -> int | None:
     """A JSON integer (not a bool, a float or a string of digits), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None

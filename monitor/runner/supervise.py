@@ -296,7 +296,7 @@ def _flight_recorder(options: RunOptions, log_path: Path, attempt: int
     if not options.flight_recorder:
         return None, None
     # Absolute: the ranks may change folder, and `monitor stacks` finds the pipes from elsewhere.
-    plan = flight_recorder.plan(log_path.absolute().with_name(log_path.stem + ".fr"), os.environ)
+    plan = flight_recorder.plan(flight_recorder.dumps_folder(log_path.absolute()), os.environ)
     try:
         plan.folder.mkdir(mode=0o700)  # new, like the log: never a folder or link someone put there
     except OSError as exc:

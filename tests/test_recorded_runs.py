@@ -1,0 +1,77 @@
+"""Real CPU jobs (torch 2.13, gloo, 2-6 ranks) that `monitor run` recorded, kept with what it wrote
+beside their logs (tests/data/recorded_runs), diagnosed from the log as a user would run
+`monitor diagnose run-X.log` afterwards: the cases where that answer had differed from the label
+written from the job's script."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tests.diagnosis_helpers import diagnose_json
+
+DATA = Path(__file__).parent / "data" / "recorded_runs"
+
+
+def log_of(case: str) -> Path:
+    return next((DATA / case).glob("run-*.log"))
+
+
+def root_of(log: Path) -> dict:
+    root = diagnose_json("--no-user-rules", str(log))["root_cause"]
+    assert root is not None
+    return root
+
+
+def test_a_hang_the_run_caught_is_named_again_from_its_log_alone(tmp_path):
+    # Rank 1 polled for a file with a sleep 1000 times too long; rank 0 waited in DDP's all-reduce
+    # until its own watchdog sent torchrun SIGTERM. The run's stacks (run-X.stacks.json, beside
+    # the log) named rank 1; the log alone says only that torchrun was stopped.
+    root = root_of(log_of("stuck-then-stopped"))
+    assert (root["category"], root["rank"], root["rule"]) == ("hang", 1, "stacks")
+    assert "wait_for_shard" in root["title"]
+    alone = tmp_path / log_of("stuck-then-stopped").name
+    shutil.copy(log_of("stuck-then-stopped"), alone)
+    assert root_of(alone)["category"] == "stopped"
+
+
+def test_an_uncaught_exception_stays_the_cause_where_the_launch_script_exited_zero():
+    # launch.sh started each rank with '&' and ended in a bare `wait` (exit 0 whatever the ranks
+    # did): rank 1's view() failed, uncaught (torch's excepthook printed it), and rank 0 lost its peer.
+    root = root_of(log_of("bare-wait-exit-zero"))
+    assert (root["category"], root["rank"], root["fields"]["exc_type"]) == ("python_exception", 1, "RuntimeError")
+    assert root["severity"] == "error"
+
+
+def test_a_command_the_program_ran_that_failed_is_its_exception_not_the_launchers():
+    # subprocess.run(["tar", ...], check=True) on rank 0: CalledProcessError raised by subprocess.run
+    # is the program's own call failing (a launcher raises it for its child without that frame).
+    root = root_of(log_of("subprocess-run-failed"))
+    assert (root["category"], root["rank"], root["rule"]) == ("python_exception", 0, "python-exception")
+    assert root["fields"]["exc_type"].endswith("CalledProcessError")
+
+
+def test_a_missing_shard_of_a_distributed_checkpoint_is_an_incomplete_checkpoint():
+    # dcp.load of a folder whose .metadata lists __1_0.distcp, deleted: CheckpointException on both ranks.
+    root = root_of(log_of("dcp-shard-missing"))
+    assert (root["category"], root["rule"], root["fields"]["shard"]) == (
+        "corrupt_checkpoint", "dcp-checkpoint-shard-missing", "__1_0.distcp")
+    assert "Resume from the last checkpoint folder that holds .metadata" in root["remedy"]
+
+
+def test_a_dataloader_workers_bus_error_is_likely_shared_memory_and_names_mapped_files():
+    # Rank 1 rewrote its np.memmap cache shorter while its workers mapped it: SIGBUS in a worker,
+    # /dev/shm nowhere near full. torch says only that shm "might" be the cause.
+    root = root_of(log_of("worker-sigbus-memmap"))
+    assert (root["category"], root["rank"], root["rule"]) == ("shm_exhausted", 1, "dataloader-bus-error")
+    assert root["confidence"] == "likely" and "np.memmap" in root["remedy"]
+    assert "df -h /dev/shm" in root["remedy"]
+
+
+def test_an_exception_every_rank_raised_says_so_in_its_title():
+    # Six ranks, each raising the same ValueError at the same step: the first to print it is no
+    # more to blame than the others.
+    root = root_of(log_of("every-rank-raised"))
+    assert root["fields"]["exc_type"] == "ValueError"
+    assert root["title"] == f"ValueError on rank {root['rank']} (raised on all 6 ranks)"
+    assert sorted(root["ranks"]) == [0, 1, 2, 3, 4, 5]
