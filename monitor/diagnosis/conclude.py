@@ -51,7 +51,7 @@ def conclude(diagnosis: Diagnosis, catalogue, against: Against | None = None, *,
         diagnosis = ended_waiting(went_on_training(diagnosis, catalogue, ranks), catalogue)
     diagnosis = review(diagnosis, catalogue)
     diagnosis = compared(diagnosis, against) if against is not None else diagnosis
-    return with_last_line(diagnosis)
+    return on_every_rank(with_last_line(diagnosis), catalogue, ranks)
 
 
 # What a job that exited 0 says of the failures its log shows (``exited_zero``).
@@ -61,7 +61,9 @@ RESTARTED_NOTE = "the job exited 0: the launcher restarted the failed workers an
 
 def exited_zero(findings: list[Finding]) -> list[Finding]:
     """New values of ``findings`` for a job that exited 0 (warnings, never the cause): an
-    exception no rule names was caught by the program (a retry loop that logged it); and where a
+    exception no rule names was caught by the program (a retry loop that logged it), unless
+    torch's excepthook printed it (only an uncaught one reaches it: the rank died, and what
+    launched it did not pass that on, as a script's bare ``wait`` does not); and where a
     launcher recorded a worker that failed (torchrun exits 0 only when its last attempt of the
     worker group succeeded: --max-restarts restarted it), every error up to its last such record
     was recovered from."""
@@ -73,7 +75,7 @@ def exited_zero(findings: list[Finding]) -> list[Finding]:
             continue
         if last is not None and (finding is last or chronological([finding, last])[0] is finding):
             revised.append(replace(finding, severity="warning", role="cascade", confidence_note=RESTARTED_NOTE))
-        elif finding.rule == pyexc.RULE_ID:
+        elif finding.rule == pyexc.RULE_ID and finding.fields.get("excepthook") != "torch":
             revised.append(replace(finding, severity="warning", role="cascade", confidence_note=HANDLED_NOTE))
     return revised
 
@@ -296,6 +298,28 @@ def _holds(rule, text: str) -> bool:
         return any(pattern.search(text, timeout=REGEX_TIMEOUT_S) for pattern in rule.patterns)
     except TimeoutError:
         return False
+
+
+# The title's addition where every rank of the job raised the root cause's exception, in each
+# output language: no one rank is to blame, the code or its input is.
+# (Of two ranks: "both".)
+EVERY_RANK = {"en": (" (raised on both ranks)", " (raised on all {count} ranks)"),
+              "zh": ("（两个 rank 都抛出了它）", "（全部 {count} 个 rank 都抛出了它）")}
+
+
+def on_every_rank(diagnosis: Diagnosis, catalogue, ranks: RankEvidence | None) -> Diagnosis:
+    """Where the root cause is an uncaught exception that every rank of the job raised (every
+    rank of its world size, else every rank its logs show, two at least), its title says so: it
+    names the rank that raised first, which is then no more to blame than the others."""
+    root = diagnosis.root_cause
+    if root is None or root.rule != pyexc.RULE_ID or ranks is None or len(raised := set(root.ranks)) < 2:
+        return diagnosis
+    job = set(range(ranks.world_size)) if ranks.world_size else set(ranks.known_ranks)
+    if not job or not job <= raised:
+        return diagnosis
+    both, every = EVERY_RANK.get(catalogue.lang, EVERY_RANK["en"])
+    added = both if len(raised) == 2 else every.format(count=len(raised))
+    return replace(diagnosis, root_cause=replace(root, title=root.title + added))
 
 
 def with_last_line(diagnosis: Diagnosis) -> Diagnosis:
