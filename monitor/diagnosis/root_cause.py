@@ -75,7 +75,7 @@ _LAST_RESORTS = ("stall", "exit")
 def choose(findings: list[Finding], ranks: RankEvidence | None = None, lang: str = "en") -> Finding | None:
     """The root cause of ``findings`` (None: nothing failed and nothing stalled); with only
     timeouts, ``ranks`` names the rank that hung (``hang_suspect``)."""
-    return _hung_after_finishing(_choose(findings, ranks, lang), findings, lang)
+    return _stuck_when_stopped(_hung_after_finishing(_choose(findings, ranks, lang), findings, lang), findings, lang)
 
 
 # The hang at exit's words (``_hung_after_finishing``), in each output language: title, confidence
@@ -171,6 +171,40 @@ def _hung_after_finishing(root: Finding | None, findings: list[Finding], lang: s
     return replace(
         done, severity="error", role="root", confidence="likely", title=title.format(**words),
         confidence_note=note, remedy=remedy.format(**words), fields={**done.fields, "stopped_by": root.title},
+    )
+
+
+# ``_stuck_when_stopped``'s words in each output language: title, confidence note, remedy's first
+# line; fields {stopped_by}, {stacks}, {later}.
+STUCK_TEXTS = {
+    "en": ("Stuck, then stopped from outside: {stacks}",
+           "the ranks' stacks were taken in the silence the stop ended: the job was stuck there, or slow enough to look it",
+           "No output came for a while; the ranks' stacks were taken in that silence, and {later}the job was stopped from "
+           "outside ({stopped_by}): they show where it was stuck."),
+    "zh": ("卡住之后被外部停止：{stacks}",
+           "各 rank 的调用栈是在被停止前的那段沉默中抓取的：作业卡在那里，或者慢得像是卡住了",
+           "有一段时间没有任何输出；各 rank 的调用栈是在那段沉默中抓取的，{later}作业被外部停止（{stopped_by}）：调用栈显示了它卡在哪里。"),
+}
+
+
+def _stuck_when_stopped(root: Finding | None, findings: list[Finding], lang: str = "en") -> Finding | None:
+    """A stop from outside that ended a silence in which the ranks' stacks were taken (a capture
+    the stall triggered, kept because nothing but the stop's own lines ended that silence: every
+    rank in a queue's get, say, where no collective waits and so no timeout comes): the job was
+    stuck, and that is why it was stopped. The stacks' finding, as the root. Otherwise ``root``."""
+    if root is None or root.category not in (STOPPED, Category.SLURM_EVENT):
+        return root
+    taken = [f for f in findings if f.origin == "stacks" and f.fields.get("trigger") == "stall"
+             and chronological([f, root])[0] is f]
+    if not taken:
+        return root
+    stacks = chronological(taken)[-1]
+    title, note, said = STUCK_TEXTS.get(lang, STUCK_TEXTS["en"])
+    words = {"stopped_by": root.title, "stacks": stacks.title, "later": _later(stacks, root, lang)}
+    return replace(
+        stacks, severity="error", role="root", confidence="likely", title=title.format(**words),
+        confidence_note=note, remedy=said.format(**words) + "\n" + stacks.remedy,
+        fields={**stacks.fields, "stopped_by": root.title},
     )
 
 
