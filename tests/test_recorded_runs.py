@@ -35,6 +35,17 @@ def test_a_hang_the_run_caught_is_named_again_from_its_log_alone(tmp_path):
     assert root_of(alone)["category"] == "stopped"
 
 
+def test_a_job_stopped_while_every_rank_was_stuck_outside_a_collective_was_stuck():
+    # Both ranks blocked in a queue's get() (a loader thread queued fewer items than the dataset
+    # claims): no collective waits, so no timeout comes; the stall took the stacks, and the job's
+    # own `timeout -s TERM` stopped torchrun. The stop ended the silence: the job was stuck.
+    root = root_of(log_of("every-rank-stuck-then-stopped"))
+    assert (root["category"], root["rule"], root["severity"], root["confidence"]) == ("hang", "stacks", "error", "likely")
+    assert root["title"].startswith("Stuck, then stopped from outside: every rank is in StreamingReviews.__getitem__")
+    assert root["fields"]["stopped_by"] == "torchrun was stopped by signal 15 from outside the job"
+    assert "`return self.q.get()`" in root["remedy"]
+
+
 def test_an_uncaught_exception_stays_the_cause_where_the_launch_script_exited_zero():
     # launch.sh started each rank with '&' and ended in a bare `wait` (exit 0 whatever the ranks
     # did): rank 1's view() failed, uncaught (torch's excepthook printed it), and rank 0 lost its peer.
@@ -75,3 +86,11 @@ def test_an_exception_every_rank_raised_says_so_in_its_title():
     assert root["fields"]["exc_type"] == "ValueError"
     assert root["title"] == f"ValueError on rank {root['rank']} (raised on all 6 ranks)"
     assert sorted(root["ranks"]) == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_traceback_each_of_whose_lines_a_logger_prefixed_is_read_with_its_rank():
+    # "[%(asctime)s][%(levelname)s][rank N] " before every line, the traceback's too: rank 0's
+    # ZeroDivisionError in its evaluation, then rank 1's lost peer.
+    root = root_of(log_of("bracketed-logger-prefix"))
+    assert (root["category"], root["rank"], root["fields"]["exc_type"]) == ("python_exception", 0, "ZeroDivisionError")
+    assert root["fields"]["frame_func"] == "evaluate"
