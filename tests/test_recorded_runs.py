@@ -94,3 +94,10 @@ def test_a_traceback_each_of_whose_lines_a_logger_prefixed_is_read_with_its_rank
     root = root_of(log_of("bracketed-logger-prefix"))
     assert (root["category"], root["rank"], root["fields"]["exc_type"]) == ("python_exception", 0, "ZeroDivisionError")
     assert root["fields"]["frame_func"] == "evaluate"
+
+
+def test_a_traceback_inside_a_json_loggers_line_is_read_with_the_objects_rank():
+    # Every line a JSON object ({"ts", "level", "rank", "msg", "exc_info"}): rank 1's KeyError only
+    # inside an "exc_info" string, its line ends escaped; rank 0 then lost its peer.
+    root = root_of(log_of("json-lines-logger"))
+    assert (root["category"], root["rank"], root["fields"]["exc_type"]) == ("python_exception", 1, "KeyError")

@@ -19,6 +19,7 @@ from monitor.diagnosis import pyexc, records
 from monitor.diagnosis.prefilter import Prefilter
 from monitor.diagnosis.records import Record
 from monitor.diagnosis.timestamps import DATED_LINES, FileDate, parse_timestamp
+from monitor.logs import structured
 from monitor.logs.ranks import parse_prefix
 from monitor.model import LogLine
 
@@ -101,6 +102,11 @@ class RecordAssembler:
         return events
 
     def _feed(self, line: LogLine, arrival: int, events: list[Event]) -> None:
+        if structured.may_be_object(line.text) and (lines := structured.pieces(line)) is not None:
+            # A JSON logger's line: its message and exception, read as the lines they were.
+            for piece in lines:
+                self._feed(piece, arrival, events)
+            return
         first_event = len(events)
         file_pending = self._pending_per_file.get(line.file, 0)
         if file_pending:

@@ -1,0 +1,69 @@
+"""A log line that is a JSON object (structured logging), read as the lines it stands for.
+
+Loggers that write one JSON object a line keep a record's text, its traceback too, in string
+fields, their line ends escaped: python-json-logger's ``{"message": ..., "exc_info": "Traceback
+(most recent call last):\\n  File ..."}``, structlog's ``event``/``exception``, Docker's json-file
+driver's ``{"log": "...\\n", "stream": "stderr", "time": ...}``. Such a line is read as the lines of
+its message and then of its exception, each behind the object's time where it is an ISO date and
+time and its rank (a ``rank`` field) as torch's excepthook writes it, ``[rank<N>]: ``: a lead and a
+prefix the line's reader takes off again, as for any timed line of a rank. Bounded: the line is as long as the reader keeps lines, its nesting as
+deep as json allows, and at most ``MAX_PIECES`` lines come out of one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from monitor.model import LogLine
+
+# The fields of the line's text, in the order they are read: the message, then the exception.
+MESSAGE_KEYS = ("msg", "message", "event", "log", "text")
+EXCEPTION_KEYS = ("exc_info", "exception", "exc_text", "stack_trace", "stack", "traceback")
+RANK_KEYS = ("rank", "global_rank", "RANK")
+TIME_KEYS = ("ts", "time", "timestamp", "asctime", "@timestamp")
+# The most lines one object stands for (a traceback of a deep recursion is cut, as the reader cuts lines).
+MAX_PIECES = 4096
+_ISO_TIME = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?$")
+
+
+def may_be_object(text: str) -> bool:
+    """The cheap test before a parse: the line is braced."""
+    return text[:1] == "{" and text.rstrip()[-1:] == "}"
+
+
+def pieces(line: LogLine) -> list[LogLine] | None:
+    """The lines ``line`` stands for, or None where it is no JSON object with a text field."""
+    try:
+        record = json.loads(line.text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    texts = [value for key in MESSAGE_KEYS + EXCEPTION_KEYS if isinstance(value := record.get(key), str) and value]
+    if not texts:
+        return None
+    rank = _rank(record)
+    stamp = next((value + " " for key in TIME_KEYS
+                  if isinstance(value := record.get(key), str) and _ISO_TIME.match(value)), "")
+    if rank is not None:
+        stamp += f"[rank{rank}]: "
+    out: list[LogLine] = []
+    for text in texts:
+        for part in text.rstrip("\n").split("\n"):
+            if len(out) == MAX_PIECES:
+                return out
+            out.append(LogLine(line.file, line.line, stamp + part.rstrip("\r"), rank if rank is not None else line.rank))
+    return out
+
+
+def _rank(record: dict) -> int | None:
+    for key in RANK_KEYS:
+        value = record.get(key)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int) and value >= 0:
+            return value
+        if isinstance(value, str) and value.isdigit() and len(value) < 7:
+            return int(value)
+    return None
