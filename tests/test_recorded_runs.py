@@ -101,3 +101,13 @@ def test_a_traceback_inside_a_json_loggers_line_is_read_with_the_objects_rank():
     # inside an "exc_info" string, its line ends escaped; rank 0 then lost its peer.
     root = root_of(log_of("json-lines-logger"))
     assert (root["category"], root["rank"], root["fields"]["exc_type"]) == ("python_exception", 1, "KeyError")
+
+
+def test_what_fails_after_a_stop_from_outside_is_its_consequence():
+    # SIGTERM to torchrun; rank 0's SIGTERM handler then wrote an emergency checkpoint to a full
+    # device and torch.save failed ("unexpected pos"): the stop is the cause, the save its casualty.
+    log = log_of("stopped-then-save-failed")
+    root = root_of(log)
+    assert (root["category"], root["rule"]) == ("stopped", "torchrun-stopped-by-signal")
+    findings = diagnose_json("--no-user-rules", str(log))["findings"]
+    assert any(f["rule"] == "checkpoint-write-failed" and f["rank"] == 0 for f in findings)

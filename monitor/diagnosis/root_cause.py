@@ -221,7 +221,7 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
     weighed = [f for f in findings if f.origin not in _LAST_RESORTS]
     roots = [f for f in weighed
              if f.role == "root" and f.severity == "error" and not is_timeout(f) and not _after_a_wait(f, weighed)]
-    roots = [f for f in roots if not _printed_by_the_program(f, roots, weighed)]
+    roots = [f for f in roots if not _printed_by_the_program(f, roots, weighed) and not _after_a_stop(f, weighed)]
     if roots:
         ordered = chronological(roots)
         return next(f for i, f in enumerate(ordered) if not _outlived(f, ordered[i + 1:]))
@@ -258,6 +258,14 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
         return stalls[-1]
     exits = [f for f in findings if f.origin == "exit" and f.severity == "error"]
     return exits[-1] if exits else None
+
+
+def _after_a_stop(finding: Finding, findings: list[Finding]) -> bool:
+    """Whether ``finding`` came after the job was stopped from outside (a stop this monitor asked
+    for is no error): what failed once the processes were told to stop (a SIGTERM handler's
+    emergency checkpoint, a data loader torn down) is a consequence of the stop."""
+    stops = [f for f in findings if f.category == STOPPED and f.severity == "error"]
+    return bool(stops) and finding.category != STOPPED and chronological([*stops, finding])[0] is not finding
 
 
 def _printed_by_the_program(finding: Finding, roots: list[Finding], findings: list[Finding]) -> bool:
