@@ -111,3 +111,12 @@ def test_what_fails_after_a_stop_from_outside_is_its_consequence():
     assert (root["category"], root["rule"]) == ("stopped", "torchrun-stopped-by-signal")
     findings = diagnose_json("--no-user-rules", str(log))["findings"]
     assert any(f["rule"] == "checkpoint-write-failed" and f["rank"] == 0 for f in findings)
+
+
+def test_stacks_that_name_the_rank_a_timeout_waited_for_take_the_timeouts_category():
+    # Four ranks; ranks 1 and 2 tokenize slowly, rank 2 never arrives: rank 3 timed out in gloo
+    # before torchrun stopped the rest. The stacks name rank 2 and its place; the job ended in
+    # the gloo timeout.
+    root = root_of(log_of("straggler-then-timeout"))
+    assert (root["category"], root["rank"], root["rule"]) == ("gloo_timeout", 2, "stacks")
+    assert root["title"].startswith("rank 2 is in wordpiece")

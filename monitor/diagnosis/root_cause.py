@@ -224,7 +224,7 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
     roots = [f for f in roots if not _printed_by_the_program(f, roots, weighed) and not _after_a_stop(f, weighed)]
     if roots:
         ordered = chronological(roots)
-        return next(f for i, f in enumerate(ordered) if not _outlived(f, ordered[i + 1:]))
+        return _as_its_timeout(next(f for i, f in enumerate(ordered) if not _outlived(f, ordered[i + 1:])), weighed)
     # What the system saw happen to a process (the kernel's OOM kill in the log, an application's
     # Xid from NVML) explains the reports of its death where no rank logged an error of its own.
     confirms = [f for f in weighed if f.severity == "error" and f.role == "confirm" and f.origin in ("log", "metrics")]
@@ -258,6 +258,16 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
         return stalls[-1]
     exits = [f for f in findings if f.origin == "exit" and f.severity == "error"]
     return exits[-1] if exits else None
+
+
+def _as_its_timeout(root: Finding, findings: list[Finding]) -> Finding:
+    """The ranks' stacks (where each rank was: one elsewhere while the others waited) where a
+    collective then timed out: the job ended in that timeout, whose category the root takes; the
+    stacks still name the rank and the place."""
+    if root.origin != "stacks":
+        return root
+    timeouts = [f for f in findings if is_timeout(f) and f.severity == "error"]
+    return replace(root, category=chronological(timeouts)[0].category) if timeouts else root
 
 
 def _after_a_stop(finding: Finding, findings: list[Finding]) -> bool:
