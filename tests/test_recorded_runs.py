@@ -120,3 +120,11 @@ def test_stacks_that_name_the_rank_a_timeout_waited_for_take_the_timeouts_catego
     root = root_of(log_of("straggler-then-timeout"))
     assert (root["category"], root["rank"], root["rule"]) == ("gloo_timeout", 2, "stacks")
     assert root["title"].startswith("rank 2 is in wordpiece")
+
+
+def test_a_file_rendezvous_in_a_folder_that_does_not_exist_is_a_rendezvous_failure():
+    # init_method="file:///mnt/shared/..." where nothing is mounted: FileStore waited for the folder
+    # (5 minutes, past the 20 s timeout given) and both ranks raised DistStoreError's bare strerror.
+    root = root_of(log_of("file-init-folder-missing"))
+    assert (root["category"], root["rule"], root["fields"]["os_error"]) == (
+        "rendezvous_timeout", "file-store-path-missing", "No such file or directory")
