@@ -36,7 +36,7 @@ ALLOWED = {
     "straggler": {"text", "model", "stacks", "metrics", "progress", "diagnosis"},  # place_of: one reader of stacks; advice
     "collectives": {"units", "files"},  # files: a measurement read back bounded; exercise.py, run inside the job's ranks, imports the standard library and torch only
     "session": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "stacks", "flight_recorder",
-                "progress", "straggler"},  # progress: the status the Prometheus endpoint serves
+                "progress", "straggler", "evidence"},  # evidence: what a finished recorded run kept beside its log  # progress: the status the Prometheus endpoint serves
     "runner": {"text", "model", "units", "files", "logs", "diagnosis", "metrics", "checkpoints", "session",
                "flight_recorder", "straggler", "collectives"},
     "demo": {"text", "model", "units", "logs", "metrics", "flight_recorder"},

@@ -5,7 +5,10 @@ written from the job's script."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.diagnosis_helpers import diagnose_json
@@ -128,3 +131,16 @@ def test_a_file_rendezvous_in_a_folder_that_does_not_exist_is_a_rendezvous_failu
     root = root_of(log_of("file-init-folder-missing"))
     assert (root["category"], root["rule"], root["fields"]["os_error"]) == (
         "rendezvous_timeout", "file-store-path-missing", "No such file or directory")
+
+
+def test_a_watch_of_the_finished_run_names_what_diagnose_names(tmp_path):
+    # The screen and `watch --headless` replay a run that ended: they read the stacks the run kept
+    # beside its log as `diagnose` does (and rewrite its run-X.diagnosis.json with the same answer).
+    folder = tmp_path / "run"
+    shutil.copytree(DATA / "every-rank-stuck-then-stopped", folder)
+    done = subprocess.run([sys.executable, "-m", "monitor", "watch", "--headless", "--json", "--no-user-rules", str(folder)],
+                          capture_output=True, text=True, timeout=120)
+    root = json.loads(done.stdout.splitlines()[-1])["diagnosis"]["root_cause"]  # findings as they come, then the end
+    assert (root["category"], root["rule"]) == ("hang", "stacks") and root["title"].startswith("Stuck, then stopped")
+    saved = json.loads(next(folder.glob("run-*.diagnosis.json")).read_text())["root_cause"]
+    assert saved["title"] == root["title"]

@@ -41,6 +41,7 @@ from monitor.diagnosis.root_cause import as_requested_stop
 from monitor.diagnosis.conclude import conclude, exited_zero
 from monitor.diagnosis.novelty import Against, NoveltyWatch
 from monitor.diagnosis.second_opinion import review
+from monitor.evidence import read_evidence, recorded_beside
 from monitor.logs.clock import SYSTEM_CLOCK, Clock
 from monitor.logs.follow import Follower
 from monitor.logs.nodes import nodes_from_names
@@ -130,9 +131,12 @@ class JobSession:
         self._named_nodes: dict[str, str] = {}
         self._named_from = 0  # how many files the names were read from
         self.engine = Engine(catalogue, node_of=self._named_nodes.get)
-        # A watch of a run `monitor run` recorded reads its world size as `diagnose` does.
-        if world_size is None and (recorded := recorded_job_log([str(p) for p in paths])) is not None:
-            world_size = run_record(recorded).world_size
+        # A watch of a run `monitor run` recorded reads its world size as `diagnose` does, and of
+        # one that ended, what the run kept beside its log (its stacks, its dumps) too.
+        recorded = recorded_job_log([str(p) for p in paths])
+        record = run_record(recorded) if recorded is not None else None
+        if world_size is None and record is not None:
+            world_size = record.world_size
         if world_size is not None:
             self.engine.note_world_size(world_size)
         self.stall = StallDetector(stall_after)
@@ -172,6 +176,8 @@ class JobSession:
         self._concluded: tuple[tuple[int, int], Finding | None] | None = None
         self.against = against
         self._novelty = NoveltyWatch(against) if against is not None else None
+        if recorded is not None and record is not None and record.exit_code is not None:
+            self.post(read_evidence(recorded_beside(recorded)).findings)
 
     # -- sources -----------------------------------------------------------------------------
     def follow(self, paths) -> None:
