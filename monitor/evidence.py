@@ -14,7 +14,10 @@ from monitor.diagnosis import node_health
 from monitor.flight_recorder import dumps as fr_dumps
 from monitor.flight_recorder import variables as fr_variables
 from monitor.flight_recorder.match import analyse as analyse_dumps
-from monitor.model import SEVERITY_ORDER, Finding
+from monitor.diagnosis.tail import trains
+from monitor.model import SEVERITY_ORDER, Finding, LogLine
+from monitor.stacks.model import Capture
+from monitor.text import clean
 from monitor.stacks import files as stacks_files
 
 
@@ -66,14 +69,38 @@ def read_evidence(paths: list[Path]) -> Evidence:
 
 def _read_stacks(path: Path, evidence: Evidence) -> None:
     """The most telling capture of a stacks file: the most severe finding, the newest of equals
-    (the capture taken while the ranks hung, not the one taken as they exited)."""
+    (the capture taken while the ranks hung, not the one taken as they exited), of the captures
+    whose silence did not pass: the live run withdrew those its job trained on after."""
     try:
         captures = stacks_files.read(path)
     except stacks_files.StacksFileError as exc:
         evidence.problems.append(str(exc))
         return
     evidence.files.append(str(path))
-    findings = [finding for _, finding in captures if finding is not None]
+    log = path.with_name(path.name[:-len(stacks_files.SUFFIX)] + ".log")
+    findings = [finding for capture, finding in captures if finding is not None and not _trained_after(log, capture)]
     if findings:
         best = min(SEVERITY_ORDER[f.severity] for f in findings)
         evidence.findings.append([f for f in findings if SEVERITY_ORDER[f.severity] == best][-1])
+
+
+# How much of a run's log after a capture is read for training on: a silence that passed shows
+# its progress lines within the first of what followed.
+AFTER_CAPTURE_BYTES = 1 << 20
+
+
+def _trained_after(log: Path, capture: Capture) -> bool:
+    """Whether the run's ``log`` shows training progress after what was written when ``capture``
+    was taken (its ``log_bytes``): the job trained on, and the silence it was taken in passed."""
+    if capture.log_bytes is None:
+        return False
+    try:
+        with open(log, "rb") as stream:
+            stream.seek(capture.log_bytes)
+            after = stream.read(AFTER_CAPTURE_BYTES)
+    except OSError:
+        return False
+    lines = after.split(b"\n")
+    if len(after) == AFTER_CAPTURE_BYTES:
+        lines.pop()  # cut by the window
+    return any(trains(LogLine(str(log), 0, clean(raw))) for raw in lines)

@@ -106,16 +106,6 @@ def test_a_traceback_inside_a_json_loggers_line_is_read_with_the_objects_rank():
     assert (root["category"], root["rank"], root["fields"]["exc_type"]) == ("python_exception", 1, "KeyError")
 
 
-def test_what_fails_after_a_stop_from_outside_is_its_consequence():
-    # SIGTERM to torchrun; rank 0's SIGTERM handler then wrote an emergency checkpoint to a full
-    # device and torch.save failed ("unexpected pos"): the stop is the cause, the save its casualty.
-    log = log_of("stopped-then-save-failed")
-    root = root_of(log)
-    assert (root["category"], root["rule"]) == ("stopped", "torchrun-stopped-by-signal")
-    findings = diagnose_json("--no-user-rules", str(log))["findings"]
-    assert any(f["rule"] == "checkpoint-write-failed" and f["rank"] == 0 for f in findings)
-
-
 def test_stacks_that_name_the_rank_a_timeout_waited_for_take_the_timeouts_category():
     # Four ranks; ranks 1 and 2 tokenize slowly, rank 2 never arrives: rank 3 timed out in gloo
     # before torchrun stopped the rest. The stacks name rank 2 and its place; the job ended in
@@ -144,3 +134,33 @@ def test_a_watch_of_the_finished_run_names_what_diagnose_names(tmp_path):
     assert (root["category"], root["rule"]) == ("hang", "stacks") and root["title"].startswith("Stuck, then stopped")
     saved = json.loads(next(folder.glob("run-*.diagnosis.json")).read_text())["root_cause"]
     assert saved["title"] == root["title"]
+
+
+def _with_capture_at(folder: Path, text_before: str) -> None:
+    """The run's stacks file as if its capture had been taken when the log held what ends with
+    ``text_before`` (``Capture.log_bytes``, which `monitor run`'s probe records)."""
+    log = next(folder.glob("run-*.log"))
+    stacks = next(folder.glob("run-*.stacks.json"))
+    data = json.loads(stacks.read_text())
+    written = log.read_bytes().index(text_before.encode()) + len(text_before)
+    for capture in data["captures"]:
+        capture["log_bytes"] = written
+    stacks.write_text(json.dumps(data))
+
+
+def test_a_capture_whose_silence_passed_is_left_out_after_the_run(tmp_path):
+    # The live run withdraws stacks taken in a silence the job trained on after; read afterwards,
+    # a capture the log shows training after is left out too: here the job was merely stopped.
+    folder = tmp_path / "run"
+    shutil.copytree(DATA / "every-rank-stuck-then-stopped", folder)
+    _with_capture_at(folder, "epoch 0 step 3/20 loss 0.6838\n")
+    assert root_of(log_of_folder(folder))["category"] == "stopped"
+    # Taken after the last step (the silence the stop ended): the job was stuck.
+    shutil.rmtree(folder)
+    shutil.copytree(DATA / "every-rank-stuck-then-stopped", folder)
+    _with_capture_at(folder, "epoch 0 step 16/20 loss 0.5437\n")
+    assert root_of(log_of_folder(folder))["title"].startswith("Stuck, then stopped")
+
+
+def log_of_folder(folder: Path) -> Path:
+    return next(folder.glob("run-*.log"))

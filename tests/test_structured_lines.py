@@ -7,9 +7,12 @@ import json
 
 import pytest
 
+from monitor.diagnosis.catalogue import load_catalogue
+from monitor.diagnosis.conclude import conclude
+from monitor.diagnosis.engine import Engine
 from monitor.logs.structured import MAX_PIECES, may_be_object, pieces
 from monitor.model import LogLine
-from tests.diagnosis_helpers import diagnosed_root
+from tests.diagnosis_helpers import diagnose_json, diagnosed_root
 
 TRACEBACK = ('Traceback (most recent call last):\n  File "/home/u/train.py", line 9, in main\n    x = rows[i]\n'
              "KeyError: 'label'\n")
@@ -20,15 +23,16 @@ def line(obj, number: int = 3) -> LogLine:
 
 
 def test_a_json_loggers_line_is_its_message_then_its_exception_behind_its_time_and_rank():
+    # "[rank 3] " as a logger writes it: not torch's excepthook's "[rank3]: ", which says uncaught.
     out = pieces(line({"ts": "2024-05-01T10:00:00.123", "level": "ERROR", "rank": 3, "msg": "training failed",
                        "exc_info": TRACEBACK}))
     assert out is not None
     assert [p.text for p in out] == [
-        "2024-05-01T10:00:00.123 [rank3]: training failed",
-        "2024-05-01T10:00:00.123 [rank3]: Traceback (most recent call last):",
-        '2024-05-01T10:00:00.123 [rank3]:   File "/home/u/train.py", line 9, in main',
-        "2024-05-01T10:00:00.123 [rank3]:     x = rows[i]",
-        "2024-05-01T10:00:00.123 [rank3]: KeyError: 'label'",
+        "2024-05-01T10:00:00.123 [rank 3] training failed",
+        "2024-05-01T10:00:00.123 [rank 3] Traceback (most recent call last):",
+        '2024-05-01T10:00:00.123 [rank 3]   File "/home/u/train.py", line 9, in main',
+        "2024-05-01T10:00:00.123 [rank 3]     x = rows[i]",
+        "2024-05-01T10:00:00.123 [rank 3] KeyError: 'label'",
     ]
     assert {(p.file, p.line, p.rank) for p in out} == {("job.log", 3, 3)}
 
@@ -39,25 +43,28 @@ def test_dockers_json_file_lines_are_their_log_text():
 
 
 @pytest.mark.parametrize("text", [
-    '{"loss": 1.25, "step": 3}',      # a metrics dict: no text field
-    '{"msg": 3}',                     # a text field that is no text
-    "[1, 2, 3]",                      # not an object
-    '{"msg": "unterminated}',          # not JSON
-    "{" * 50_000 + "}" * 50_000,      # nested past what json parses
+    '{"loss": 1.25, "step": 3, "level": "INFO"}',  # a metrics record: no text field
+    '{"msg": 3, "level": "INFO"}',                 # a text field that is no text
+    '{"text": "Traceback (most recent call last):\\nValueError: x", "label": 1}',  # a dataset sample, no log record
+    "[1, 2, 3]",                                   # not an object
+    '{"msg": "unterminated, "level": "INFO"}',     # not JSON
+    '{"a":' * 50_000 + "1" + "}" * 50_000,         # nested past what json parses
 ])
 def test_what_is_no_json_log_record_stays_the_line_it_is(text):
     assert pieces(LogLine("job.log", 1, text, None)) is None
 
 
 def test_one_object_stands_for_at_most_max_pieces_lines():
-    out = pieces(line({"msg": "\n".join(f"frame {i}" for i in range(MAX_PIECES * 2))}))
+    out = pieces(line({"level": "ERROR", "msg": "\n".join(f"frame {i}" for i in range(MAX_PIECES * 2))}))
     assert out is not None and len(out) == MAX_PIECES
 
 
-def test_a_rank_field_is_a_whole_number_and_not_a_bool():
-    assert pieces(line({"msg": "x", "rank": "12"}))[0].rank == 12
-    assert pieces(line({"msg": "x", "rank": True}))[0].rank is None
-    assert pieces(line({"msg": "x", "rank": -1}))[0].rank is None
+@pytest.mark.parametrize(("value", "rank"), [("12", 12), (3.0, 3), (True, None), (-1, None), (10 ** 9, None), (2.5, None)])
+def test_a_rank_field_is_a_whole_number_of_a_job_and_not_a_bool(value, rank):
+    assert pieces(line({"level": "INFO", "msg": "x", "rank": value}))[0].rank == rank
+
+
+def test_only_a_braced_line_is_parsed():
     assert not may_be_object("step 3 {loss: 1}") and may_be_object('{"msg": "x"}  ')
 
 
@@ -68,3 +75,35 @@ def test_diagnose_reads_an_uncaught_exception_a_json_logger_wrote(tmp_path):
     lines.append("[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:2345")
     root = diagnosed_root(tmp_path, "\n".join(lines) + "\n")
     assert root is not None and (root["rank"], root["fields"]["exc_type"]) == (1, "KeyError")
+
+
+def test_a_json_loggers_exception_of_a_job_that_exited_zero_was_caught(tmp_path):
+    # logger.exception() in a retry loop that then succeeded: a logger's record, not torch's
+    # excepthook's report of an uncaught exception, so the job's exit 0 makes it a warning.
+    log = tmp_path / "run-20240501-100000.log"
+    records = [{"ts": "2024-05-01T10:00:01", "level": "ERROR", "rank": 1, "msg": "fetch failed, retrying",
+                "exc_info": 'Traceback (most recent call last):\n  File "/home/u/train.py", line 9, in fetch\n'
+                            "    return get(url)\nConnectionResetError: [Errno 104] Connection reset by peer"}]
+    records += [{"ts": f"2024-05-01T10:00:0{i}", "level": "INFO", "rank": 1, "msg": f"step {i} loss 0.{i}"} for i in range(2, 6)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "run-20240501-100000.job.json").write_text(json.dumps({"exit_code": 0}))
+    (tmp_path / "run-20240501-100000.meta.json").write_text(json.dumps({"world_size": 2}))
+    assert diagnose_json("--no-user-rules", str(log))["root_cause"] is None
+
+
+def test_the_fast_scan_and_the_line_by_line_reading_know_the_same_ranks_of_a_json_log(tmp_path):
+    # Ranks 0-2 in JSON fields only; rank 0 timed out waiting: the rank that never reported is
+    # told the same both ways (the fast scan reads the first lines' ranks in bulk).
+    records = [{"ts": "2024-05-01T10:00:01", "level": "INFO", "rank": r, "msg": f"rank {r} ready"} for r in range(3)]
+    records += [{"ts": "2024-05-01T10:00:30", "level": "ERROR", "rank": r, "msg": "step failed",
+                 "exc_info": "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+                             "Timed out waiting 30000ms for recv operation to complete"} for r in (0, 1)]
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    fast = diagnosed_root(tmp_path, text)
+    catalogue = load_catalogue(include_user=False)
+    engine = Engine(catalogue)
+    for number, raw in enumerate(text.splitlines(), start=1):
+        engine.feed(LogLine("job.log", number, raw))
+    engine.flush()
+    slow = conclude(engine.diagnosis(["job.log"]), catalogue, ranks=engine.rank_evidence()).root_cause
+    assert fast is not None and slow is not None and (fast["rank"], fast["title"]) == (slow.rank, slow.title) == (2, fast["title"])

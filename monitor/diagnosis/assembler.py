@@ -102,11 +102,6 @@ class RecordAssembler:
         return events
 
     def _feed(self, line: LogLine, arrival: int, events: list[Event]) -> None:
-        if structured.may_be_object(line.text) and (lines := structured.pieces(line)) is not None:
-            # A JSON logger's line: its message and exception, read as the lines they were.
-            for piece in lines:
-                self._feed(piece, arrival, events)
-            return
         first_event = len(events)
         file_pending = self._pending_per_file.get(line.file, 0)
         if file_pending:
@@ -117,6 +112,12 @@ class RecordAssembler:
             events.append(ConditionLiterals(line, frozenset(log_hits)))
         read_for_content = bool(rule_hits or starter or file_pending)
         if not (read_for_content or line.line <= EARLY_LINES):
+            return
+        if structured.may_be_object(line.text) and (lines := structured.pieces(line)) is not None:
+            # A JSON logger's line (parsed only where it may matter, as any line is read): its
+            # message and exception, read as the lines they were.
+            for piece in lines:
+                self._feed(piece, arrival, events)
             return
         prefix = parse_prefix(line.text)
         if read_for_content and "[rank" in prefix.body and (glued := _GLUED.search(prefix.body)):

@@ -309,13 +309,14 @@ EVERY_RANK = {"en": (" (raised on both ranks)", " (raised on all {count} ranks)"
 
 def on_every_rank(diagnosis: Diagnosis, catalogue, ranks: RankEvidence | None) -> Diagnosis:
     """Where the root cause is an uncaught exception that every rank of the job raised (every
-    rank of its world size, else every rank its logs show, two at least), its title says so: it
-    names the rank that raised first, which is then no more to blame than the others."""
+    rank of its world size, else of the ranks its logs show where they are 0 to N-1, two at
+    least: two ranks of eight that printed alone are no job), its title says so: it names the
+    rank that raised first, which is then no more to blame than the others."""
     root = diagnosis.root_cause
     if root is None or root.rule != pyexc.RULE_ID or ranks is None or len(raised := set(root.ranks)) < 2:
         return diagnosis
     job = set(range(ranks.world_size)) if ranks.world_size else set(ranks.known_ranks)
-    if not job or not job <= raised:
+    if job != set(range(len(job))) or not job <= raised:
         return diagnosis
     both, every = EVERY_RANK.get(catalogue.lang, EVERY_RANK["en"])
     added = both if len(raised) == 2 else every.format(count=len(raised))

@@ -175,32 +175,33 @@ def _hung_after_finishing(root: Finding | None, findings: list[Finding], lang: s
 
 
 # ``_stuck_when_stopped``'s words in each output language: title, confidence note, remedy's first
-# line; fields {stopped_by}, {stacks}, {later}.
+# line; fields {stopped_by}, {stacks}.
 STUCK_TEXTS = {
     "en": ("Stuck, then stopped from outside: {stacks}",
            "the ranks' stacks were taken in the silence the stop ended: the job was stuck there, or slow enough to look it",
-           "No output came for a while; the ranks' stacks were taken in that silence, and {later}the job was stopped from "
+           "No output came for a while; the ranks' stacks were taken in that silence, and then the job was stopped from "
            "outside ({stopped_by}): they show where it was stuck."),
     "zh": ("卡住之后被外部停止：{stacks}",
            "各 rank 的调用栈是在被停止前的那段沉默中抓取的：作业卡在那里，或者慢得像是卡住了",
-           "有一段时间没有任何输出；各 rank 的调用栈是在那段沉默中抓取的，{later}作业被外部停止（{stopped_by}）：调用栈显示了它卡在哪里。"),
+           "有一段时间没有任何输出；各 rank 的调用栈是在那段沉默中抓取的，之后作业被外部停止（{stopped_by}）：调用栈显示了它卡在哪里。"),
 }
 
 
 def _stuck_when_stopped(root: Finding | None, findings: list[Finding], lang: str = "en") -> Finding | None:
-    """A stop from outside that ended a silence in which the ranks' stacks were taken (a capture
-    the stall triggered, kept because nothing but the stop's own lines ended that silence: every
-    rank in a queue's get, say, where no collective waits and so no timeout comes): the job was
-    stuck, and that is why it was stopped. The stacks' finding, as the root. Otherwise ``root``."""
+    """A stop from outside that ended a silence in which the ranks' stacks were taken: every rank
+    in a queue's get, say, where no collective waits and so no timeout comes. The job was stuck,
+    and that is why it was stopped: the stacks' finding, as the root. Otherwise ``root``. Such a
+    capture is held only while its silence lasts: the session withdraws it once the job trains on
+    (``JobSession``), and a run's stacks file read afterwards leaves out a capture its log shows
+    training after (``evidence.read_evidence``); so no clock of the log's is compared here."""
     if root is None or root.category not in (STOPPED, Category.SLURM_EVENT):
         return root
-    taken = [f for f in findings if f.origin == "stacks" and f.fields.get("trigger") == "stall"
-             and chronological([f, root])[0] is f]
+    taken = [f for f in findings if f.origin == "stacks" and f.fields.get("trigger") == "stall"]
     if not taken:
         return root
-    stacks = chronological(taken)[-1]
+    stacks = taken[-1]
     title, note, said = STUCK_TEXTS.get(lang, STUCK_TEXTS["en"])
-    words = {"stopped_by": root.title, "stacks": stacks.title, "later": _later(stacks, root, lang)}
+    words = {"stopped_by": root.title, "stacks": stacks.title}
     return replace(
         stacks, severity="error", role="root", confidence="likely", title=title.format(**words),
         confidence_note=note, remedy=said.format(**words) + "\n" + stacks.remedy,
@@ -221,7 +222,7 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
     weighed = [f for f in findings if f.origin not in _LAST_RESORTS]
     roots = [f for f in weighed
              if f.role == "root" and f.severity == "error" and not is_timeout(f) and not _after_a_wait(f, weighed)]
-    roots = [f for f in roots if not _printed_by_the_program(f, roots, weighed) and not _after_a_stop(f, weighed)]
+    roots = [f for f in roots if not _printed_by_the_program(f, roots, weighed)]
     if roots:
         ordered = chronological(roots)
         return _as_its_timeout(next(f for i, f in enumerate(ordered) if not _outlived(f, ordered[i + 1:])), weighed)
@@ -268,14 +269,6 @@ def _as_its_timeout(root: Finding, findings: list[Finding]) -> Finding:
         return root
     timeouts = [f for f in findings if is_timeout(f) and f.severity == "error"]
     return replace(root, category=chronological(timeouts)[0].category) if timeouts else root
-
-
-def _after_a_stop(finding: Finding, findings: list[Finding]) -> bool:
-    """Whether ``finding`` came after the job was stopped from outside (a stop this monitor asked
-    for is no error): what failed once the processes were told to stop (a SIGTERM handler's
-    emergency checkpoint, a data loader torn down) is a consequence of the stop."""
-    stops = [f for f in findings if f.category == STOPPED and f.severity == "error"]
-    return bool(stops) and finding.category != STOPPED and chronological([*stops, finding])[0] is not finding
 
 
 def _printed_by_the_program(finding: Finding, roots: list[Finding], findings: list[Finding]) -> bool:
@@ -598,7 +591,7 @@ def confidence(root: Finding | None, lang: str = "en") -> tuple[Confidence | Non
     level, note = root.confidence, root.confidence_note
     if root.origin in _LAST_RESORTS:
         return level, note
-    if is_timeout(root):
+    if is_timeout(root) and root.origin != "stacks":  # the stacks saw where each rank was: nothing inferred
         inferred: tuple[Confidence, str]
         inferred = ("likely", _texts(lang)["only_lost" if lost_peer(root) else "only_timeouts"])
         return _weaker((level, note), inferred)

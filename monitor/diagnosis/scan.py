@@ -30,9 +30,11 @@ from monitor.diagnosis.engine import EARLY_LINES, Engine
 from monitor.diagnosis.prefilter import has_control
 from monitor.diagnosis.timestamps import FileDate
 from monitor.formats import LEAD_ALTERNATION, PREFIX_ALTERNATION
+from monitor.logs import structured
 from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import make_line, open_log, read_chunks
 from monitor.logs.decode import MAX_LINE_BYTES, LineAssembler, left_out
+from monitor.model import LogLine
 from monitor.text import clean
 
 CHUNK_BYTES = 4 << 20
@@ -99,6 +101,10 @@ class EarlyLines:
         ranks = {file_rank.of(prefix) for prefix in set(prefixes)} | {file_rank.of(line) for line in led}
         if len(prefixes) + len(led) < self.count:
             ranks.add(file_rank.file_rank)  # a line with no prefix: its file's rank
+        if '{"' in text:  # a JSON logger's lines: their rank fields, as the line-by-line path reads them
+            for line in text.split("\n"):
+                if structured.may_be_object(line) and (lines := structured.pieces(LogLine("", 0, line))):
+                    ranks.add(lines[0].rank)
         ranks.discard(None)
         self.ranks = ranks
         # The ranks NCCL processes set up with (``attribute.process_claim``).

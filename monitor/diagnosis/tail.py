@@ -61,6 +61,13 @@ def step_of(line: LogLine) -> int | None:
     return progress.step if progress is not None else None
 
 
+def trains(line: LogLine) -> bool:
+    """Whether ``line`` is training progress (a step or a loss): a stop's or a kill's own lines,
+    which also end a silence, are not."""
+    progress = parse_progress(line.text)
+    return progress is not None and (progress.step is not None or progress.loss is not None)
+
+
 def ends_training(path: str) -> bool:
     """Whether ``path``'s last line is training progress."""
     last = last_line(path)

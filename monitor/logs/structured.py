@@ -5,9 +5,12 @@ fields, their line ends escaped: python-json-logger's ``{"message": ..., "exc_in
 (most recent call last):\\n  File ..."}``, structlog's ``event``/``exception``, Docker's json-file
 driver's ``{"log": "...\\n", "stream": "stderr", "time": ...}``. Such a line is read as the lines of
 its message and then of its exception, each behind the object's time where it is an ISO date and
-time and its rank (a ``rank`` field) as torch's excepthook writes it, ``[rank<N>]: ``: a lead and a
-prefix the line's reader takes off again, as for any timed line of a rank. Bounded: the line is as long as the reader keeps lines, its nesting as
-deep as json allows, and at most ``MAX_PIECES`` lines come out of one.
+time and its rank (a ``rank`` field) as a logger writes it, ``[rank <N>] ``: a lead and a prefix
+the line's reader takes off again, as for any timed line of a rank (not torch's excepthook's
+``[rank<N>]: ``, which says the exception was uncaught: a logger's was caught). Only an object
+shaped like a log record is read so: a level or a time beside its text (a dataset sample printed
+as JSON, with a "text" field, is no record). Bounded: the line is as long as the reader keeps
+lines, its nesting as deep as json allows, and at most ``MAX_PIECES`` lines come out of one.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ MESSAGE_KEYS = ("msg", "message", "event", "log", "text")
 EXCEPTION_KEYS = ("exc_info", "exception", "exc_text", "stack_trace", "stack", "traceback")
 RANK_KEYS = ("rank", "global_rank", "RANK")
 TIME_KEYS = ("ts", "time", "timestamp", "asctime", "@timestamp")
+LEVEL_KEYS = ("level", "levelname", "severity", "log_level", "stream")  # Docker's json-file: "stream"
+# A rank is a process's number in a job: never this many.
+MAX_RANK = 1_000_000
 # The most lines one object stands for (a traceback of a deep recursion is cut, as the reader cuts lines).
 MAX_PIECES = 4096
 _ISO_TIME = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?$")
@@ -33,12 +39,12 @@ def may_be_object(text: str) -> bool:
 
 
 def pieces(line: LogLine) -> list[LogLine] | None:
-    """The lines ``line`` stands for, or None where it is no JSON object with a text field."""
+    """The lines ``line`` stands for, or None where it is no JSON log record with a text field."""
     try:
         record = json.loads(line.text)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(record, dict):
+    if not isinstance(record, dict) or not any(key in record for key in LEVEL_KEYS + TIME_KEYS):
         return None
     texts = [value for key in MESSAGE_KEYS + EXCEPTION_KEYS if isinstance(value := record.get(key), str) and value]
     if not texts:
@@ -47,7 +53,7 @@ def pieces(line: LogLine) -> list[LogLine] | None:
     stamp = next((value + " " for key in TIME_KEYS
                   if isinstance(value := record.get(key), str) and _ISO_TIME.match(value)), "")
     if rank is not None:
-        stamp += f"[rank{rank}]: "
+        stamp += f"[rank {rank}] "
     out: list[LogLine] = []
     for text in texts:
         for part in text.rstrip("\n").split("\n"):
@@ -62,8 +68,10 @@ def _rank(record: dict) -> int | None:
         value = record.get(key)
         if isinstance(value, bool):
             continue
-        if isinstance(value, int) and value >= 0:
-            return value
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
         if isinstance(value, str) and value.isdigit() and len(value) < 7:
-            return int(value)
+            value = int(value)
+        if isinstance(value, int) and 0 <= value < MAX_RANK:
+            return value
     return None

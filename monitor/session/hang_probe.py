@@ -15,6 +15,7 @@ dump request is a byte written to a FIFO without blocking, and nothing here wait
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -94,7 +95,9 @@ class HangProbe:
     # -- the capture, on its own thread ---------------------------------------------------------
     def _capture(self, reason: str) -> None:
         try:
+            written = _size(self.log_path)
             look = Look(self._pids(), reason, self._recorder, self._py_spy, str(self.text_path))
+            look.capture.log_bytes = written
             if look.capture.problem:
                 kind = next((p.error_kind for p in look.capture.processes if p.error_kind), "none")
                 if kind not in _NOT_PROBLEMS:
@@ -188,3 +191,11 @@ class Look:
 def _verdict(finding: Finding) -> tuple[str, tuple[int, ...]]:
     """What two looks must share to agree: the title names every group of ranks and its place."""
     return finding.title, tuple(finding.ranks)
+
+
+def _size(path: Path) -> int | None:
+    """How much of the log is written now (None: it cannot be told)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None

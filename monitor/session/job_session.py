@@ -41,6 +41,7 @@ from monitor.diagnosis.root_cause import as_requested_stop
 from monitor.diagnosis.conclude import conclude, exited_zero
 from monitor.diagnosis.novelty import Against, NoveltyWatch
 from monitor.diagnosis.second_opinion import review
+from monitor.diagnosis.tail import trains
 from monitor.evidence import read_evidence, recorded_beside
 from monitor.logs.clock import SYSTEM_CLOCK, Clock
 from monitor.logs.follow import Follower
@@ -49,7 +50,6 @@ from monitor.logs.ranks import FileRanks
 from monitor.logs.runs import recorded_job_log, run_record
 from monitor.logs.reader import UnreadableLog, last_lines, line_end
 from monitor.model import SEVERITY_ORDER, Diagnosis, Finding, LogLine, is_timeout
-from monitor.progress.parse import parse_progress
 from monitor.progress import ProgressTracker
 from monitor.session.hang_probe import NOT_TAKEN_RULE, HangProbe
 from monitor.session.stall import StallDetector, resolved_note
@@ -96,13 +96,6 @@ class _Probation:
     until: float
     findings: list[Finding]
     trained: bool
-
-
-def _trains(line: LogLine) -> bool:
-    """Whether ``line`` is training progress (a step or a loss): a stop's or a kill's own lines,
-    which also end a silence, are not."""
-    event = parse_progress(line.text)
-    return event is not None and (event.step is not None or event.loss is not None)
 
 
 class JobSession:
@@ -399,7 +392,8 @@ class JobSession:
     def diagnosis(self) -> Diagnosis:
         """The diagnosis so far, with every record in progress completed."""
         self.flush()
-        diagnosis = conclude(self.engine.diagnosis(self.follower.files), self.engine.catalogue, self.against)
+        diagnosis = conclude(self.engine.diagnosis(self.follower.files), self.engine.catalogue, self.against,
+                             ranks=self.engine.rank_evidence())
         diagnosis.problems = self.problems + diagnosis.problems
         return diagnosis
 
@@ -451,7 +445,7 @@ class JobSession:
             if self._tracking_progress:
                 self.progress.feed(line.text, line.rank, now, line.file)
             if self._probation is not None and not self._probation.trained:
-                self._probation.trained = _trains(line)
+                self._probation.trained = trains(line)
             new += self._taken(engine.feed(line))
             if self._novelty is not None and (news := self._novelty.observe(line)) is not None:
                 new.append(engine.add_new(news))
@@ -520,7 +514,7 @@ class JobSession:
         note = self.engine.add_new(resolved_note(cleared, self._clock.wall(), exited, resumed))
         on_trial = [f for found in self._evidence.values() for f in found if f.fields.get("trigger") == "stall"]
         if on_trial:
-            self._probation = _Probation(now + PROBATION_S, on_trial, any(map(_trains, resumed)))
+            self._probation = _Probation(now + PROBATION_S, on_trial, any(map(trains, resumed)))
         if self.probe is not None:
             self.probe.rearm()
         return note

@@ -60,6 +60,9 @@ class Capture:
     world_size: int | None = None
     took_s: float = 0.0
     problem: str = ""             # why nothing could be taken (no py-spy, no process), one line
+    # How much of the run's log was written when it was taken (``monitor run``'s probe): what the
+    # log says after it (training on) tells, after the run, whether the silence it was taken in passed.
+    log_bytes: int | None = None
 
     def ranked(self) -> list[ProcessStack]:
         """The processes with a stack, by rank."""
