@@ -107,3 +107,33 @@ def test_the_fast_scan_and_the_line_by_line_reading_know_the_same_ranks_of_a_jso
     engine.flush()
     slow = conclude(engine.diagnosis(["job.log"]), catalogue, ranks=engine.rank_evidence()).root_cause
     assert fast is not None and slow is not None and (fast["rank"], fast["title"]) == (slow.rank, slow.title) == (2, fast["title"])
+
+
+KEYERROR = {"ts": "2024-05-01T10:00:06", "level": "ERROR", "msg": "training failed", "exc_info": TRACEBACK}
+
+
+@pytest.mark.parametrize(("wrap", "rank_field"), [
+    (lambda record, rank: f"{rank}: {json.dumps(record)}", False),          # srun --label
+    (lambda record, rank: f"[default{rank}]:{json.dumps(record)}", False),  # torchrun --tee
+    (lambda record, rank: json.dumps({"log": json.dumps(record) + "\n", "stream": "stderr",
+                                      "time": "2024-05-01T10:00:07.000000000Z"}), True),  # Docker's json-file
+])
+def test_a_json_record_behind_a_rank_prefix_or_inside_dockers_record_is_read(tmp_path, wrap, rank_field):
+    # The prefix's rank is the record's where it has none of its own.
+    def record(fields, rank):
+        return wrap({**fields, "rank": rank} if rank_field else fields, rank)
+
+    lines = [record({"ts": f"2024-05-01T10:00:0{i}", "level": "INFO", "msg": f"step {i}"}, i % 2) for i in range(4)]
+    lines.append(record(KEYERROR, 1))
+    root = diagnosed_root(tmp_path, "\n".join(lines) + "\n")
+    assert root is not None and root["fields"]["exc_type"] == "KeyError" and root["rank"] == 1
+
+
+def test_training_on_after_a_json_loggers_exception_shows_it_was_caught(tmp_path):
+    # No exit code recorded: the log's end, read as the engine reads it, shows steps past it.
+    lines = [json.dumps({"ts": f"2024-05-01T10:00:0{i}", "level": "INFO", "rank": 1, "msg": f"step {i} loss 0.{i}"})
+             for i in range(1, 4)]
+    lines.append(json.dumps({**KEYERROR, "rank": 1, "msg": "batch skipped"}))
+    lines += [json.dumps({"ts": f"2024-05-01T10:00:1{i}", "level": "INFO", "rank": 1, "msg": f"step {i} loss 0.{i}"})
+              for i in range(4, 9)]
+    assert diagnosed_root(tmp_path, "\n".join(lines) + "\n") is None

@@ -113,7 +113,7 @@ class RecordAssembler:
         read_for_content = bool(rule_hits or starter or file_pending)
         if not (read_for_content or line.line <= EARLY_LINES):
             return
-        if structured.may_be_object(line.text) and (lines := structured.pieces(line)) is not None:
+        if (lines := structured.expanded(line)) is not None:
             # A JSON logger's line (parsed only where it may matter, as any line is read): its
             # message and exception, read as the lines they were.
             for piece in lines:

@@ -103,7 +103,7 @@ class EarlyLines:
             ranks.add(file_rank.file_rank)  # a line with no prefix: its file's rank
         if '{"' in text:  # a JSON logger's lines: their rank fields, as the line-by-line path reads them
             for line in text.split("\n"):
-                if structured.may_be_object(line) and (lines := structured.pieces(LogLine("", 0, line))):
+                if lines := structured.expanded(LogLine("", 0, line)):
                     ranks.add(lines[0].rank)
         ranks.discard(None)
         self.ranks = ranks

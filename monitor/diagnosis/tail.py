@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import regex
 
+from monitor.logs import structured
 from monitor.logs.decode import LineAssembler
 from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import make_line
@@ -26,7 +27,7 @@ _SAYS_SOMETHING = regex.compile(r"[\p{L}\p{N}]")
 def tail_lines(path: str, size: int = TAIL_BYTES) -> tuple[Iterator[LogLine], int]:
     """The complete lines in the last ``size`` bytes of ``path``, last first, those with no
     letter or digit left out, each read as the engine reads it (prefixes and leads taken off, its
-    rank known) as it is asked for; and the bytes read. Nothing, when it cannot be read or is
+    rank known, a JSON logger's line as its lines) as it is asked for; and the bytes read. Nothing, when it cannot be read or is
     compressed (a gzip's end is no text)."""
     try:
         with open(path, "rb") as stream:
@@ -46,7 +47,15 @@ def tail_lines(path: str, size: int = TAIL_BYTES) -> tuple[Iterator[LogLine], in
         cut = raws[0].rstrip(b"\r")  # a bar drawn as "bar\r", or a pty's "\r\n"
         raws[0] = cut[cut.rfind(b"\r") + 1:] if b"\r" in cut else b""
     lines = (make_line(path, 0, LineAssembler().feed(raw + b"\n")[0], ranks) for raw in reversed(raws))
-    return (line for line in lines if _SAYS_SOMETHING.search(line.text)), len(tail)
+    return (line for line in _expanded(lines) if _SAYS_SOMETHING.search(line.text)), len(tail)
+
+
+def _expanded(lines: Iterator[LogLine]) -> Iterator[LogLine]:
+    """``lines`` (last first) with a JSON logger's line read as the lines it stands for, as the
+    engine reads it (``structured.pieces``): its message and exception, last first."""
+    for line in lines:
+        pieces = structured.expanded(line)
+        yield from reversed(pieces) if pieces is not None else (line,)
 
 
 def last_line(path: str, size: int = TAIL_BYTES) -> LogLine | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 
+from monitor.logs.ranks import parse_prefix
 from monitor.model import LogLine
 
 # The fields of the line's text, in the order they are read: the message, then the exception.
@@ -31,6 +32,21 @@ MAX_RANK = 1_000_000
 # The most lines one object stands for (a traceback of a deep recursion is cut, as the reader cuts lines).
 MAX_PIECES = 4096
 _ISO_TIME = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?$")
+
+
+def expanded(line: LogLine) -> list[LogLine] | None:
+    """The lines ``line`` stands for where it is a JSON log record, whole or after a rank's
+    prefix or a time (torchrun --tee's ``[default1]:``, srun --label's ``1: ``, a record Docker's
+    json-file driver kept as its "log"): the prefix's rank is the record's where it has none of
+    its own; None where it is no such record."""
+    if "{" not in line.text:
+        return None
+    if may_be_object(line.text):
+        return pieces(line)
+    prefix = parse_prefix(line.text)
+    if prefix.body is line.text or not may_be_object(prefix.body):
+        return None
+    return pieces(LogLine(line.file, line.line, prefix.body, line.rank if line.rank is not None else prefix.rank))
 
 
 def may_be_object(text: str) -> bool:
