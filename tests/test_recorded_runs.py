@@ -164,3 +164,14 @@ def test_a_capture_whose_silence_passed_is_left_out_after_the_run(tmp_path):
 
 def log_of_folder(folder: Path) -> Path:
     return next(folder.glob("run-*.log"))
+
+
+def test_the_screens_root_cause_says_every_rank_raised_it_as_the_report_does():
+    from monitor.diagnosis.catalogue import load_catalogue
+    from monitor.session.job_session import JobSession
+
+    session = JobSession([log_of("every-rank-raised")], load_catalogue(include_user=False))
+    session.close()  # read to its end
+    live = session.root_cause()
+    assert live is not None and live.title.endswith("(raised on all 6 ranks)")
+    assert session.diagnosis().root_cause.title == live.title

@@ -38,7 +38,7 @@ from monitor.diagnosis.engine import Engine
 from monitor.diagnosis.node_health import NodeWatch
 from monitor.diagnosis.scan import scan_prefix
 from monitor.diagnosis.root_cause import as_requested_stop
-from monitor.diagnosis.conclude import conclude, exited_zero
+from monitor.diagnosis.conclude import conclude, exited_zero, on_every_rank
 from monitor.diagnosis.novelty import Against, NoveltyWatch
 from monitor.diagnosis.second_opinion import review
 from monitor.diagnosis.tail import trains
@@ -383,10 +383,10 @@ class JobSession:
         state = (self.engine.version, len(self.engine.known_ranks))
         if self._concluded is None or self._concluded[0] != state:
             diagnosis = self.engine.diagnosis(self.follower.files)
-            root = diagnosis.root_cause
-            if root is not None:  # review asks the model only where the rules are unsure
-                root = review(diagnosis, self.engine.catalogue).root_cause
-            self._concluded = (state, root)
+            if diagnosis.root_cause is not None:  # review asks the model only where the rules are unsure
+                diagnosis = on_every_rank(review(diagnosis, self.engine.catalogue), self.engine.catalogue,
+                                          self.engine.rank_evidence())
+            self._concluded = (state, diagnosis.root_cause)
         return self._concluded[1]
 
     def diagnosis(self) -> Diagnosis:
