@@ -98,7 +98,7 @@ def _trained_after(log: Path, capture: Capture) -> bool:
         with open(log, "rb") as stream:
             stream.seek(capture.log_bytes)
             after = stream.read(AFTER_CAPTURE_BYTES)
-    except OSError:
+    except (OSError, ValueError, OverflowError):  # an offset no file has: nothing after it
         return False
     lines = after.split(b"\n")
     if len(after) == AFTER_CAPTURE_BYTES:

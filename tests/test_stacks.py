@@ -346,6 +346,13 @@ def test_a_stacks_file_round_trips_and_keeps_the_latest_captures():
     assert files.render_all(data).count("Stacks of the job's ranks on gpu-07") == files.KEPT_CAPTURES
 
 
+@pytest.mark.parametrize(("written", "read"), [(4096, 4096), (None, None), (-5, None), (10 ** 30, None), (True, None), ("12", None)])
+def test_the_logs_size_a_capture_was_taken_at_is_read_back_only_as_an_offset_a_file_can_have(written, read):
+    entry = files.capture_to_json(_capture(_waiting(0), _waiting(1)), None)
+    entry["log_bytes"] = written
+    assert files.capture_from_json(entry)[0].log_bytes == read
+
+
 # -- `monitor stacks`, as a user runs it ---------------------------------------------------------
 
 def _stacks_cli(*args: str) -> subprocess.CompletedProcess:

@@ -46,7 +46,8 @@ def capture_from_json(data: dict) -> tuple[Capture, Finding | None]:
     log_bytes = data.get("log_bytes")  # absent from the files of earlier versions
     capture = Capture(taken=data["taken"], trigger=data["trigger"], host=data["host"], processes=processes,
                       world_size=data["world_size"], took_s=data["took_s"], problem=data["problem"],
-                      log_bytes=log_bytes if isinstance(log_bytes, int) and not isinstance(log_bytes, bool) else None)
+                      log_bytes=log_bytes if isinstance(log_bytes, int) and not isinstance(log_bytes, bool)
+                      and 0 <= log_bytes < 1 << 62 else None)
     finding = Finding(**data["finding"]) if data.get("finding") else None
     return capture, finding
 
