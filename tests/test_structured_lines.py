@@ -4,13 +4,14 @@ exception (monitor/logs/structured.py), with its rank and time."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from monitor.diagnosis.catalogue import load_catalogue
 from monitor.diagnosis.conclude import conclude
 from monitor.diagnosis.engine import Engine
-from monitor.logs.structured import MAX_PIECES, may_be_object, pieces
+from monitor.logs.structured import MAX_PIECES, expanded, may_be_object
 from monitor.model import LogLine
 from tests.diagnosis_helpers import diagnose_json, diagnosed_root
 
@@ -24,7 +25,7 @@ def line(obj, number: int = 3) -> LogLine:
 
 def test_a_json_loggers_line_is_its_message_then_its_exception_behind_its_time_and_rank():
     # "[rank 3] " as a logger writes it: not torch's excepthook's "[rank3]: ", which says uncaught.
-    out = pieces(line({"ts": "2024-05-01T10:00:00.123", "level": "ERROR", "rank": 3, "msg": "training failed",
+    out = expanded(line({"ts": "2024-05-01T10:00:00.123", "level": "ERROR", "rank": 3, "msg": "training failed",
                        "exc_info": TRACEBACK}))
     assert out is not None
     assert [p.text for p in out] == [
@@ -38,7 +39,7 @@ def test_a_json_loggers_line_is_its_message_then_its_exception_behind_its_time_a
 
 
 def test_dockers_json_file_lines_are_their_log_text():
-    out = pieces(line({"log": "RuntimeError: boom\n", "stream": "stderr", "time": "2024-05-01T10:00:00.123456789Z"}))
+    out = expanded(line({"log": "RuntimeError: boom\n", "stream": "stderr", "time": "2024-05-01T10:00:00.123456789Z"}))
     assert out is not None and [p.text for p in out] == ["2024-05-01T10:00:00.123456789Z RuntimeError: boom"]
 
 
@@ -51,17 +52,17 @@ def test_dockers_json_file_lines_are_their_log_text():
     '{"a":' * 50_000 + "1" + "}" * 50_000,         # nested past what json parses
 ])
 def test_what_is_no_json_log_record_stays_the_line_it_is(text):
-    assert pieces(LogLine("job.log", 1, text, None)) is None
+    assert expanded(LogLine("job.log", 1, text, None)) is None
 
 
 def test_one_object_stands_for_at_most_max_pieces_lines():
-    out = pieces(line({"level": "ERROR", "msg": "\n".join(f"frame {i}" for i in range(MAX_PIECES * 2))}))
+    out = expanded(line({"level": "ERROR", "msg": "\n".join(f"frame {i}" for i in range(MAX_PIECES * 2))}))
     assert out is not None and len(out) == MAX_PIECES
 
 
 @pytest.mark.parametrize(("value", "rank"), [("12", 12), (3.0, 3), (True, None), (-1, None), (10 ** 9, None), (2.5, None)])
 def test_a_rank_field_is_a_whole_number_of_a_job_and_not_a_bool(value, rank):
-    assert pieces(line({"level": "INFO", "msg": "x", "rank": value}))[0].rank == rank
+    assert expanded(line({"level": "INFO", "msg": "x", "rank": value}))[0].rank == rank
 
 
 def test_only_a_braced_line_is_parsed():
@@ -137,3 +138,33 @@ def test_training_on_after_a_json_loggers_exception_shows_it_was_caught(tmp_path
     lines += [json.dumps({"ts": f"2024-05-01T10:00:1{i}", "level": "INFO", "rank": 1, "msg": f"step {i} loss 0.{i}"})
               for i in range(4, 9)]
     assert diagnosed_root(tmp_path, "\n".join(lines) + "\n") is None
+
+
+JSON_LOGS = Path(__file__).parent / "data" / "json_logs"
+
+
+def test_a_json_record_behind_torchrun_tee_keeps_its_local_rank_for_the_summary_to_map():
+    # Written behind "[default1]:" with no rank field; torchrun's summary says rank 9 is local rank 1.
+    root = diagnose_json("--no-user-rules", str(JSON_LOGS / "tee-local-rank.log"))["root_cause"]
+    assert (root["rank"], root["fields"]["exc_type"]) == (9, "KeyError")
+
+
+def test_a_loggers_record_inside_dockers_is_read_the_same_fast_and_line_by_line():
+    # Docker's json-file records, each holding a JSON logger's record with its rank: ranks 0-2
+    # exist, ranks 0 and 1 timed out; both readings (and a file's end) see the inner records.
+    log = JSON_LOGS / "docker-nested-timeout.log"
+    fast = diagnose_json("--no-user-rules", str(log))["root_cause"]
+    catalogue = load_catalogue(include_user=False)
+    engine = Engine(catalogue)
+    for number, raw in enumerate(log.read_text().splitlines(), start=1):
+        engine.feed(LogLine(str(log), number, raw))
+    engine.flush()
+    slow = conclude(engine.diagnosis([str(log)]), catalogue, ranks=engine.rank_evidence()).root_cause
+    assert slow is not None and (fast["rank"], fast["title"]) == (slow.rank, slow.title) == (2, fast["title"])
+    # A logger's exception the job trained on after, inside Docker's records: caught.
+    assert diagnose_json("--no-user-rules", str(JSON_LOGS / "docker-nested-handled.log"))["root_cause"] is None
+
+
+def test_a_dataset_sample_with_a_timestamp_is_no_log_record():
+    # A C4-style sample ({"text": ..., "timestamp": ..., "url": ...}) printed last, its text a traceback.
+    assert diagnose_json("--no-user-rules", str(JSON_LOGS / "dataset-sample-with-timestamp.log"))["root_cause"] is None

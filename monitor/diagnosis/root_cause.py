@@ -9,7 +9,9 @@ In order:
 1. the earliest error with role ``root`` that is no timeout (``model.is_timeout``: a timeout is a
    symptom of another rank's hang, even where a rule calls it a root), unless its own process went
    on to print a surer one (an exception no rule names that a retry loop logged, then a library's
-   own message from the same rank: ``Finding.confidence``);
+   own message from the same rank: ``Finding.confidence``); the ranks' stacks so chosen (a rank
+   elsewhere while the others wait) take the category of a collective's timeout where one came
+   (``_as_its_timeout``: the job ended in it);
 2. with timeouts: the earliest stop from outside (``stopped``) when it came before every
    timeout (the ranks lost their peers to the stop; nobody hung); where every timeout says its
    peer went away (``lost_peer``), the launcher's report of another rank that failed first (an
@@ -25,7 +27,8 @@ In order:
 5. how the job exited (a bare "exited with 1" says less than any of the above).
 
 A stop from outside chosen so (a time limit, a cancel, a kill) after the training loop said it had
-finished is a hang at exit instead (``_hung_after_finishing``).
+finished is a hang at exit instead (``_hung_after_finishing``); one that ended a silence whose
+stacks the stall took is the job stuck there (``_stuck_when_stopped``).
 
 Its rank, where its own lines named none (``with_rank``): the ranks the others waited for, the one
 rank another error of its category names in its own message (the same failure said again with the

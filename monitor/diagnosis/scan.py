@@ -34,7 +34,6 @@ from monitor.logs import structured
 from monitor.logs.ranks import FileRanks
 from monitor.logs.reader import make_line, open_log, read_chunks
 from monitor.logs.decode import MAX_LINE_BYTES, LineAssembler, left_out
-from monitor.model import LogLine
 from monitor.text import clean
 
 CHUNK_BYTES = 4 << 20
@@ -101,10 +100,8 @@ class EarlyLines:
         ranks = {file_rank.of(prefix) for prefix in set(prefixes)} | {file_rank.of(line) for line in led}
         if len(prefixes) + len(led) < self.count:
             ranks.add(file_rank.file_rank)  # a line with no prefix: its file's rank
-        if '{"' in text:  # a JSON logger's lines: their rank fields, as the line-by-line path reads them
-            for line in text.split("\n"):
-                if lines := structured.expanded(LogLine("", 0, line)):
-                    ranks.add(lines[0].rank)
+        if '{"' in text:  # a JSON logger's records: their rank fields, as the line-by-line path reads them
+            ranks.update(structured.rank_of(line) for line in text.split("\n") if line[:1] == "{")
         ranks.discard(None)
         self.ranks = ranks
         # The ranks NCCL processes set up with (``attribute.process_claim``).

@@ -34,19 +34,50 @@ MAX_PIECES = 4096
 _ISO_TIME = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?$")
 
 
-def expanded(line: LogLine) -> list[LogLine] | None:
+# How deep records inside records are read (a JSON logger's record as the "log" of Docker's).
+MAX_NESTING = 3
+
+
+def expanded(line: LogLine, depth: int = 0) -> list[LogLine] | None:
     """The lines ``line`` stands for where it is a JSON log record, whole or after a rank's
-    prefix or a time (torchrun --tee's ``[default1]:``, srun --label's ``1: ``, a record Docker's
-    json-file driver kept as its "log"): the prefix's rank is the record's where it has none of
-    its own; None where it is no such record."""
+    prefix or a time (torchrun --tee's ``[default1]:``, srun --label's ``1: ``), a record inside
+    a record read in turn (a logger's record as the "log" of Docker's): each piece behind the
+    prefix it came with where the record names no rank of its own (a local rank stays local);
+    None where it is no such record."""
     if "{" not in line.text:
         return None
     if may_be_object(line.text):
-        return pieces(line)
-    prefix = parse_prefix(line.text)
-    if prefix.body is line.text or not may_be_object(prefix.body):
+        outer, body = "", line.text
+    else:
+        prefix = parse_prefix(line.text)
+        if prefix.body is line.text or not may_be_object(prefix.body):
+            return None
+        # The rank's prefix as written (not a time before it: each piece gets the record's own).
+        lead = prefix.lead if line.text.startswith(prefix.lead) else ""
+        outer, body = line.text[len(lead):len(line.text) - len(prefix.body)], prefix.body
+    record = _record(body)
+    if record is None:
         return None
-    return pieces(LogLine(line.file, line.line, prefix.body, line.rank if line.rank is not None else prefix.rank))
+    out: list[LogLine] = []
+    for piece in pieces(record, LogLine(line.file, line.line, body, line.rank), outer):
+        inner = expanded(piece, depth + 1) if depth < MAX_NESTING else None
+        out += inner if inner is not None else [piece]
+    return out[:MAX_PIECES] or None  # a record with no text: the line as it is
+
+
+def rank_of(text: str, depth: int = 0) -> int | None:
+    """The rank field of the JSON log record ``text`` is (whole), or of the record its message
+    holds (Docker's around a logger's), without making its lines."""
+    record = _record(text) if may_be_object(text) else None
+    if record is None:
+        return None
+    rank = _rank(record)
+    if rank is None and depth < MAX_NESTING:
+        inner = next((value.strip() for key in MESSAGE_KEYS
+                      if isinstance(value := record.get(key), str) and may_be_object(value.strip())), None)
+        if inner is not None:
+            return rank_of(inner, depth + 1)
+    return rank
 
 
 def may_be_object(text: str) -> bool:
@@ -54,22 +85,31 @@ def may_be_object(text: str) -> bool:
     return text[:1] == "{" and text.rstrip()[-1:] == "}"
 
 
-def pieces(line: LogLine) -> list[LogLine] | None:
-    """The lines ``line`` stands for, or None where it is no JSON log record with a text field."""
+def _record(text: str) -> dict | None:
+    """The JSON object ``text`` holds where it is shaped like a log record: a level beside its text,
+    or a time beside a message (a dataset sample printed as JSON, its "text" beside a
+    "timestamp", is no record)."""
     try:
-        record = json.loads(line.text)
+        record = json.loads(text)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(record, dict) or not any(key in record for key in LEVEL_KEYS + TIME_KEYS):
+    if not isinstance(record, dict):
         return None
+    if any(key in record for key in LEVEL_KEYS):
+        return record
+    if any(key in record for key in TIME_KEYS) and any(isinstance(record.get(key), str) for key in MESSAGE_KEYS[:4]):
+        return record
+    return None
+
+
+def pieces(record: dict, line: LogLine, outer: str = "") -> list[LogLine]:
+    """The lines of ``record`` (``line``'s), each behind its time and rank: ``[rank <N>] `` where
+    it names one, else ``outer`` (the prefix the record was written behind)."""
     texts = [value for key in MESSAGE_KEYS + EXCEPTION_KEYS if isinstance(value := record.get(key), str) and value]
-    if not texts:
-        return None
     rank = _rank(record)
     stamp = next((value + " " for key in TIME_KEYS
                   if isinstance(value := record.get(key), str) and _ISO_TIME.match(value)), "")
-    if rank is not None:
-        stamp += f"[rank {rank}] "
+    stamp += f"[rank {rank}] " if rank is not None else outer
     out: list[LogLine] = []
     for text in texts:
         for part in text.rstrip("\n").split("\n"):
