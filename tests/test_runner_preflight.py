@@ -61,6 +61,20 @@ def test_the_world_size_a_command_fixes(command, env, world):
     assert parse(command, env).world_size == world
 
 
+@pytest.mark.parametrize("script, launcher, world, log_dir", [
+    ("ulimit -v 3000000 && exec python3 -m torch.distributed.run --nproc-per-node 2 --redirects 3 "
+     "--log-dir logs/tlogs job.py", "torchrun", 2, "logs/tlogs"),
+    ("cd /data; PET_NPROC_PER_NODE=3 torchrun t.py; echo done", "torchrun", 3, None),  # its own variables
+    ("torchrun --nproc-per-node=2 t.py --lr=1e-3|tee out.log", "torchrun", 2, None),
+    ("python t.py", "python", None, None),
+    ('unbalanced "quote', "other", None, None),
+    ("", "other", None, None),
+])
+def test_a_shells_command_line_is_read_for_the_launcher_it_runs(script, launcher, world, log_dir):
+    plan = parse(["bash", "-c", script], {})
+    assert (plan.launcher, plan.world_size, str(plan.log_dir) if plan.log_dir else None) == (launcher, world, log_dir)
+
+
 def test_torchrun_log_dir_files_of_this_run(tmp_path: Path):
     old = tmp_path / "old" / "attempt_0" / "0" / "stdout.log"
     new = tmp_path / "new" / "attempt_0" / "1" / "stderr.log"

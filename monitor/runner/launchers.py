@@ -3,17 +3,25 @@
 Only the launcher's own options are read (up to the training script); the script's arguments
 are never mistaken for the launcher's. Knows torchrun (and ``python -m torch.distributed.run``
 / ``.launch``), ``accelerate launch``, ``deepspeed``, ``srun`` (possibly wrapping one of the
-others) and plain ``python``.
+others), a shell's ``-c`` command line running one of them, and plain ``python``.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 TORCH_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
+# A shell running a command line (``bash -c "..."``): its commands, what may come before a command's
+# name (``exec``, ``nohup``; a variable set for it: ``NAME=value``), and what separates commands.
+SHELLS = {"bash", "sh", "dash", "zsh"}
+_SHELL_PREFIXES = {"exec", "nohup", "time", "env", "command"}
+_SHELL_SEPARATORS = {"&&", "||", ";", "|", "&"}
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 # Options of each launcher that take no value (everything else starting with - takes one).
 _FLAGS = {
     "torchrun": {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path",
@@ -122,6 +130,8 @@ def parse(command: list[str], env: dict[str, str] | None = None) -> LaunchPlan:
         plan = parse(inner, env) if inner else LaunchPlan("other")
         plan.under_srun = True
         return plan
+    if prog in SHELLS and rest[:1] == ["-c"] and len(rest) > 1:
+        return _shell(rest[1], env)
     if prog.startswith("python"):
         module, tail = _python_module(rest)
         if module in TORCH_MODULES:
@@ -138,6 +148,34 @@ def parse(command: list[str], env: dict[str, str] | None = None) -> LaunchPlan:
     if prog == "deepspeed":
         return _deepspeed(rest, env)
     return _env_plan("other", env)
+
+
+def _shell(script: str, env: dict[str, str]) -> LaunchPlan:
+    """``bash -c "ulimit -v N && exec torchrun ..."``: the plan of the launcher the script runs
+    (the last of its commands that is one, else its last command), with the variables the
+    command line sets before it (``WORLD_SIZE=2 torchrun ...``)."""
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=True)  # "a;b", "a&&b": three words
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:  # an unbalanced quote: the shell would refuse it too
+        return _env_plan("other", env)
+    commands: list[list[str]] = [[]]
+    for word in words:
+        if word in _SHELL_SEPARATORS:
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    plans = []
+    for command in filter(None, commands):
+        local = dict(env)
+        while command and (command[0] in _SHELL_PREFIXES or _ASSIGNMENT.match(command[0])):
+            if (assignment := _ASSIGNMENT.match(command.pop(0))) is not None:
+                local[assignment[1]] = assignment[2]
+        if command:
+            plans.append(parse(command, local))
+    return next((plan for plan in reversed(plans) if plan.launcher not in ("other", "python")),
+                plans[-1] if plans else _env_plan("other", env))
 
 
 def _python_module(args: list[str]) -> tuple[str | None, list[str]]:
