@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitor.diagnosis import node_health
+from monitor.diagnosis.tail import trains
 from monitor.flight_recorder import dumps as fr_dumps
 from monitor.flight_recorder import variables as fr_variables
 from monitor.flight_recorder.match import analyse as analyse_dumps
-from monitor.diagnosis.tail import trains
 from monitor.model import SEVERITY_ORDER, Finding, LogLine
+from monitor.stacks import files as stacks_files
 from monitor.stacks.model import Capture
 from monitor.text import clean
-from monitor.stacks import files as stacks_files
 
 
 @dataclass(slots=True)
@@ -78,25 +78,34 @@ def _read_stacks(path: Path, evidence: Evidence) -> None:
         return
     evidence.files.append(str(path))
     log = path.with_name(path.name[:-len(stacks_files.SUFFIX)] + ".log")
-    findings = [finding for capture, finding in captures if finding is not None and not _trained_after(log, capture)]
+    passed = _passed(log, [capture for capture, _ in captures])
+    findings = [finding for capture, finding in captures if finding is not None and capture.log_bytes not in passed]
     if findings:
         best = min(SEVERITY_ORDER[f.severity] for f in findings)
         evidence.findings.append([f for f in findings if SEVERITY_ORDER[f.severity] == best][-1])
 
 
-# How much of a run's log after a capture is read for training on: a silence that passed shows
-# its progress lines within the first of what followed.
+# How much of a run's log after a capture is read for training on: a silence that passed shows its
+# progress lines within the first of what followed.
 AFTER_CAPTURE_BYTES = 1 << 20
 
 
-def _trained_after(log: Path, capture: Capture) -> bool:
-    """Whether the run's ``log`` shows training progress after what was written when ``capture``
-    was taken (its ``log_bytes``): the job trained on, and the silence it was taken in passed."""
-    if capture.log_bytes is None:
-        return False
+def _passed(log: Path, captures: list[Capture]) -> set[int]:
+    """The ``log_bytes`` of the ``captures`` after which the run's ``log`` shows training progress:
+    the job trained on, and the silence they were taken in passed. Looked for after the newest
+    capture first: training after it is after every earlier one too (most runs: one read)."""
+    offsets = sorted({capture.log_bytes for capture in captures if capture.log_bytes is not None}, reverse=True)
+    for index, offset in enumerate(offsets):
+        if _trained_after(log, offset):
+            return set(offsets[index:])
+    return set()
+
+
+def _trained_after(log: Path, offset: int) -> bool:
+    """Whether ``log`` shows a line of training progress after its first ``offset`` bytes."""
     try:
         with open(log, "rb") as stream:
-            stream.seek(capture.log_bytes)
+            stream.seek(offset)
             after = stream.read(AFTER_CAPTURE_BYTES)
     except (OSError, ValueError, OverflowError):  # an offset no file has: nothing after it
         return False

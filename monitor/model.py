@@ -81,8 +81,9 @@ TIMEOUT_CATEGORIES = (Category.NCCL_TIMEOUT, Category.GLOO_TIMEOUT)
 def is_timeout(finding: Finding) -> bool:
     """A rank waited on its peers and gave up (or lost them): evidence of where a failure or a hang
     is, weighed after every rank's own error. A rank's own setup error filed under a timeout
-    category (gloo finding no address for its interface) is not one."""
-    return finding.category in TIMEOUT_CATEGORIES and not finding.own_error
+    category (gloo finding no address for its interface) is not one, nor the ranks' stacks that
+    take a timeout's category (what was seen of every rank, not one rank's report of waiting)."""
+    return finding.category in TIMEOUT_CATEGORIES and not finding.own_error and finding.origin != "stacks"
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,15 +48,18 @@ def run(args: argparse.Namespace) -> int:
     # A folder of several runs is read as its newest run (or the one named), never merged unasked.
     present_before_pick = present
     present, beside, notes = pick_runs(present, args)
-    # Stacks and dumps are looked for in folders and files not named like logs: a plain log
-    # costs nothing more to diagnose.
-    # A log `monitor run` recorded brings what the run kept beside it (its stacks, its dumps).
+    # Stacks and dumps are looked for in folders and files not named like logs, and beside a log
+    # `monitor run` recorded (what the run kept beside it): a plain log costs nothing more.
     run_logs = [Path(p) for p in present if Path(p).is_file() and recorded_by_run(Path(p))]
-    evidence, logs = None, present
-    if maybe := [Path(p) for p in present if Path(p).is_dir() or not is_log_like(Path(p))] + beside + run_logs:
-        from monitor.evidence import is_evidence_file, read_evidence, recorded_beside
+    if run_logs:
+        from monitor.evidence import recorded_beside
 
-        evidence = read_evidence(maybe + [path for log in run_logs for path in recorded_beside(log)])
+        beside += [path for log in run_logs for path in recorded_beside(log)]
+    evidence, logs = None, present
+    if maybe := [Path(p) for p in present if Path(p).is_dir() or not is_log_like(Path(p))] + beside:
+        from monitor.evidence import is_evidence_file, read_evidence
+
+        evidence = read_evidence(maybe)
         logs = [path for path in present if not is_evidence_file(Path(path))]
     try:
         diagnosis = diagnose_paths(logs, catalogue, evidence=evidence.findings if evidence else [])

@@ -594,7 +594,7 @@ def confidence(root: Finding | None, lang: str = "en") -> tuple[Confidence | Non
     level, note = root.confidence, root.confidence_note
     if root.origin in _LAST_RESORTS:
         return level, note
-    if is_timeout(root) and root.origin != "stacks":  # the stacks saw where each rank was: nothing inferred
+    if is_timeout(root):
         inferred: tuple[Confidence, str]
         inferred = ("likely", _texts(lang)["only_lost" if lost_peer(root) else "only_timeouts"])
         return _weaker((level, note), inferred)

@@ -27,8 +27,8 @@ _SAYS_SOMETHING = regex.compile(r"[\p{L}\p{N}]")
 def tail_lines(path: str, size: int = TAIL_BYTES) -> tuple[Iterator[LogLine], int]:
     """The complete lines in the last ``size`` bytes of ``path``, last first, those with no
     letter or digit left out, each read as the engine reads it (prefixes and leads taken off, its
-    rank known, a JSON logger's line as its lines) as it is asked for; and the bytes read. Nothing, when it cannot be read or is
-    compressed (a gzip's end is no text)."""
+    rank known, a JSON logger's record as its lines) as it is asked for; and the bytes read.
+    Nothing, when it cannot be read or is compressed (a gzip's end is no text)."""
     try:
         with open(path, "rb") as stream:
             if stream.read(2) == b"\x1f\x8b":
@@ -52,7 +52,7 @@ def tail_lines(path: str, size: int = TAIL_BYTES) -> tuple[Iterator[LogLine], in
 
 def _expanded(lines: Iterator[LogLine]) -> Iterator[LogLine]:
     """``lines`` (last first) with a JSON logger's line read as the lines it stands for, as the
-    engine reads it (``structured.pieces``): its message and exception, last first."""
+    engine reads it (``structured.expanded``): its message and exception, last first."""
     for line in lines:
         pieces = structured.expanded(line)
         yield from reversed(pieces) if pieces is not None else (line,)

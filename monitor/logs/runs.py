@@ -284,8 +284,9 @@ def run_record(log: Path) -> RunRecord:
 
 
 def recorded_by_run(log: Path) -> bool:
-    """Whether ``log`` is a run's log that `monitor run` recorded (its run-X.meta.json beside it)."""
-    return log.with_name(f"{log.stem}.meta.json").is_file()
+    """Whether ``log`` is a run's log that `monitor run` recorded (its recorder's run-X.job.json
+    beside it)."""
+    return log.with_name(f"{log.stem}.job.json").is_file()
 
 
 def _integer(value: object) -> int | None:
@@ -310,7 +311,7 @@ def recorded_job_log(specs: list[str]) -> Path | None:
             if (stem := _RUN_STEM.match(candidate.name)) is None:
                 continue
             log = candidate.with_name(f"{stem.group(1)}.log")
-            if log.is_file() and log.with_name(f"{stem.group(1)}.job.json").is_file():
+            if log.is_file() and recorded_by_run(log):
                 logs.add(log)
     return logs.pop() if len(logs) == 1 else None
 

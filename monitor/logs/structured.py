@@ -16,7 +16,6 @@ lines, its nesting as deep as json allows, and at most ``MAX_PIECES`` lines come
 from __future__ import annotations
 
 import json
-import re
 
 from monitor.logs.ranks import parse_prefix
 from monitor.model import LogLine
@@ -31,9 +30,6 @@ LEVEL_KEYS = ("level", "levelname", "severity", "log_level", "stream")  # Docker
 MAX_RANK = 1_000_000
 # The most lines one object stands for (a traceback of a deep recursion is cut, as the reader cuts lines).
 MAX_PIECES = 4096
-_ISO_TIME = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?$")
-
-
 # How deep records inside records are read (a JSON logger's record as the "log" of Docker's).
 MAX_NESTING = 3
 
@@ -59,7 +55,7 @@ def expanded(line: LogLine, depth: int = 0) -> list[LogLine] | None:
     if record is None:
         return None
     out: list[LogLine] = []
-    for piece in pieces(record, LogLine(line.file, line.line, body, line.rank), outer):
+    for piece in _pieces(record, LogLine(line.file, line.line, body, line.rank), outer):
         inner = expanded(piece, depth + 1) if depth < MAX_NESTING else None
         out += inner if inner is not None else [piece]
     return out[:MAX_PIECES] or None  # a record with no text: the line as it is
@@ -102,13 +98,13 @@ def _record(text: str) -> dict | None:
     return None
 
 
-def pieces(record: dict, line: LogLine, outer: str = "") -> list[LogLine]:
-    """The lines of ``record`` (``line``'s), each behind its time and rank: ``[rank <N>] `` where
-    it names one, else ``outer`` (the prefix the record was written behind)."""
+def _pieces(record: dict, line: LogLine, outer: str = "") -> list[LogLine]:
+    """The lines of ``record`` (``line``'s), each behind its time (where the reader takes it for
+    one: the leads of ``formats.toml``) and rank: ``[rank <N>] `` where it names one, else
+    ``outer`` (the prefix the record was written behind)."""
     texts = [value for key in MESSAGE_KEYS + EXCEPTION_KEYS if isinstance(value := record.get(key), str) and value]
     rank = _rank(record)
-    stamp = next((value + " " for key in TIME_KEYS
-                  if isinstance(value := record.get(key), str) and _ISO_TIME.match(value)), "")
+    stamp = next((value + " " for key in TIME_KEYS if isinstance(value := record.get(key), str) and _is_lead(value + " ")), "")
     stamp += f"[rank {rank}] " if rank is not None else outer
     out: list[LogLine] = []
     for text in texts:
@@ -117,6 +113,11 @@ def pieces(record: dict, line: LogLine, outer: str = "") -> list[LogLine]:
                 return out
             out.append(LogLine(line.file, line.line, stamp + part.rstrip("\r"), rank if rank is not None else line.rank))
     return out
+
+
+def _is_lead(text: str) -> bool:
+    """Whether the line's reader takes ``text`` before a line's own text for a lead (a time)."""
+    return parse_prefix(text + "x").body == "x"
 
 
 def _rank(record: dict) -> int | None:
