@@ -16,6 +16,7 @@ from monitor.flight_recorder import dumps as fr_dumps
 from monitor.flight_recorder import variables as fr_variables
 from monitor.flight_recorder.match import analyse as analyse_dumps
 from monitor.model import SEVERITY_ORDER, Finding, LogLine
+from monitor.stacks import compare
 from monitor.stacks import files as stacks_files
 from monitor.stacks.model import Capture
 from monitor.text import clean
@@ -79,7 +80,11 @@ def _read_stacks(path: Path, evidence: Evidence) -> None:
     evidence.files.append(str(path))
     log = path.with_name(path.name[:-len(stacks_files.SUFFIX)] + ".log")
     passed = _passed(log, [capture for capture, _ in captures])
-    findings = [finding for capture, finding in captures if finding is not None and capture.log_bytes not in passed]
+    # Each capture is judged again by this version's reading of stacks (the file keeps the run's
+    # own finding too, for the text beside it): what was learnt since the run applies to it.
+    judged = [compare.analyse(capture, kept.fields.get("stacks_file", "") if kept else "")
+              for capture, kept in captures if capture.log_bytes not in passed]
+    findings = [finding for finding in judged if finding is not None]
     if findings:
         best = min(SEVERITY_ORDER[f.severity] for f in findings)
         evidence.findings.append([f for f in findings if SEVERITY_ORDER[f.severity] == best][-1])

@@ -82,13 +82,20 @@ def test_a_dataloader_workers_bus_error_is_likely_shared_memory_and_names_mapped
     assert "df -h /dev/shm" in root["remedy"]
 
 
-def test_an_exception_every_rank_raised_says_so_in_its_title():
+def test_an_exception_every_rank_raised_says_so_in_its_title(tmp_path):
     # Six ranks, each raising the same ValueError at the same step: the first to print it is no
-    # more to blame than the others.
+    # more to blame than the others. The log alone shows ranks 0-5 and no world size: that is all
+    # the title claims; the run's meta.json beside the log says the job had six.
     root = root_of(log_of("every-rank-raised"))
     assert root["fields"]["exc_type"] == "ValueError"
-    assert root["title"] == f"ValueError on rank {root['rank']} (raised on all 6 ranks)"
+    assert root["title"] == f"ValueError on rank {root['rank']} (raised on ranks 0-5, every rank the log shows)"
     assert sorted(root["ranks"]) == [0, 1, 2, 3, 4, 5]
+    recorded = tmp_path / log_of("every-rank-raised").name
+    shutil.copy(log_of("every-rank-raised"), recorded)
+    recorded.with_name(f"{recorded.stem}.meta.json").write_text(json.dumps({"world_size": 6}))
+    assert root_of(recorded)["title"] == f"ValueError on rank {root['rank']} (raised on all 6 ranks)"
+    recorded.with_name(f"{recorded.stem}.meta.json").write_text(json.dumps({"world_size": 8}))
+    assert "raised on" not in root_of(recorded)["title"]  # two ranks of eight never printed
 
 
 def test_a_traceback_each_of_whose_lines_a_logger_prefixed_is_read_with_its_rank():
@@ -159,7 +166,9 @@ def test_a_capture_whose_silence_passed_is_left_out_after_the_run(tmp_path):
     shutil.rmtree(folder)
     shutil.copytree(DATA / "every-rank-stuck-then-stopped", folder)
     _with_capture_at(folder, "epoch 0 step 16/20 loss 0.5437\n")
-    assert root_of(log_of_folder(folder))["title"].startswith("Stuck, then stopped")
+    root = root_of(log_of_folder(folder))
+    assert root["title"].startswith("Stuck, then stopped") and "asleep in Queue.get" in root["title"]
+    assert "a queue no producer fills" in root["remedy"]
 
 
 def log_of_folder(folder: Path) -> Path:
@@ -173,5 +182,38 @@ def test_the_screens_root_cause_says_every_rank_raised_it_as_the_report_does():
     session = JobSession([log_of("every-rank-raised")], load_catalogue(include_user=False))
     session.close()  # read to its end
     live = session.root_cause()
-    assert live is not None and live.title.endswith("(raised on all 6 ranks)")
+    assert live is not None and live.title.endswith("(raised on ranks 0-5, every rank the log shows)")
     assert session.diagnosis().root_cause.title == live.title
+
+
+def test_every_rank_at_work_when_stopped_is_no_hang(tmp_path):
+    # The same stop, had every rank been computing (an evaluation a time limit cut short) rather
+    # than asleep in Queue.get: the stacks are a note, the job was stopped. The stacks file is read
+    # again by this version's reading, not by the finding the run wrote into it.
+    folder = tmp_path / "run"
+    shutil.copytree(DATA / "every-rank-stuck-then-stopped", folder)
+    stacks = next(folder.glob("run-*.stacks.json"))
+    data = json.loads(stacks.read_text())
+    for capture in data["captures"]:
+        for process in capture["processes"]:
+            frames = process["threads"][0]["frames"]
+            assert frames[1]["function"] == "Queue.get"
+            del frames[:2]  # innermost now: the rank's own StreamingReviews.__getitem__
+    stacks.write_text(json.dumps(data))
+    root = root_of(log_of_folder(folder))
+    assert root["category"] == "stopped"
+    stacks_note = next(f for f in diagnose_json("--no-user-rules", str(log_of_folder(folder)))["findings"]
+                       if f["rule"] == "stacks")
+    assert stacks_note["fields"]["kind"] == "all-busy" and stacks_note["severity"] == "info"
+
+
+def test_stacks_of_a_silence_the_job_exited_0_after_are_no_hang():
+    # Rank 0 copied each checkpoint to a slow archive (17 s) while rank 1 waited in a barrier; the
+    # last copy came after the last step, so no progress line followed the run's third capture, but
+    # "archived step 30", "done" and an exit of 0 did: the wait ended, the job is clean.
+    log = log_of("stall-passed-exit-zero")
+    assert json.loads(log.with_name(f"{log.stem}.job.json").read_text())["exit_code"] == 0
+    report = diagnose_json("--no-user-rules", str(log))
+    assert report["root_cause"] is None
+    stacks = next(f for f in report["findings"] if f["rule"] == "stacks")
+    assert stacks["severity"] == "warning" and "exited 0" in stacks["confidence_note"]

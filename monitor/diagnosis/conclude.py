@@ -57,6 +57,7 @@ def conclude(diagnosis: Diagnosis, catalogue, against: Against | None = None, *,
 # What a job that exited 0 says of the failures its log shows (``exited_zero``).
 HANDLED_NOTE = "the job exited 0: the program caught this exception and went on"
 RESTARTED_NOTE = "the job exited 0: the launcher restarted the failed workers and the last attempt succeeded"
+PASSED_NOTE = "the job exited 0 after these stacks were taken: the silence they were taken in passed"
 
 
 def exited_zero(findings: list[Finding]) -> list[Finding]:
@@ -66,7 +67,8 @@ def exited_zero(findings: list[Finding]) -> list[Finding]:
     launched it did not pass that on, as a script's bare ``wait`` does not); and where a
     launcher recorded a worker that failed (torchrun exits 0 only when its last attempt of the
     worker group succeeded: --max-restarts restarted it), every error up to its last such record
-    was recovered from."""
+    was recovered from; ranks' stacks taken in a silence show a wait that ended (a last
+    checkpoint's copy after the last step, which no progress line follows)."""
     failed = [f for f in findings if f.severity == "error" and launcher_record(f)]
     last = chronological(failed)[-1] if failed else None
     revised = []
@@ -77,6 +79,8 @@ def exited_zero(findings: list[Finding]) -> list[Finding]:
             revised.append(replace(finding, severity="warning", role="cascade", confidence_note=RESTARTED_NOTE))
         elif finding.rule == pyexc.RULE_ID and finding.fields.get("excepthook") != "torch":
             revised.append(replace(finding, severity="warning", role="cascade", confidence_note=HANDLED_NOTE))
+        elif finding.origin == "stacks" and finding.fields.get("trigger") == "stall":
+            revised.append(replace(finding, severity="warning", role="cascade", confidence_note=PASSED_NOTE))
     return revised
 
 
@@ -305,6 +309,10 @@ def _holds(rule, text: str) -> bool:
 # (Of two ranks: "both".)
 EVERY_RANK = {"en": (" (raised on both ranks)", " (raised on all {count} ranks)"),
               "zh": ("（两个 rank 都抛出了它）", "（全部 {count} 个 rank 都抛出了它）")}
+# With no world size known, the ranks the logs show are all that is claimed: two of them are no
+# proof of a two-rank job.
+EVERY_SHOWN_RANK = {"en": " (raised on ranks 0-{last}, every rank the log shows)",
+                    "zh": "（日志中出现的 rank 0-{last} 都抛出了它）"}
 
 
 def on_every_rank(diagnosis: Diagnosis, catalogue, ranks: RankEvidence | None) -> Diagnosis:
@@ -318,6 +326,9 @@ def on_every_rank(diagnosis: Diagnosis, catalogue, ranks: RankEvidence | None) -
     job = set(range(ranks.world_size)) if ranks.world_size else set(ranks.known_ranks)
     if job != set(range(len(job))) or not job <= raised:
         return diagnosis
+    if not ranks.world_size:
+        added = EVERY_SHOWN_RANK.get(catalogue.lang, EVERY_SHOWN_RANK["en"]).format(last=len(job) - 1)
+        return replace(diagnosis, root_cause=replace(root, title=root.title + added))
     both, every = EVERY_RANK.get(catalogue.lang, EVERY_RANK["en"])
     added = both if len(raised) == 2 else every.format(count=len(raised))
     return replace(diagnosis, root_cause=replace(root, title=root.title + added))

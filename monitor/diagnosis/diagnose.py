@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from monitor.diagnosis.catalogue import Catalogue
@@ -12,6 +13,7 @@ from monitor.model import Diagnosis, Finding
 from monitor.logs.nodes import nodes_from_names
 from monitor.logs.runs import run_record
 from monitor.logs.reader import UnreadableLog, find_logs, path_error, read_head, read_log
+from monitor.logs.margin import at_margin, margin_of
 from monitor.logs.unwrap import HEAD_BYTES, Wrap, unwrap, wrap_of
 from monitor.diagnosis.scan import scan_file
 from monitor.diagnosis.conclude import conclude, exited_zero
@@ -20,6 +22,17 @@ from monitor.diagnosis.timestamps import FileDate
 
 class MissingPath(Exception):
     """A path given on the command line does not exist (a usage error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PasteShape:
+    """How a paste moved a file's lines, judged from its head: hard-wrapped by a terminal
+    (``wrap_of``), indented as a whole (``margin_of``). A file of neither is read as written."""
+    wrap: Wrap | None = None
+    margin: str = ""
+
+    def plain(self) -> bool:
+        return self.wrap is None and not self.margin
 
 
 def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Sequence[Finding] = ()) -> Diagnosis:
@@ -45,7 +58,7 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
     engine = Engine(catalogue, node_of=nodes_from_names([file for _, found in found_in for file in found]).get)
     # Every file's head, read once before any file is read: a rank's file of glog times alone, read
     # first, takes the year another file's dated lines give.
-    wraps, dated = _heads([file for _, found in found_in for file in found])
+    shapes, dated = _heads([file for _, found in found_in for file in found])
     engine.note_dated(dated)
     # The job's ranks as `monitor run` recorded them (ranks that printed nothing exist too).
     for size in {record.world_size for record in records.values() if record.world_size is not None}:
@@ -65,14 +78,16 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
             read.add(real)
             name = str(file)
             try:
-                # A paste hard-wrapped by a terminal is read line by line, its pieces joined.
-                if isinstance(wrap := wraps[file], UnreadableLog):
-                    raise wrap
-                if fast and wrap is None:
+                # A paste a terminal wrapped or indented as a whole is read line by line, its
+                # pieces joined, at its margin.
+                if isinstance(shape := shapes[file], UnreadableLog):
+                    raise shape
+                if fast and shape.plain():
                     scan_file(file, engine)
                 else:
                     lines = read_log(file)
-                    for line in lines if wrap is None else unwrap(lines, wrap):
+                    lines = lines if shape.wrap is None else unwrap(lines, shape.wrap)
+                    for line in at_margin(lines, shape.margin) if shape.margin else lines:
                         engine.feed(line)
                 files.append(name)
                 if file.stat().st_size == 0:
@@ -98,22 +113,22 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
     return diagnosis
 
 
-def _heads(files: list[Path]) -> tuple[dict[Path, Wrap | UnreadableLog | None], float | None]:
-    """Each file's head, read once: how a terminal wrapped it (``wrap_of``; the UnreadableLog its
-    read raised), and the first dated time among the files' first lines (``timestamps.FileDate``),
-    in their order."""
-    wraps: dict[Path, Wrap | UnreadableLog | None] = {}
+def _heads(files: list[Path]) -> tuple[dict[Path, PasteShape | UnreadableLog], float | None]:
+    """Each file's head, read once: how a paste moved its lines (``PasteShape``; the
+    UnreadableLog its read raised), and the first dated time among the files' first lines
+    (``timestamps.FileDate``), in their order."""
+    shapes: dict[Path, PasteShape | UnreadableLog] = {}
     dated: float | None = None
     for file in files:
         try:
             head = read_head(file, HEAD_BYTES)
         except UnreadableLog as exc:
-            wraps[file] = exc
+            shapes[file] = exc
             continue
-        wraps[file] = wrap_of(head)
+        shapes[file] = PasteShape(wrap_of(head), margin_of(head))
         if dated is None:
             look = FileDate(until_yearless=False)
             for line in head.decode("utf-8", "replace").split("\n"):
                 if (dated := look.look(line)) is not None or look.done:
                     break
-    return wraps, dated
+    return shapes, dated

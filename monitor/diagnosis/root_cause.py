@@ -199,7 +199,10 @@ def _stuck_when_stopped(root: Finding | None, findings: list[Finding], lang: str
     training after (``evidence.read_evidence``); so no clock of the log's is compared here."""
     if root is None or root.category not in (STOPPED, Category.SLURM_EVENT):
         return root
-    taken = [f for f in findings if f.origin == "stacks" and f.fields.get("trigger") == "stall"]
+    # Every rank at work in the same place (an evaluation, a checkpoint's save) is a note, no
+    # hang: a time limit may have cut it short. Asleep in a wait or apart from each other is one.
+    taken = [f for f in findings
+             if f.origin == "stacks" and f.fields.get("trigger") == "stall" and f.severity != "info"]
     if not taken:
         return root
     stacks = taken[-1]

@@ -43,6 +43,12 @@ _BACKWARD = ("torch/autograd/", frozenset({"backward", "_engine_run_backward"}))
 _GPU_SYNC = (("torch/cuda/", "torch/accelerator/"), frozenset({"synchronize", "Stream.synchronize", "Event.synchronize"}))
 _HOST_COPY = re.compile(r"\.(?:item|cpu|tolist)\(\)|\.to\(\s*['\"]cpu['\"]\s*\)")
 _LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "<frozen ", "/lib/python3")
+# The standard library's modules whose frame innermost in a stopped process means it sleeps in a
+# wait of the operating system's (a lock, a condition, select, a pipe or socket read, a child's
+# exit), not in work: nothing moves it but another thread's or process's act.
+_BLOCKING_MODULES = ("/threading.py", "/queue.py", "/selectors.py", "/socket.py", "/subprocess.py",
+                     "/multiprocessing/connection.py", "/multiprocessing/queues.py", "/multiprocessing/pool.py",
+                     "/multiprocessing/synchronize.py", "/concurrent/futures/_base.py")
 EVIDENCE_FRAMES = 6
 # The kinds of finding ``analyse`` makes where some ranks are the odd ones out (``Finding.ranks``).
 ODD_KINDS = ("stuck", "mismatch", "elsewhere", "rest-gone")
@@ -50,12 +56,14 @@ ODD_KINDS = ("stuck", "mismatch", "elsewhere", "rest-gone")
 
 @dataclass(frozen=True, slots=True)
 class Place:
-    """Where one rank is: the collective it waits in ("" when none), its own code's frame, and,
-    outside a collective, the call that waits for the GPU ("" when none)."""
+    """Where one rank is: the collective it waits in ("" when none), its own code's frame,
+    outside a collective the call that waits for the GPU ("" when none), and the standard
+    library's call it sleeps in ("" when none: ``blocked_in``)."""
 
     collective: str
     frame: Frame
     gpu_wait: str = ""
+    blocked: str = ""
 
     def describe(self, plural: bool = False) -> str:
         where = f"{self.frame.function} ({Path(self.frame.file).name}:{self.frame.line})"
@@ -77,7 +85,19 @@ def place_of(stack: ProcessStack) -> Place | None:
         elif not collective and _BACKWARD[0] in frame.file and frame.function in _BACKWARD[1]:
             collective = "backward"
     own = next((f for f in thread.frames if is_user_code(f.file)), thread.frames[0])
-    return Place(collective, own, "" if collective else _gpu_wait(thread.frames, own))
+    return Place(collective, own, "" if collective else _gpu_wait(thread.frames, own), blocked_in(thread.frames))
+
+
+def blocked_in(frames: list[Frame]) -> str:
+    """The standard library's call a main thread sleeps in (innermost frames first): the
+    outermost of the blocking modules' frames it is inside ("Queue.get" around "Condition.wait");
+    "" when it is not blocked there (a time.sleep ends by itself: a poll's, a backoff's)."""
+    called = ""
+    for frame in frames:
+        if not frame.file.endswith(_BLOCKING_MODULES):
+            break
+        called = frame.function
+    return called
 
 
 def _gpu_wait(frames: list[Frame], own: Frame) -> str:
@@ -128,8 +148,10 @@ def analyse(capture: Capture, stacks_file: str = "") -> Finding | None:
         odd, usual, kind = groups, [], ("mismatch" if in_collective else "elsewhere")
     elif len(groups[0][1]) < len({p.rank for p in capture.processes if p.rank is not None}):
         odd, usual, kind = groups, [], "rest-gone"  # the others have no stack: exiting, or gone
+    elif waiting:
+        odd, usual, kind = [], groups, "all-wait"
     else:
-        odd, usual, kind = [], groups, ("all-wait" if waiting else "all-busy")
+        odd, usual, kind = [], groups, ("all-blocked" if groups[0][0].blocked else "all-busy")
     return _finding(capture, groups, odd, usual, kind, stacks_file)
 
 
@@ -141,11 +163,14 @@ def _finding(capture: Capture, groups, odd, usual, kind: str, stacks_file: str) 
         title = advice("title-stacks-all-wait", place=groups[0][0].describe())
     elif kind == "all-busy":
         title = advice("title-stacks-all-busy", place=groups[0][0].describe())
+    elif kind == "all-blocked":
+        title = advice("title-stacks-all-blocked", call=groups[0][0].blocked, place=groups[0][0].describe())
     elif kind == "rest-gone":
         title = advice("title-stacks-rest-gone", part=parts[0])
     else:
         title = advice("title-stacks-while", odd=parts[0], others="; ".join(parts[1:])) if len(parts) > 1 else parts[0]
-    severities: dict[str, Severity] = {"stuck": "error", "mismatch": "error", "elsewhere": "warning", "all-wait": "warning"}
+    severities: dict[str, Severity] = {"stuck": "error", "mismatch": "error", "elsewhere": "warning", "all-wait": "warning",
+                                       "all-blocked": "warning"}
     # Every rank at a GPU wait is also how a busy GPU-bound step looks for a moment: a hang only
     # where a collective timed out, else a note.
     passing = kind == "all-wait" and not groups[0][0].collective and capture.trigger != TIMED_OUT
@@ -158,6 +183,8 @@ def _finding(capture: Capture, groups, odd, usual, kind: str, stacks_file: str) 
         fields["collective"] = place.collective
     if place.gpu_wait:
         fields["gpu_wait"] = place.gpu_wait
+    if place.blocked:
+        fields["blocked"] = place.blocked
     if code := source_line(place.frame):
         fields["code"] = code
     if stacks_file:
@@ -205,6 +232,8 @@ def _remedy(kind: str, capture: Capture, odd, usual, fields: dict[str, str], pas
     elif kind == "all-wait":
         lines = [advice("stacks-all-wait", collective=fields.get("collective") or advice("stacks-a-collective"),
                         **place)]
+    elif kind == "all-blocked":
+        lines = [advice("stacks-all-blocked", call=fields["blocked"], **place)]
     else:
         lines = [advice("stacks-all-busy", **place)]
     if missing and kind == "all-wait":  # the rank the others wait for may be on another node
