@@ -163,6 +163,9 @@ class Finding:
     source_key: str = ""
     # A rank's own error in a timeout category, not a wait on a peer (``is_timeout``).
     own_error: bool = False
+    # A report of other processes (``Rule.about_others``: peers that never came or were lost),
+    # not of the process that printed it.
+    about_others: bool = False
     # False: a retry meets the same cause (``Rule.retryable``; the restart policy).
     retryable: bool = True
 

@@ -217,3 +217,14 @@ def test_stacks_of_a_silence_the_job_exited_0_after_are_no_hang():
     assert report["root_cause"] is None
     stacks = next(f for f in report["findings"] if f["rule"] == "stacks")
     assert stacks["severity"] == "warning" and "exited 0" in stacks["confidence_note"]
+
+
+def test_a_restarted_job_ended_in_its_last_attempt_s_failure():
+    # torchrun --max-restarts 1 with LOGLEVEL=INFO: attempt 0 died of rank 1's ValueError (a
+    # decimal comma in a CSV shard), torchrun restarted the workers ("Worker group FAILED. 1/1
+    # attempts left; will restart worker group"), and attempt 1 died of rank 0's FileExistsError
+    # (open(..., "x") of a file attempt 0 had made): the job ended in that.
+    report = diagnose_json("--no-user-rules", str(log_of("restart-then-other-error")))
+    root = report["root_cause"]
+    assert (root["fields"]["exc_type"], root["rank"]) == ("FileExistsError", 0)
+    assert any(f["fields"].get("exc_type") == "ValueError" and f["rank"] == 1 for f in report["findings"])

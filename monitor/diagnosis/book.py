@@ -143,6 +143,7 @@ class FindingBook:
             first_seen=_record_time(record, positions, self._dated()), node=node,
             confidence=match.confidence, confidence_note=match.confidence_note,
             rank_source=match.rank_source if rank is not None else "", own_error=match.own_error,
+            about_others=match.about_others,
             retryable=match.retryable,
         )
         if finding.first_seen is None:

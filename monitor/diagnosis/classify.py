@@ -58,6 +58,7 @@ class Match:
     advice: tuple[RuleAdvice, ...] = ()
     skipped_advice: frozenset[int] = frozenset()  # advice this record rules out (if/unless_record)
     own_error: bool = False  # ``Rule.own_error``
+    about_others: bool = False  # ``Rule.about_others``
     retryable: bool = True  # ``Rule.retryable``
     # The node's local rank a prefix gave, where a summary made ``rank`` the global one ("summary-local").
     local_rank: int | None = None
@@ -222,6 +223,7 @@ class RuleClassifier:
                 confidence=rule.confidence, confidence_note=rule.confidence_note,
                 confirmed_title=rule.confirmed_title, advice=rule.advice,
                 skipped_advice=self._advice_skipped_by_record(rule, record), own_error=rule.own_error,
+                about_others=rule.about_others,
                 retryable=rule.retryable,
             ))
         return found

@@ -229,6 +229,7 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
     roots = [f for f in weighed
              if f.role == "root" and f.severity == "error" and not is_timeout(f) and not _after_a_wait(f, weighed)]
     roots = [f for f in roots if not _printed_by_the_program(f, roots, weighed)]
+    roots = _of_the_last_attempt(roots, weighed)
     if roots:
         ordered = chronological(roots)
         return _as_its_timeout(next(f for i, f in enumerate(ordered) if not _outlived(f, ordered[i + 1:])), weighed)
@@ -249,6 +250,10 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
         # own, with no error a rule names: sys.exit, os._exit): that exit is why they lost it.
         if all(lost_peer(f) for f in timeouts) and (left := _left_first(weighed, timeouts)) is not None:
             return left
+        # A coordinator's report that names the process it lost (JAX's "Task 1 heartbeat timeout")
+        # says which peer the others lost.
+        if all(lost_peer(f) for f in timeouts) and (named := _named_lost(weighed)) is not None:
+            return named
         return hang_suspect(timeouts, ranks, lang, _stopped_by_launcher(weighed)) if ranks is not None else chronological(timeouts)[0]
     errors = [f for f in weighed if f.severity == "error" and f.role != "confirm"]
     # A kill explains reports of processes that died; a stop sent from outside is no such report.
@@ -265,6 +270,23 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
         return stalls[-1]
     exits = [f for f in findings if f.origin == "exit" and f.severity == "error"]
     return exits[-1] if exits else None
+
+
+# torchrun's line as it restarts the worker group (rules/launcher.toml): one finding per restart.
+RESTART_RULE = "torchrun-restart"
+
+
+def _of_the_last_attempt(roots: list[Finding], findings: list[Finding]) -> list[Finding]:
+    """The ``roots`` of the worker group's last attempt, where torchrun restarted it and its log
+    shows errors after the last restart: the job ended in those; the attempts before failed and
+    were restarted (each may have failed otherwise: a resumed run meets other state). Only
+    within the file of torchrun's own lines, whose order is the order things happened."""
+    restarts = [f for f in findings if f.rule == RESTART_RULE]
+    if not restarts:
+        return roots
+    last = max(restarts, key=lambda f: f.arrival)
+    after = [f for f in roots if f.file == last.file and f.arrival > last.arrival]
+    return after or roots
 
 
 def _as_its_timeout(root: Finding, findings: list[Finding]) -> Finding:
@@ -399,6 +421,12 @@ def _left_first(findings: list[Finding], timeouts: list[Finding]) -> Finding | N
         return None  # which ranks lost their peer is not said: the report may be of one of them
     report = next((f for f in chronological(findings) if f.severity == "error" and _launcher_saw_fail(f)), None)
     return report if report is not None and report.rank not in losing else None
+
+
+def _named_lost(findings: list[Finding]) -> Finding | None:
+    """The first report of a process lost with its node or by a crash that names its rank."""
+    return next((f for f in chronological(findings)
+                 if f.category == Category.NODE_FAILURE and f.severity == "error" and f.rank is not None), None)
 
 
 def _missing(known: set[int], present: set[int], world: int | None) -> list[int]:
@@ -573,9 +601,11 @@ def _local_rank(findings: list[Finding], evidence: RankEvidence | None, root: Fi
 def _outlived(finding: Finding, later: list[Finding]) -> bool:
     """Whether the process that printed ``finding`` went on to print a surer root cause: an
     exception no rule names that its process survived (logged by a retry loop, handled) is not
-    what ended the job. Another rank's later error is no such sign: it is a consequence."""
+    what ended the job. Another rank's later error is no such sign: it is a consequence; nor is a
+    report of other processes (``Finding.about_others``: JAX's coordination service timing out a
+    barrier the others did not reach), whoever in a log without ranks printed it."""
     return any(CONFIDENCE_ORDER[f.confidence] < CONFIDENCE_ORDER[finding.confidence] and _same_process(finding, f)
-               for f in later)
+               and not f.about_others for f in later)
 
 
 def _same_process(a: Finding, b: Finding) -> bool:
