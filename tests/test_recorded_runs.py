@@ -228,3 +228,11 @@ def test_a_restarted_job_ended_in_its_last_attempt_s_failure():
     root = report["root_cause"]
     assert (root["fields"]["exc_type"], root["rank"]) == ("FileExistsError", 0)
     assert any(f["fields"].get("exc_type") == "ValueError" and f["rank"] == 1 for f in report["findings"])
+
+
+def test_an_exception_whose_message_starts_with_a_newline_is_told_by_its_first_line():
+    # raise ValueError("\n" + table): "[rank0]: ValueError: " ends its line, the message follows.
+    root = root_of(log_of("message-after-newline"))
+    assert (root["fields"]["exc_type"], root["rank"]) == ("ValueError", 0)
+    assert root["fields"]["message"] == "model config differs across ranks:"
+    assert "Uncaught ValueError on rank 0: model config differs across ranks:" in root["remedy"]

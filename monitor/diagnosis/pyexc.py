@@ -447,12 +447,15 @@ def _without_group_gutter(bodies: list[str]) -> list[str]:
 
 
 def _summarised(bodies: list[str], exception: tuple[str, str, int]) -> tuple[str, str, int]:
-    """An exception whose message is empty on its own line, as PaddlePaddle raises its errors
+    """An exception whose message is empty on its own line: as PaddlePaddle raises its errors
     (paddle/phi/core/enforce.h: the message starts with a newline, then the C++ stack and "Error
-    Message Summary:"): the summary's own exception line, where the record holds one."""
+    Message Summary:"), the summary's own exception line, where the record holds one; else, a
+    message that starts with a newline (raise ValueError("\\n" + table)), its first line of text."""
     summary = next((i for i in range(exception[2] + 1, len(bodies)) if bodies[i].strip() == PADDLE_SUMMARY), None)
     if summary is None:
-        return exception
+        first = next((body.strip() for body in bodies[exception[2] + 1:] if body.strip()), "")
+        text = any(c.isalnum() for c in first) and not is_traceback_header(first) and not first.startswith(CHAIN_LINES)
+        return (exception[0], first, exception[2]) if text else exception
     for index in range(summary + 1, len(bodies)):
         if (match := _EXCEPTION.match(bodies[index].strip())) is not None and match["message"]:
             return match["type"], match["message"].strip(), index
