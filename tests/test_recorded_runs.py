@@ -236,3 +236,13 @@ def test_an_exception_whose_message_starts_with_a_newline_is_told_by_its_first_l
     assert (root["fields"]["exc_type"], root["rank"]) == ("ValueError", 0)
     assert root["fields"]["message"] == "model config differs across ranks:"
     assert "Uncaught ValueError on rank 0: model config differs across ranks:" in root["remedy"]
+
+
+def test_the_one_rank_that_did_not_time_out_is_the_one_the_others_waited_for():
+    # accelerate's wait_for_everyone() inside "if val < best" with each rank's own validation loss:
+    # rank 1 did not improve, skipped the barrier and went on into the next epoch's broadcast. Rank
+    # 0's barrier timed out ("Timed out waiting 20000ms for recv"); rank 1 lost its connection when
+    # rank 0 exited, and printed that first. torchrun's summary names rank 0.
+    root = root_of(log_of("barrier-skipped-next-collective"))
+    assert (root["category"], root["rank"], root["rule"]) == ("gloo_timeout", 1, "gloo-timeout")
+    assert "rank 1 did not time out as rank 0 did" in root["remedy"]

@@ -110,6 +110,8 @@ TEXTS = {
     "en": {
         "fewest": "rank {rank} completed the fewest collectives (last completed work {low})",
         "never_reached": "{ranks} never reported the timeout the others hit: it never reached the collective",
+        "elsewhere": "rank {rank} did not time out as {waiters} did: it was not in the collective they waited in, "
+                     "and lost them only when they gave up",
         "rank": "rank {ranks}", "ranks": "ranks {ranks}",
         "waited": "the others timed out waiting", "not_ready": "rank {rank} is not among the ranks that were ready ({ready})",
         "not_ready_most": "rank {rank} is missing from {missing} of the {ops} stalled collectives the report lists",
@@ -132,6 +134,7 @@ TEXTS = {
     "zh": {
         "fewest": "rank {rank} 完成的集合通信最少（最后完成的工作 {low}）",
         "never_reached": "{ranks} 没有报告其他 rank 遇到的超时：它从未进入那个集合通信",
+        "elsewhere": "rank {rank} 没有像 {waiters} 那样超时：它不在它们等待的集合通信里，只是在它们放弃之后才失去了连接",
         "rank": "rank {ranks}", "ranks": "rank {ranks}",
         "waited": "其他 rank 等它等到了超时", "not_ready": "rank {rank} 不在已就绪的 rank 中（{ready}）",
         "not_ready_most": "报告列出的 {ops} 个停滞的集合通信中，有 {missing} 个缺少 rank {rank}",
@@ -360,6 +363,7 @@ def hang_suspect(timeouts: list[Finding], evidence: RankEvidence, lang: str = "e
         return chronological(named)[0]
     first = timeouts[0]
     reporting: set[int] = set()
+    waiting: set[int] = set()  # ranks whose own wait timed out (not a peer lost)
     # A rank a timeout says it waited for exists even where none of its lines is in the log.
     known = set(evidence.known_ranks)
     completed: dict[int, float] = {}
@@ -368,6 +372,8 @@ def hang_suspect(timeouts: list[Finding], evidence: RankEvidence, lang: str = "e
             if occurrence.rank is None:
                 continue
             reporting.add(occurrence.rank)
+            if not lost_peer(finding):
+                waiting.add(occurrence.rank)
             if str(occurrence.fields.get("peer", "")).isdigit():
                 known.add(int(occurrence.fields["peer"]))
             for name in LAST_COMPLETED_FIELDS:
@@ -394,6 +400,13 @@ def hang_suspect(timeouts: list[Finding], evidence: RankEvidence, lang: str = "e
             reason = _texts(lang)["went_away" if left else "never_reached"].format(ranks=who)
             if left:
                 return _suspected(first, suspect, reason, _texts(lang)["lost_it"], lang, left=True)
+    if suspect is None and waiting and len(elsewhere := reporting - waiting) == 1:
+        # Every rank reported, one of them only a lost peer: it was somewhere else (past a barrier
+        # the others waited in, in the next collective) when they timed out and exited.
+        suspect = next(iter(elsewhere))
+        waiters = _texts(lang)["ranks" if len(waiting) > 1 else "rank"].format(ranks=", ".join(map(str, sorted(waiting))))
+        reason = _texts(lang)["elsewhere"].format(rank=suspect, waiters=waiters)
+        first = next(f for f in timeouts if not lost_peer(f))  # what the others hit: a wait timed out
     if suspect is None:
         return first
     return _suspected(first, suspect, reason, _texts(lang)["waited"], lang)
