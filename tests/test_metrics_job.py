@@ -12,7 +12,7 @@ import psutil
 import pytest
 from metrics_fake_nvml import GIB, FakeNvml, FakeProcess, make_gpus
 
-from monitor.metrics.job import DISCOVER_EVERY, ENV_KEPT, JobReader
+from monitor.metrics.job import DISCOVER_EVERY, ENV_KEPT, MPI_RANK_VARIABLES, JobReader
 from monitor.metrics.sampler import Sampler
 
 # A launcher like torchrun's agent: no RANK itself, starts workers with RANK/LOCAL_RANK set,
@@ -33,9 +33,13 @@ time.sleep(60)
 
 @pytest.fixture
 def job():
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", *ENV_KEPT)}
+    yield from _launched(LAUNCHER)
+
+
+def _launched(script: str, **extra: str):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", *MPI_RANK_VARIABLES, *ENV_KEPT)}
     launcher = subprocess.Popen(
-        [sys.executable, "-c", LAUNCHER, "2"], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-c", script, "2"], stdout=subprocess.PIPE, text=True, env={**env, **extra}
     )
     workers = [int(p) for p in launcher.stdout.readline().split()]
     helpers: list[int] = []
@@ -81,6 +85,24 @@ def test_tree_with_ranks_from_environ(job):
     time.sleep(0.05)
     second = by_pid(reader.read())
     assert second[workers[1]].cpu_percent is not None and second[workers[1]].cpu_percent >= 0
+
+
+def test_ranks_mpirun_started_are_read_from_its_variable():
+    # mpirun gives each process OMPI_COMM_WORLD_RANK, no RANK; a rank's helper inherits it.
+    for launcher, workers in _launched(LAUNCHER.replace("RANK=str(rank), LOCAL_RANK=str(rank)",
+                                                        "OMPI_COMM_WORLD_RANK=str(rank)")):
+        rows = by_pid(JobReader([launcher.pid]).read())
+        assert [(rows[w].rank, rows[w].worker) for w in workers] == [(0, False), (1, False)]
+        assert sorted(p.rank for p in rows.values() if p.worker) == [0, 1]
+
+
+def test_a_launcher_mpirun_started_is_no_rank_of_the_job():
+    # torchrun under mpirun, one a node: its MPI rank (0) is its node's; its workers carry RANK,
+    # and rank 0's process is not taken for a helper of the launcher.
+    for launcher, workers in _launched(LAUNCHER, OMPI_COMM_WORLD_RANK="0"):
+        rows = by_pid(JobReader([launcher.pid]).read())
+        assert rows[launcher.pid].rank is None
+        assert [(rows[w].rank, rows[w].worker) for w in workers] == [(0, False), (1, False)]
 
 
 def test_dead_worker_leaves_and_orphans_stay(job):

@@ -6,6 +6,7 @@ written from the job's script."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -246,3 +247,24 @@ def test_the_one_rank_that_did_not_time_out_is_the_one_the_others_waited_for():
     root = root_of(log_of("barrier-skipped-next-collective"))
     assert (root["category"], root["rank"], root["rule"]) == ("gloo_timeout", 1, "gloo-timeout")
     assert "rank 1 did not time out as rank 0 did" in root["remedy"]
+
+
+def test_a_job_s_own_rank_files_in_its_folder_are_read_as_that_job(tmp_path):
+    # Each rank logged to its own ranklogs/rank<N>.log (a FileHandler, its traceback too), so the
+    # run's log holds only torchrun's summary. Named together, the files are one job: the job
+    # wrote them in its folder (meta.json's cwd) while it ran (job.json's started..ended).
+    folder = tmp_path / "job"
+    shutil.copytree(DATA / "own-rank-log-files", folder)
+    log = next((folder / "logs").glob("run-*.log"))
+    meta = log.with_name(f"{log.stem}.meta.json")
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "cwd": str(folder)}))
+    started = json.loads(log.with_name(f"{log.stem}.job.json").read_text())["started"]
+    for rank_file in (folder / "ranklogs").iterdir():
+        os.utime(rank_file, (started + 5, started + 5))
+    root = diagnose_json("--no-user-rules", str(log), str(folder / "ranklogs"))["root_cause"]
+    assert (root["fields"]["exc_type"], root["rank"]) == ("UnicodeDecodeError", 1)
+    # Written long after the run: another job's files, each diagnosed on its own.
+    for rank_file in (folder / "ranklogs").iterdir():
+        os.utime(rank_file, (started + 3600, started + 3600))
+    assert diagnose_json("--no-user-rules", str(log), str(folder / "ranklogs"))["root_cause"] is None
+

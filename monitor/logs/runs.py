@@ -123,9 +123,15 @@ def separate_jobs(files: list[Path]) -> list[list[Path]]:
     runs of a folder are."""
     if len(files) < 2:
         return [files]
-    # The per-rank files a run `monitor run` recorded read beside its log are its job's, wherever they lie.
-    owners = {os.path.realpath(extra): run for run in files for extra in run_record(run).extra_logs}
+    # The per-rank files a run `monitor run` recorded read beside its log are its job's, wherever they
+    # lie; and the files its job wrote in its folder while it ran (a logger's own per-rank files).
+    records = {run: run_record(run) for run in files}
+    owners = {os.path.realpath(extra): run for run, record in records.items() for extra in record.extra_logs}
     owned = {file: owners[os.path.realpath(file)] for file in files if os.path.realpath(file) in owners}
+    for file in files:
+        if file not in owned and not recorded_by_run(file):
+            if (run := next((run for run, record in records.items() if record.wrote(file)), None)) is not None:
+                owned[file] = run
     rest = [file for file in files if file not in owned]
     if len(rest) < 2:
         return [files]
@@ -270,23 +276,52 @@ class RunRecord:
     world_size: int | None = None
     extra_logs: tuple[Path, ...] = ()
     exit_code: int | None = None
+    # Where the job ran (its working folder) and when (seconds since the epoch, start and end):
+    # what ties the files it wrote itself (a logger's per-rank files) to it.
+    cwd: Path | None = None
+    ran: tuple[float, float] | None = None
+
+    def wrote(self, file: Path) -> bool:
+        """Whether ``file`` lies in the job's folder and was last written while it ran."""
+        if self.cwd is None or self.ran is None:
+            return False
+        try:
+            inside = Path(os.path.realpath(file)).is_relative_to(os.path.realpath(self.cwd))
+            return inside and self.ran[0] <= file.stat().st_mtime <= self.ran[1] + WROTE_AFTER_END_S
+        except (OSError, ValueError):
+            return False
+
+
+# How long after a run's end a file its job wrote may still be written (a rank's logger closing its
+# file as the process exits, after the recorder saw the launcher end).
+WROTE_AFTER_END_S = 5.0
 
 
 def run_record(log: Path) -> RunRecord:
     """``log``'s run-X.meta.json and run-X.job.json, each read once."""
     meta = side_record(Run(log.stem, [log.with_name(f"{log.stem}.meta.json")]), "meta")
+    job = job_record(log)
     named = meta.get("extra_logs")
     extra = [Path(name) for name in named[:MAX_RECORDED_LOGS] if isinstance(name, str)] if isinstance(named, list) else []
     size = _integer(meta.get("world_size"))
+    started, ended = _seconds(job.get("started")), _seconds(job.get("ended"))
+    ran = (started, ended) if started is not None and ended is not None and started <= ended else None
+    cwd = meta.get("cwd")
     return RunRecord(world_size=size if size is not None and size > 0 else None,
                      extra_logs=tuple(path for path in extra if path.is_file()),
-                     exit_code=_integer(job_record(log).get("exit_code")))
+                     exit_code=_integer(job.get("exit_code")),
+                     cwd=Path(cwd) if isinstance(cwd, str) and os.path.isabs(cwd) else None, ran=ran)
 
 
 def recorded_by_run(log: Path) -> bool:
     """Whether ``log`` is a run's log that `monitor run` recorded (its recorder's run-X.job.json
     beside it)."""
     return log.with_name(f"{log.stem}.job.json").is_file()
+
+
+def _seconds(value: object) -> float | None:
+    """A JSON number of seconds (not a bool), else None."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _integer(value: object) -> int | None:

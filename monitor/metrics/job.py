@@ -1,8 +1,11 @@
 """The watched job's process tree through psutil, each process mapped to its rank.
 
 Ranks come from RANK / LOCAL_RANK in /proc/PID/environ (set by torchrun, accelerate,
-DeepSpeed and most SLURM wrappers), read once per process; where the environment is not
-readable (another user's process) the rank stays None. Processes seen once are kept while
+DeepSpeed and most SLURM wrappers), read once per process; else from an MPI launcher's own
+(Open MPI's OMPI_COMM_WORLD_RANK, MPICH's and Intel MPI's PMI_RANK: mpirun starting the ranks
+itself), except for a process whose children carry RANK (a torchrun that mpirun started, one per
+node: its MPI rank is its node's). Where the environment is not readable (another user's process)
+the rank stays None. Processes seen once are kept while
 they run, so ranks orphaned by a dead launcher are still shown.
 """
 
@@ -25,6 +28,8 @@ DISCOVER_EVERY = 5
 # include/c10/core/AllocatorConfig.h) or PYTORCH_CUDA_ALLOC_CONF (kept for compatibility).
 ALLOC_CONF_VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 ENV_KEPT = (*ALLOC_CONF_VARIABLES, "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+# The rank an MPI launcher gives each process it starts, where no RANK is set.
+MPI_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK")
 # Reads of a process's environment while it shows no RANK: a child caught between fork and exec
 # shows its parent's environment (a launcher's, without RANK) until it execs, microseconds later.
 ENV_READS = 3
@@ -77,10 +82,19 @@ class JobReader:
             row = self._read_process(proc)
             if row is not None:
                 processes.append(row)
+        # A launcher's MPI rank is its node's, not a rank of the job's: its workers carry RANK.
+        launchers = {row.ppid for row in processes if "RANK" in self._env_of(row.pid)}
+        for row in processes:
+            if row.pid in launchers and "RANK" not in self._env_of(row.pid):
+                row.rank = None
         rank_of = {p.pid: p.rank for p in processes}
         for row in processes:
             row.worker = row.rank is not None and row.ppid is not None and rank_of.get(row.ppid) == row.rank
         return JobSample(root_pids=roots, alive=bool(processes), processes=processes)
+
+    def _env_of(self, pid: int) -> dict[str, str]:
+        known = self._known.get(pid)
+        return known[1] if known is not None else {}
 
     def _process(self, pid: int) -> psutil.Process | None:
         known = self._known.get(pid)
@@ -116,17 +130,20 @@ class JobReader:
             self._known[proc.pid] = known
         env = known[1]
         row.rank, row.local_rank = _int(env.get("RANK")), _int(env.get("LOCAL_RANK"))
+        if row.rank is None:
+            row.rank = next((_int(env[name]) for name in MPI_RANK_VARIABLES if name in env), None)
         row.env = {k: env[k] for k in ENV_KEPT if k in env}
         return row
 
 
 def _environment(proc: psutil.Process) -> dict[str, str]:
-    """RANK, LOCAL_RANK and ENV_KEPT from /proc/PID/environ; empty when not readable."""
+    """RANK, LOCAL_RANK, an MPI launcher's rank and ENV_KEPT from /proc/PID/environ; empty when
+    not readable."""
     try:
         env = proc.environ()
     except (psutil.Error, OSError):
         return {}
-    return {k: env[k] for k in ("RANK", "LOCAL_RANK", *ENV_KEPT) if k in env}
+    return {k: env[k] for k in ("RANK", "LOCAL_RANK", *MPI_RANK_VARIABLES, *ENV_KEPT) if k in env}
 
 
 def _int(text: str | None) -> int | None:
