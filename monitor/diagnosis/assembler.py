@@ -68,7 +68,7 @@ class RecordAssembler:
         self._pending: dict[tuple, Record] = {}
         self._pending_per_file: dict[str, int] = {}
         # Per stream, the process mp.spawn says the next traceback is of.
-        self._spawned: dict[tuple, int] = {}
+        self._spawned: dict[tuple, tuple[int, str]] = {}
         # Per stream, the last line that announced a handled error's traceback (line number, text).
         self._handled_intro: dict[tuple, tuple[int, str, str]] = {}
         self._glued_seen = False
@@ -190,13 +190,13 @@ class RecordAssembler:
         if kind == "spawned":
             # torch.multiprocessing.spawn's "-- Process N terminated with the following error:": the
             # traceback that follows is process N's (its rank, under mp.spawn's usual use).
-            self._spawned[key] = int(records.SPAWNED.match(body.strip())[1])
+            self._spawned[key] = records.spawned_rank(body.strip())
         elif kind is not None:
             if kind == "collective_stack":
                 self._collective_stacks[line.file] = key
             record = records.start(kind, line, body, rank, arrival, stamped)
-            if rank is None and kind == "traceback" and (index := self._spawned.pop(key, None)) is not None:
-                record.rank, record.rank_from = index, "launcher"
+            if rank is None and kind == "traceback" and (spawned := self._spawned.pop(key, None)) is not None:
+                record.rank, record.rank_from = spawned
             if kind == "traceback" and (reported := records.REPORTED_RANK.match(body.lstrip())) is not None:
                 record.rank, record.rank_from = int(reported[1]), "message"
             intro = self._handled_intro.pop(key, None) if kind == "traceback" else None

@@ -26,7 +26,10 @@ _RICH_FRAME = regex.compile(r"^│ (?P<file>[^\s│:][^│]*?):(?P<line>\d+) in 
 _EXCEPTION = regex.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?:" + TF_SEE_ABOVE + r")?(?::\s?(?P<message>.*))?$")
 # An exception's last line on its own (its traceback cut from the paste, drawn by rich in a box,
 # or printed by a launcher): ``ValueError: ...``, ``torch.distributed.DistBackendError: ...``.
-_EXCEPTION_LINE = regex.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception)): (?P<message>\S.*)$")
+# A bare "Error: ..." alone is a program's or a logger's word (Ray Train's controller: "Error:
+# Training failed due to worker errors:", CLIs), not a class: no exception of Python's or a
+# package's prints so without its traceback.
+_EXCEPTION_LINE = regex.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)): (?P<message>\S.*)$")
 # Without the ``Traceback`` header (a cut paste), only a name that says it is an exception counts
 # as the exception line: a bare word after the frames ("Aborted") is not one.
 _EXCEPTION_NAME = regex.compile(r"(?:Error|Exception|Interrupt|Exit)$")
@@ -68,6 +71,9 @@ CASCADE_TYPES = {
     # torch.distributed.checkpoint (checkpoint/api.py): the failures of the ranks it names, raised on
     # every rank, each failed rank's traceback after it ("Traceback ...: (RANK N)", records.REPORTED_RANK).
     "CheckpointException",
+    # Ray Train 2.x (ray/train/v2/api/exceptions.py) in the driver: its workers' errors, each after
+    # "[Rank N Error Snippet]:" (records.SPAWNED).
+    "WorkerGroupError",
 }
 # Exceptions raised from the failure they report (``raise ... from error``), whose chain holds that
 # failure's own traceback just before: Ray Train's TrainingFailedError (ray/train/base_trainer.py,

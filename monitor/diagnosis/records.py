@@ -86,6 +86,7 @@ STARTER_LITERALS = (
     "stopped sending heartbeats):",  # ``HEARTBEATS_HEADER``
     'File "',
     "terminated with the following error",
+    " Error Snippet]:",  # Ray Train's ``SPAWNED``
     # An exception's last line standing alone (``pyexc.parse_exception_line``).
     "rror: ",
     "xception: ",
@@ -209,8 +210,19 @@ _SECTION_RULER = regex.compile(r"^-{10,}\s*$")
 ENTRY_RANK = regex.compile(r"^\s*rank\s*:\s*(\d+)(?: \(local_rank: (\d+)\))?")
 _ENTRY_TRACEBACK = regex.compile(r"^\s*traceback : (?:Traceback \(most recent call last\):)?\s*$")
 # torch.multiprocessing.spawn (ProcessRaisedException): "-- Process {index} terminated with the
-# following error:" before the child's traceback.
-SPAWNED = regex.compile(r"^-- Process (\d+) terminated with the following error:$")
+# following error:" before the child's traceback; Ray Train's WorkerGroupError (ray/train/v2,
+# WorkerGroupPollStatus.get_error_string: "[Rank {ranks} Error Snippet]:\n{error}", ranks joined
+# by commas where several raised the same): one rank's, before its traceback.
+SPAWNED = regex.compile(r"^(?:-- Process (\d+) terminated with the following error:|\[Rank (\d+) Error Snippet\]:)$")
+
+
+def spawned_rank(stripped: str) -> tuple[int, str]:
+    """The rank a ``SPAWNED`` line names, and what named it (a ``Record.rank_from``): the launcher
+    that saw that process fail (mp.spawn's join), or a report of the worker's error among others'
+    (Ray's snippets: each rank's error, a consequence's too, is one)."""
+    match = SPAWNED.match(stripped)
+    assert match is not None
+    return (int(match[1]), "launcher") if match[1] is not None else (int(match[2]), "message")
 # A frame of CPython's traceback (``traceback.StackSummary.format``: '  File "{}", line {}, in {}'):
 # where a paste or an interleaved stream lost the ``Traceback`` header, the first frame starts the
 # record. faulthandler's frames ('line {} in {}', no comma) are no traceback of an exception.
