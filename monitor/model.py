@@ -138,6 +138,9 @@ class Finding:
     # in which things were seen, for findings whose logs carry no time (see ``chronological``).
     # A finding from outside the logs gets the count at the moment it was taken in.
     arrival: int = 0
+    # The same count before its last occurrence's first line (``arrival`` until it recurs): what
+    # a later attempt of a restarted job printed again is of that attempt too.
+    last_arrival: int = 0
     # When the first occurrence happened, in seconds since the epoch: the time written in the
     # log line (glog/torchelastic ``E1121 10:40:02.118``, ISO dates, syslog; see
     # ``diagnosis/timestamps.py``), else None, never the time it was read. Findings with no log

@@ -33,6 +33,10 @@ def test_a_log_s_own_indentation_is_no_margin():
 def test_lines_are_taken_to_their_margin_and_no_further():
     lines = [LogLine("f", 1, "    [rank1]: KeyError: 'x'"), LogLine("f", 2, ""), LogLine("f", 3, "  short")]
     assert [line.text for line in at_margin(lines, "    ")] == ["[rank1]: KeyError: 'x'", "", "  short"]
+    # The block ends at its first line without the margin: a traceback after it keeps its frames'.
+    after = [LogLine("f", 1, "    step 1"), LogLine("f", 2, "Traceback (most recent call last):"),
+             LogLine("f", 3, "    f()")]
+    assert [line.text for line in at_margin(after, "    ")] == ["step 1", "Traceback (most recent call last):", "    f()"]
 
 
 def test_a_real_run_s_log_pasted_as_a_code_block_is_diagnosed_as_the_log(tmp_path):

@@ -239,14 +239,27 @@ def test_an_exception_whose_message_starts_with_a_newline_is_told_by_its_first_l
     assert "Uncaught ValueError on rank 0: model config differs across ranks:" in root["remedy"]
 
 
-def test_the_one_rank_that_did_not_time_out_is_the_one_the_others_waited_for():
+def test_the_one_rank_that_did_not_time_out_is_the_one_the_others_waited_for(tmp_path):
     # accelerate's wait_for_everyone() inside "if val < best" with each rank's own validation loss:
     # rank 1 did not improve, skipped the barrier and went on into the next epoch's broadcast. Rank
     # 0's barrier timed out ("Timed out waiting 20000ms for recv"); rank 1 lost its connection when
-    # rank 0 exited, and printed that first. torchrun's summary names rank 0.
-    root = root_of(log_of("barrier-skipped-next-collective"))
+    # rank 0 exited, and printed that first. torchrun's summary names rank 0. Every rank of the two
+    # the run recorded reported: meta.json's world_size as `monitor run` now writes it for the
+    # command it kept (env ... accelerate launch --num_processes 2; the run itself had read no
+    # launcher behind env).
+    from monitor.runner.launchers import parse
+
+    log = log_of("barrier-skipped-next-collective")
+    meta = json.loads(log.with_name(f"{log.stem}.meta.json").read_text())
+    assert meta["world_size"] == parse(meta["command"], {}).world_size == 2
+    root = root_of(log)
     assert (root["category"], root["rank"], root["rule"]) == ("gloo_timeout", 1, "gloo-timeout")
     assert "rank 1 did not time out as rank 0 did" in root["remedy"]
+    # The log alone does not say the job had no other ranks (one node's of several shows its peers
+    # on the others only as lost connections): no such conclusion.
+    alone = tmp_path / log_of("barrier-skipped-next-collective").name
+    shutil.copy(log_of("barrier-skipped-next-collective"), alone)
+    assert "did not time out as" not in root_of(alone)["remedy"]
 
 
 def test_a_job_s_own_rank_files_in_its_folder_are_read_as_that_job(tmp_path):
@@ -263,8 +276,22 @@ def test_a_job_s_own_rank_files_in_its_folder_are_read_as_that_job(tmp_path):
         os.utime(rank_file, (started + 5, started + 5))
     root = diagnose_json("--no-user-rules", str(log), str(folder / "ranklogs"))["root_cause"]
     assert (root["fields"]["exc_type"], root["rank"]) == ("UnicodeDecodeError", 1)
+    # Another job's log written in the same folder meanwhile (not a rank's file) is not claimed.
+    other = folder / "other" / "slurm-99.out"
+    other.parent.mkdir()
+    other.write_text("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nKeyError: 'y'\n")
+    os.utime(other, (started + 5, started + 5))
+    assert diagnose_json("--no-user-rules", str(log), str(folder / "ranklogs"), str(other))["root_cause"] is None
     # Written long after the run: another job's files, each diagnosed on its own.
     for rank_file in (folder / "ranklogs").iterdir():
         os.utime(rank_file, (started + 3600, started + 3600))
     assert diagnose_json("--no-user-rules", str(log), str(folder / "ranklogs"))["root_cause"] is None
 
+
+
+def test_an_error_the_last_attempt_printed_again_is_of_that_attempt():
+    # The restarted run's log with its last attempt failing first with rank 1's ValueError again,
+    # then rank 0's FileExistsError (the reviewer's probe, built from the run's own lines): the
+    # last attempt's first failure is the cause, though its finding was made from attempt 0's line.
+    root = root_of(log_of("restart-repeat-then-other"))
+    assert (root["fields"]["exc_type"], root["rank"]) == ("ValueError", 1)

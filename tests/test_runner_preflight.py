@@ -56,6 +56,13 @@ def test_launch_plans(command, launcher, nproc, port, source):
     (["torchrun", "--nproc-per-node", "gpu", "t.py"], {}, None),
     (["srun", "torchrun", "--nproc-per-node", "4", "t.py"], {}, None),  # one torchrun per node
     (["deepspeed", "--num_gpus", "2", "train.py"], {}, None),
+    (["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "t.py"], {}, 2),
+    (["accelerate", "launch", "--num_machines", "2", "--num_processes", "8", "t.py"], {}, None),
+    # env(1) before the launcher: the variables it sets count, those it unsets do not.
+    (["env", "-u", "PYTHONPATH", "HF_HUB_OFFLINE=1", "accelerate", "launch", "--num_processes", "2", "t.py"], {}, 2),
+    (["env", "PET_NPROC_PER_NODE=3", "torchrun", "t.py"], {}, 3),
+    (["env", "-u", "PET_NPROC_PER_NODE", "torchrun", "t.py"], {"PET_NPROC_PER_NODE": "3"}, None),
+    (["env", "-i", "torchrun", "t.py"], {"PET_NPROC_PER_NODE": "3"}, None),
 ])
 def test_the_world_size_a_command_fixes(command, env, world):
     assert parse(command, env).world_size == world

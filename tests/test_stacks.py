@@ -394,3 +394,8 @@ def test_stacks_command_says_in_one_line_what_it_cannot_look_into(tmp_path):
     assert results[1].stderr == "monitor: stacks: no Python process among the job's 1 running process\n"
     assert results[2].stderr.startswith(f"monitor: stacks: {tmp_path / 'run-1.job.json'}: no such file or directory")
     assert all(r.stdout == "" and r.stderr.count("\n") == 1 for r in results)
+
+
+def test_ranks_at_one_line_are_one_place_whatever_each_sleeps_in():
+    frame = Frame("evaluate", "/home/u/train.py", 40)
+    assert compare.Place("", frame, "", "Queue.get") == compare.Place("", frame, "", "")

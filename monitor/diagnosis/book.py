@@ -139,7 +139,7 @@ class FindingBook:
             rule=match.rule, category=Category(match.category), severity=match.severity, role=match.role,
             title="", rank=rank, ranks=[rank] if rank is not None else [], file=first.file,
             line=first.line, count=1, evidence=[mask(record.lines[p].text) for p in match.evidence],
-            fields=fields, remedy="", seq=next(self._seq), arrival=record.arrival,
+            fields=fields, remedy="", seq=next(self._seq), arrival=record.arrival, last_arrival=record.arrival,
             first_seen=_record_time(record, positions, self._dated()), node=node,
             confidence=match.confidence, confidence_note=match.confidence_note,
             rank_source=match.rank_source if rank is not None else "", own_error=match.own_error,
@@ -165,7 +165,7 @@ class FindingBook:
         occurrence (another rank's file, read later) takes the first's place."""
         record, positions, rank = match.record, match.positions, match.rank
         finding = entry.finding
-        changes: dict = {"count": finding.count + 1}
+        changes: dict = {"count": finding.count + 1, "last_arrival": max(finding.last_arrival, record.arrival)}
         if finding.node is not None and (node := self._node_of(record.lines[positions[0]].file)) is not None:
             if node not in finding.nodes:
                 changes["nodes"] = sorted({*finding.nodes, finding.node, node})

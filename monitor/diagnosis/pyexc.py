@@ -26,10 +26,7 @@ _RICH_FRAME = regex.compile(r"^│ (?P<file>[^\s│:][^│]*?):(?P<line>\d+) in 
 _EXCEPTION = regex.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?:" + TF_SEE_ABOVE + r")?(?::\s?(?P<message>.*))?$")
 # An exception's last line on its own (its traceback cut from the paste, drawn by rich in a box,
 # or printed by a launcher): ``ValueError: ...``, ``torch.distributed.DistBackendError: ...``.
-# A bare "Error: ..." alone is a program's or a logger's word (Ray Train's controller: "Error:
-# Training failed due to worker errors:", CLIs), not a class: no exception of Python's or a
-# package's prints so without its traceback.
-_EXCEPTION_LINE = regex.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)): (?P<message>\S.*)$")
+_EXCEPTION_LINE = regex.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception)): (?P<message>\S.*)$")
 # Without the ``Traceback`` header (a cut paste), only a name that says it is an exception counts
 # as the exception line: a bare word after the frames ("Aborted") is not one.
 _EXCEPTION_NAME = regex.compile(r"(?:Error|Exception|Interrupt|Exit)$")
@@ -91,6 +88,9 @@ CASCADE_MESSAGES = (
     "The worker died unexpectedly while executing this task",
     "The task's local raylet died",
     "Trials did not complete", "('Trials did not complete'",
+    # Ray Train 2.x's controller and driver (ray/train/v2, WorkerGroupError's message): its workers'
+    # errors follow, each after "[Rank N Error Snippet]:".
+    "Training failed due to worker errors:",
     # horovodrun re-raising its workers' exit (horovod/runner/gloo_run.py, mpi_run.py, js_run.py).
     "Horovod detected that one or more processes exited with non-zero", "mpirun failed with exit code",
     "jsrun failed with exit code",

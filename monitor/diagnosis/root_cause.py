@@ -282,13 +282,14 @@ RESTART_RULE = "torchrun-restart"
 def _of_the_last_attempt(roots: list[Finding], findings: list[Finding]) -> list[Finding]:
     """The ``roots`` of the worker group's last attempt, where torchrun restarted it and its log
     shows errors after the last restart: the job ended in those; the attempts before failed and
-    were restarted (each may have failed otherwise: a resumed run meets other state). Only
-    within the file of torchrun's own lines, whose order is the order things happened."""
+    were restarted (each may have failed otherwise: a resumed run meets other state); an error the
+    last attempt printed again is of it too (``Finding.last_arrival``). Only within the file of
+    torchrun's own lines, whose order is the order things happened."""
     restarts = [f for f in findings if f.rule == RESTART_RULE]
     if not restarts:
         return roots
     last = max(restarts, key=lambda f: f.arrival)
-    after = [f for f in roots if f.file == last.file and f.arrival > last.arrival]
+    after = [f for f in roots if f.file == last.file and max(f.arrival, f.last_arrival) > last.arrival]
     return after or roots
 
 
@@ -400,7 +401,10 @@ def hang_suspect(timeouts: list[Finding], evidence: RankEvidence, lang: str = "e
             reason = _texts(lang)["went_away" if left else "never_reached"].format(ranks=who)
             if left:
                 return _suspected(first, suspect, reason, _texts(lang)["lost_it"], lang, left=True)
-    if suspect is None and waiting and len(elsewhere := reporting - waiting) == 1:
+    # Only where the job's ranks are all known to have reported: one node's log shows its peers on
+    # another node only as lost connections.
+    whole = evidence.world_size is not None and reporting == set(range(evidence.world_size))
+    if suspect is None and whole and waiting and len(elsewhere := reporting - waiting) == 1:
         # Every rank reported, one of them only a lost peer: it was somewhere else (past a barrier
         # the others waited in, in the next collective) when they timed out and exited.
         suspect = next(iter(elsewhere))

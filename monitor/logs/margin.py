@@ -43,6 +43,11 @@ def margin_of(head: bytes) -> str:
 
 
 def at_margin(lines: Iterable[LogLine], margin: str) -> Iterator[LogLine]:
-    """``lines`` with ``margin`` taken off each that starts with it."""
+    """``lines`` with ``margin`` taken off each that starts with it, up to the first line holding
+    anything that does not: the indented block ended there (the head judged it; what follows a
+    block is read as written)."""
+    inside = True
     for line in lines:
-        yield replace(line, text=line.text[len(margin):]) if line.text.startswith(margin) else line
+        if inside and line.text.strip() and not line.text.startswith(margin):
+            inside = False
+        yield replace(line, text=line.text[len(margin):]) if inside and line.text.startswith(margin) else line

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitor.logs.nodes import node_of
+from monitor.logs.ranks import rank_from_path
 from monitor.logs.reader import find_logs, is_log_like
 
 # `monitor run`'s stem; SLURM's default --output (slurm-%j.out, slurm-%A_%a.out for arrays).
@@ -282,8 +283,9 @@ class RunRecord:
     ran: tuple[float, float] | None = None
 
     def wrote(self, file: Path) -> bool:
-        """Whether ``file`` lies in the job's folder and was last written while it ran."""
-        if self.cwd is None or self.ran is None:
+        """Whether ``file`` is a rank's file (its name says which: rank1.log) in the job's folder,
+        last written while the job ran: the job's own logger wrote it, not another job."""
+        if self.cwd is None or self.ran is None or rank_from_path(str(file)) is None:
             return False
         try:
             inside = Path(os.path.realpath(file)).is_relative_to(os.path.realpath(self.cwd))

@@ -71,11 +71,15 @@ class LaunchPlan:
     @property
     def world_size(self) -> int | None:
         """The job's number of ranks where the command alone fixes it: torchrun on one machine
-        (no --nnodes, or 1, or 1:1; not one torchrun per node under srun) with a number of
-        processes per node."""
-        if self.launcher != "torchrun" or self.under_srun or self.nnodes not in (None, "1", "1:1"):
+        (no --nnodes, or 1, or 1:1; not one torchrun per node under srun), or accelerate launch on
+        one (no --num_machines, or 1), with a number of processes per node."""
+        if self.under_srun:
             return None
-        return self.processes
+        if self.launcher == "torchrun" and self.nnodes in (None, "1", "1:1"):
+            return self.processes
+        if self.launcher == "accelerate" and self.options.get("num_machines") in (None, "1"):
+            return self.processes
+        return None
 
 
 def option_groups(args: list[str], flags: set[str]) -> tuple[list[list[str]], list[str]]:
@@ -132,6 +136,8 @@ def parse(command: list[str], env: dict[str, str] | None = None) -> LaunchPlan:
         return plan
     if prog in SHELLS and rest[:1] == ["-c"] and len(rest) > 1:
         return _shell(rest[1], env)
+    if prog == "env":
+        return _env_command(rest, env)
     if prog.startswith("python"):
         module, tail = _python_module(rest)
         if module in TORCH_MODULES:
@@ -147,6 +153,36 @@ def parse(command: list[str], env: dict[str, str] | None = None) -> LaunchPlan:
         return _accelerate(rest[1:], env)
     if prog == "deepspeed":
         return _deepspeed(rest, env)
+    return _env_plan("other", env)
+
+
+# env(1)'s options that take a value as the next word (coreutils: -u NAME, -C DIR, -S STRING).
+_ENV_VALUED = frozenset({"-u", "--unset", "-C", "--chdir", "-S", "--split-string"})
+
+
+def _env_command(words: list[str], env: dict[str, str]) -> LaunchPlan:
+    """``env -u PYTHONPATH HF_HUB_OFFLINE=1 accelerate launch ...``: the plan of the command env
+    runs, with the variables it sets and unsets."""
+    env = dict(env)
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word in ("-i", "--ignore-environment", "-"):
+            env = {}
+        elif word in _ENV_VALUED and index + 1 < len(words):
+            if word in ("-u", "--unset"):
+                env.pop(words[index + 1], None)
+            index += 1
+        elif word.startswith("--unset="):
+            env.pop(word.split("=", 1)[1], None)
+        elif word.startswith("-"):
+            pass  # -0, -v, --debug: nothing of the command's
+        elif "=" in word and not word.startswith("="):
+            name, value = word.split("=", 1)
+            env[name] = value
+        else:
+            return parse(words[index:], env)
+        index += 1
     return _env_plan("other", env)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import linecache
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitor.diagnosis.advice import advice
@@ -63,7 +63,8 @@ class Place:
     collective: str
     frame: Frame
     gpu_wait: str = ""
-    blocked: str = ""
+    # Not the place's identity: ranks at one line are one group whatever each waits in.
+    blocked: str = field(default="", compare=False)
 
     def describe(self, plural: bool = False) -> str:
         where = f"{self.frame.function} ({Path(self.frame.file).name}:{self.frame.line})"
@@ -151,7 +152,8 @@ def analyse(capture: Capture, stacks_file: str = "") -> Finding | None:
     elif waiting:
         odd, usual, kind = [], groups, "all-wait"
     else:
-        odd, usual, kind = [], groups, ("all-blocked" if groups[0][0].blocked else "all-busy")
+        asleep = all(blocked_in(stack.main_thread().frames) for stack in groups[0][1])  # type: ignore[union-attr]
+        odd, usual, kind = [], groups, ("all-blocked" if asleep else "all-busy")
     return _finding(capture, groups, odd, usual, kind, stacks_file)
 
 
