@@ -67,7 +67,8 @@ class RecordAssembler:
         self.lines_fed = 0  # Finding.arrival: lines fed before a record's first line
         self._pending: dict[tuple, Record] = {}
         self._pending_per_file: dict[str, int] = {}
-        # Per stream, the process mp.spawn says the next traceback is of.
+        # Per stream, the rank the next traceback is of (mp.spawn's "-- Process N terminated", Ray's
+        # "[Rank N Error Snippet]:") and what named it (``records.spawned_rank``).
         self._spawned: dict[tuple, tuple[int, str]] = {}
         # Per stream, the last line that announced a handled error's traceback (line number, text).
         self._handled_intro: dict[tuple, tuple[int, str, str]] = {}
@@ -188,8 +189,9 @@ class RecordAssembler:
         if starter and kind is None and (said := records.intro_of(body)) is not None:
             self._handled_intro[key] = (line.line, said, body)
         if kind == "spawned":
-            # torch.multiprocessing.spawn's "-- Process N terminated with the following error:": the
-            # traceback that follows is process N's (its rank, under mp.spawn's usual use).
+            # torch.multiprocessing.spawn's "-- Process N terminated with the following error:" (its
+            # rank, under mp.spawn's usual use), Ray Train's "[Rank N Error Snippet]:": the
+            # traceback that follows is that rank's.
             self._spawned[key] = records.spawned_rank(body.strip())
         elif kind is not None:
             if kind == "collective_stack":

@@ -328,9 +328,9 @@ def on_every_rank(diagnosis: Diagnosis, catalogue, ranks: RankEvidence | None) -
         return diagnosis
     if not ranks.world_size:
         added = EVERY_SHOWN_RANK.get(catalogue.lang, EVERY_SHOWN_RANK["en"]).format(last=len(job) - 1)
-        return replace(diagnosis, root_cause=replace(root, title=root.title + added))
-    both, every = EVERY_RANK.get(catalogue.lang, EVERY_RANK["en"])
-    added = both if len(raised) == 2 else every.format(count=len(raised))
+    else:
+        both, every = EVERY_RANK.get(catalogue.lang, EVERY_RANK["en"])
+        added = both if len(raised) == 2 else every.format(count=len(raised))
     return replace(diagnosis, root_cause=replace(root, title=root.title + added))
 
 

@@ -68,9 +68,6 @@ CASCADE_TYPES = {
     # torch.distributed.checkpoint (checkpoint/api.py): the failures of the ranks it names, raised on
     # every rank, each failed rank's traceback after it ("Traceback ...: (RANK N)", records.REPORTED_RANK).
     "CheckpointException",
-    # Ray Train 2.x (ray/train/v2/api/exceptions.py) in the driver: its workers' errors, each after
-    # "[Rank N Error Snippet]:" (records.SPAWNED).
-    "WorkerGroupError",
 }
 # Exceptions raised from the failure they report (``raise ... from error``), whose chain holds that
 # failure's own traceback just before: Ray Train's TrainingFailedError (ray/train/base_trainer.py,
@@ -88,8 +85,9 @@ CASCADE_MESSAGES = (
     "The worker died unexpectedly while executing this task",
     "The task's local raylet died",
     "Trials did not complete", "('Trials did not complete'",
-    # Ray Train 2.x's controller and driver (ray/train/v2, WorkerGroupError's message): its workers'
-    # errors follow, each after "[Rank N Error Snippet]:".
+    # Ray Train 2.x's controller and driver (ray/train/v2/api/exceptions.py, WorkerGroupError's
+    # message, also logged alone as "Error: ..."): its workers' errors follow, each after
+    # "[Rank N Error Snippet]:" (records.SPAWNED).
     "Training failed due to worker errors:",
     # horovodrun re-raising its workers' exit (horovod/runner/gloo_run.py, mpi_run.py, js_run.py).
     "Horovod detected that one or more processes exited with non-zero", "mpirun failed with exit code",

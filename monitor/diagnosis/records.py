@@ -223,6 +223,8 @@ def spawned_rank(stripped: str) -> tuple[int, str]:
     match = SPAWNED.match(stripped)
     assert match is not None
     return (int(match[1]), "launcher") if match[1] is not None else (int(match[2]), "message")
+
+
 # A frame of CPython's traceback (``traceback.StackSummary.format``: '  File "{}", line {}, in {}'):
 # where a paste or an interleaved stream lost the ``Traceback`` header, the first frame starts the
 # record. faulthandler's frames ('line {} in {}', no comma) are no traceback of an exception.

@@ -251,12 +251,10 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
             return chronological(faulted)[0]
         # Ranks that lost their peer, and a launcher that saw another rank fail first (an exit of its
         # own, with no error a rule names: sys.exit, os._exit): that exit is why they lost it.
-        if all(lost_peer(f) for f in timeouts) and (left := _left_first(weighed, timeouts)) is not None:
-            return left
         # A coordinator's report that names the process it lost (JAX's "Task 1 heartbeat timeout")
-        # says which peer the others lost.
-        if all(lost_peer(f) for f in timeouts) and (named := _named_lost(weighed)) is not None:
-            return named
+        # says which peer the others lost, as well.
+        if all(lost_peer(f) for f in timeouts) and (left := _left_first(weighed, timeouts) or _named_lost(weighed)):
+            return left
         return hang_suspect(timeouts, ranks, lang, _stopped_by_launcher(weighed)) if ranks is not None else chronological(timeouts)[0]
     errors = [f for f in weighed if f.severity == "error" and f.role != "confirm"]
     # A kill explains reports of processes that died; a stop sent from outside is no such report.
@@ -275,17 +273,13 @@ def _choose(findings: list[Finding], ranks: RankEvidence | None, lang: str = "en
     return exits[-1] if exits else None
 
 
-# torchrun's line as it restarts the worker group (rules/launcher.toml): one finding per restart.
-RESTART_RULE = "torchrun-restart"
-
-
 def _of_the_last_attempt(roots: list[Finding], findings: list[Finding]) -> list[Finding]:
     """The ``roots`` of the worker group's last attempt, where torchrun restarted it and its log
     shows errors after the last restart: the job ended in those; the attempts before failed and
     were restarted (each may have failed otherwise: a resumed run meets other state); an error the
     last attempt printed again is of it too (``Finding.last_arrival``). Only within the file of
     torchrun's own lines, whose order is the order things happened."""
-    restarts = [f for f in findings if f.rule == RESTART_RULE]
+    restarts = [f for f in findings if f.rule in RESTART_RULES]  # one finding per restart (``distinct``)
     if not restarts:
         return roots
     last = max(restarts, key=lambda f: f.arrival)

@@ -129,9 +129,10 @@ def separate_jobs(files: list[Path]) -> list[list[Path]]:
     records = {run: run_record(run) for run in files}
     owners = {os.path.realpath(extra): run for run, record in records.items() for extra in record.extra_logs}
     owned = {file: owners[os.path.realpath(file)] for file in files if os.path.realpath(file) in owners}
+    runs = {run: record for run, record in records.items() if record.ran is not None}  # recorded runs
     for file in files:
-        if file not in owned and not recorded_by_run(file):
-            if (run := next((run for run, record in records.items() if record.wrote(file)), None)) is not None:
+        if file not in owned and file not in runs:
+            if (run := next((run for run, record in runs.items() if record.wrote(file)), None)) is not None:
                 owned[file] = run
     rest = [file for file in files if file not in owned]
     if len(rest) < 2:

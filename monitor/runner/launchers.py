@@ -19,7 +19,7 @@ TORCH_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
 # A shell running a command line (``bash -c "..."``): its commands, what may come before a command's
 # name (``exec``, ``nohup``; a variable set for it: ``NAME=value``), and what separates commands.
 SHELLS = {"bash", "sh", "dash", "zsh"}
-_SHELL_PREFIXES = {"exec", "nohup", "time", "env", "command"}
+_SHELL_PREFIXES = {"exec", "nohup", "time", "command"}  # env: read by ``parse`` itself
 _SHELL_SEPARATORS = {"&&", "||", ";", "|", "&"}
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 # Options of each launcher that take no value (everything else starting with - takes one).
@@ -177,9 +177,8 @@ def _env_command(words: list[str], env: dict[str, str]) -> LaunchPlan:
             env.pop(word.split("=", 1)[1], None)
         elif word.startswith("-"):
             pass  # -0, -v, --debug: nothing of the command's
-        elif "=" in word and not word.startswith("="):
-            name, value = word.split("=", 1)
-            env[name] = value
+        elif (assignment := _ASSIGNMENT.match(word)) is not None:
+            env[assignment[1]] = assignment[2]
         else:
             return parse(words[index:], env)
         index += 1

@@ -152,7 +152,7 @@ def analyse(capture: Capture, stacks_file: str = "") -> Finding | None:
     elif waiting:
         odd, usual, kind = [], groups, "all-wait"
     else:
-        asleep = all(blocked_in(stack.main_thread().frames) for stack in groups[0][1])  # type: ignore[union-attr]
+        asleep = all((place := place_of(stack)) is not None and place.blocked for stack in groups[0][1])
         odd, usual, kind = [], groups, ("all-blocked" if asleep else "all-busy")
     return _finding(capture, groups, odd, usual, kind, stacks_file)
 
