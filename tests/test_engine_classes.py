@@ -274,6 +274,40 @@ def test_mp_spawns_report_of_a_process_whose_traceback_was_cut_names_that_proces
         ("python_exception", 3, "launcher", "weak")
 
 
+def test_mp_spawns_own_exception_names_the_process_it_reports(tmp_path: Path) -> None:
+    """The parent's ProcessRaisedException where the child's traceback is cut at its header (a
+    paste that stops there): a report of another process's failure, which says which one failed."""
+    raised = diagnosed(tmp_path, (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 137, in launch_training\n'
+        "    mp.spawn(main, args=(args, world_size), nprocs=world_size, join=True)\n"
+        '  File "/usr/lib/python3/site-packages/torch/multiprocessing/spawn.py", line 188, in join\n'
+        "    raise ProcessRaisedException(msg, error_index, failed_process.pid)\n"
+        "torch.multiprocessing.spawn.ProcessRaisedException: \n"
+        "\n"
+        "-- Process 1 terminated with the following error:\n"
+        "Traceback (most recent call last):\n"
+    ))["root_cause"]
+    assert (raised["fields"]["exc_type"], raised["rank"], raised["rank_source"]) == \
+        ("torch.multiprocessing.spawn.ProcessRaisedException", 1, "launcher")
+
+
+def test_an_exception_line_a_terminal_wrapped_keeps_its_ranks_prefix(tmp_path: Path) -> None:
+    """The rest of a wrapped "[rank4]: ...OutOfMemoryError" line comes without the prefix: the rule
+    matches it alone, at once, while rank 4's traceback is read to its end; the traceback's match,
+    above it in the file, is the finding's first occurrence (with no times, the file's order)."""
+    root = diagnosed(tmp_path, (
+        "[rank4]:   File \"/opt/conda/lib/python3.10/site-packages/deepspeed/runtime/zero/partition_parameters.py\","
+        " line 1810, in _allgather_params_coalesced\n"
+        "[rank4]:     flat_tensor = torch.empty(tensor_size, dtype=param_list[0].ds_tensor.dtype,\n"
+        "[rank4]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 462.00 MiB. GPU 4 has a total"
+        " capacity of 79.11 GiB of which 462.56 MiB is free. Of the allocated memor\n"
+        "y 74.57 GiB is allocated by PyTorch, and 92.46 MiB is reserved by PyTorch but unallocated. If reserved"
+        " but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
+    ))["root_cause"]
+    assert (root["rule"], root["rank"], root["line"]) == ("cuda-oom", 4, 3)
+
+
 def test_an_error_at_the_end_of_a_50_mb_line_is_found_and_the_cut_is_shown(tmp_path: Path) -> None:
     """A dumped tensor and then, on the same line, the error: lines over 64 KiB keep their head and
     their last 16 KiB, marked where they were cut (#31: the error was lost with the rest)."""

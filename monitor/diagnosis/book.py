@@ -187,7 +187,8 @@ class FindingBook:
         if gained:
             changes["fields"] = {**finding.fields, **gained}
         stamp = _record_time(record, positions, self._dated())
-        if stamp is not None and finding.first_seen is not None and stamp < finding.first_seen:
+        if stamp is not None and finding.first_seen is not None and stamp < finding.first_seen \
+                or stamp is None and finding.first_seen is None and _above(record.lines[positions[0]], finding):
             changes.update(self._earlier(finding, match, fields, stamp))
             entry.first = len(entry.occurrences) - 1
         self._update(entry, replace(finding, **changes),
@@ -196,7 +197,7 @@ class FindingBook:
                 and self._confirmed[entry.finding.category].seq == entry.finding.seq:
             self._reconfirm(entry.finding)
 
-    def _earlier(self, finding: Finding, match: Match, fields: dict[str, str], stamp: float) -> dict:
+    def _earlier(self, finding: Finding, match: Match, fields: dict[str, str], stamp: float | None) -> dict:
         """An occurrence written earlier than the one a finding was made from: the finding tells
         of the first, so it takes this one's place, rank, numbers and evidence."""
         record, positions = match.record, match.positions
@@ -433,6 +434,13 @@ def _process_of(match: Match) -> str | None:
     if match.rank is not None and match.rank_source != "process":
         return None
     return process_of(match)
+
+
+def _above(line: LogLine, finding: Finding) -> bool:
+    """Whether ``line`` is above the finding's own line in the same file: with no times to go by,
+    the file's order is the order things were printed (a traceback's record is complete, and
+    arrives, only after single lines below it: a terminal's wrap of its exception line)."""
+    return line.file == finding.file and line.line < finding.line
 
 
 def _record_time(record: Record, positions: tuple[int, ...], dated: float | None) -> float | None:

@@ -353,6 +353,9 @@ class ExceptionClassifier:
             # The process went on to retry what raised: a logged, handled exception.
             return [self._went_on(record, exception, "retried", "warning", self._retried, evidence)]
         cascade = exception.is_cascade
+        rank, rank_source = record.rank, record_rank_source(record)
+        if rank is None and (spawned := exception.spawned_rank(record.followed_by)) is not None:
+            rank, rank_source = spawned, "launcher"  # the child the parent's join names
         title, cascade_title, remedy, cascade_remedy, *_ = self._texts
         category: str = pyexc.CATEGORY
         fields = exception.fields()
@@ -379,7 +382,7 @@ class ExceptionClassifier:
             severity="warning" if exception.short_type in pyexc.WARNING_TYPES else "error",
             role="cascade" if cascade else "root",
             title=cascade_title if cascade else title, remedy=cascade_remedy if cascade else remedy,
-            record=record, positions=positions, rank=record.rank, rank_source=record_rank_source(record),
+            record=record, positions=positions, rank=rank, rank_source=rank_source,
             fields=fields, evidence=evidence,
             confidence="weak" if bare or exception.chained_cut else "likely",
             confidence_note=self._texts[8 if exception.chained_cut else 6 if bare else 5].format(type=exception.short_type),

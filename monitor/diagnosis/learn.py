@@ -144,7 +144,7 @@ def asked_by(catalogue) -> Callable[[Case], bool]:
     from monitor.diagnosis.diagnose import diagnose_paths
 
     rules_only = replace(catalogue, model_path=None)
-    return lambda case: would_ask(diagnose_paths([case.log], rules_only))
+    return lambda case: would_ask(diagnose_paths([case.log], rules_only), rules_only)
 
 
 def _sparse(row) -> list[list[float]]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import regex
 
 from monitor.diagnosis.records import (CHAIN_LINES, NOTEBOOK_ARROW, NOTEBOOK_FRAME, ORIGINAL_TRACEBACK, PADDLE_SUMMARY,
-                                        TF_GRAPH_ERROR, TF_ROOT_ERROR, TF_SEE_ABOVE, is_traceback_header)
+                                        SPAWNED, TF_GRAPH_ERROR, TF_ROOT_ERROR, TF_SEE_ABOVE, is_traceback_header)
 
 RULE_ID = "python-exception"
 CATEGORY = "python_exception"
@@ -102,6 +102,9 @@ LAUNCHER_CASCADE_TYPES = {"CalledProcessError"}
 # (ProcessRaisedException, ProcessExitedException; before torch 1.8 a bare Exception(msg) whose
 # message starts on the next line, "-- Process N terminated with the following error:").
 SPAWN_JOIN = regex.compile(r"torch[\\/]multiprocessing[\\/]spawn\.py$")
+# ProcessExitedException's message (torch/multiprocessing/spawn.py, ProcessContext.join): "process %d
+# terminated with exit code %d" / "process %d terminated with signal %s".
+_SPAWN_EXITED = regex.compile(r"^process (\d+) terminated with (?:exit code|signal) ")
 # Shown as warnings: stopping by signal is not in itself a failure of the program.
 WARNING_TYPES = {"KeyboardInterrupt", "SignalException", "SystemExit"}
 
@@ -371,6 +374,17 @@ class PythonException:
         return (self.short_type in CASCADE_TYPES or self.message.lstrip().startswith(CASCADE_MESSAGES)
                 or self.short_type == "RuntimeError" and CHILD_SIGNAL_REPORT.match(self.message.strip()) is not None
                 or bool(self.launcher) and self.short_type in LAUNCHER_CASCADE_TYPES or self.spawn_join)
+
+    def spawned_rank(self, followed_by: str) -> int | None:
+        """The process torch.multiprocessing.spawn's join says failed, where this is what it raised
+        (``spawn_join``): ProcessExitedException's "process N terminated with exit code/signal ...",
+        or the "-- Process N terminated with the following error:" line after ProcessRaisedException
+        (``followed_by``, the line that ended its record), the child's traceback after it, where the
+        log still holds it. Under mp.spawn's usual use the process index is the rank."""
+        if not self.spawn_join:
+            return None
+        named = _SPAWN_EXITED.match(self.message.strip()) or SPAWNED.match(followed_by.strip())
+        return int(named[1]) if named is not None and named[1] is not None else None
 
     def fields(self) -> dict[str, str]:
         fields = {

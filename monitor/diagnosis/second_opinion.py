@@ -20,6 +20,7 @@ from pathlib import Path
 import regex
 
 from monitor.diagnosis import tail
+from monitor.diagnosis.classify import REGEX_TIMEOUT_S
 from monitor.files import read_at_most
 from monitor.logs.ranks import parse_prefix
 from monitor.model import Category, Confidence, Diagnosis, Finding
@@ -42,14 +43,18 @@ NEAREST_CASES = 3
 _TOKEN = regex.compile(r"[a-z_][a-z0-9_]{1,30}")
 # A log no rule found a failure in gets an opinion only where some line says something went wrong:
 # a healthy run's setup lines resemble the failures that happen during setup (wandb logging in
-# is most of a wandb failure's words).
+# is most of a wandb failure's words). A traceback says so by its exception line ("ValueError:"),
+# which a rule may have read (its header and frames are the same report).
 _SOMETHING_WRONG = regex.compile(
-    r"(?i)\b(?:error|exception|traceback|fail(?:ed|ure|s)?|fatal|abort(?:ed|ing)?|killed|kill(?:ing)? |"
+    r"(?i)[a-z](?:error|exception)\b|"
+    r"\b(?:error|exception|fail(?:ed|ure|s)?|fatal|abort(?:ed|ing)?|killed|kill(?:ing)? |"
     r"terminat(?:ed|ing)|timed? ?out|refused|denied|cannot|can't|unable|not found|no space|"
     r"out of memory|oom|nan\b|inf\b|segmentation|core dumped|signal|exit(?:ed)? (?:code|status|with))"
     # rich's marker of the line a traceback's frame was at; NCCL's trace of an error code returned.
     r"|❱|NCCL INFO \S+:\d+ -> [1-7]\b")
 _ZERO_DIGITS = str.maketrans("123456789", "000000000")
+# A Python exception's own line ("torch.distributed.DistStoreError: wait timeout ...").
+_EXCEPTION_LINE = regex.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): ")
 # A conditional, a tip that says what to do should something happen ("If out-of-memory error
 # occurs, reduce the batch size"): no event of the job's.
 _HYPOTHETICAL = regex.compile(r"(?i)^if\s")
@@ -218,27 +223,29 @@ def unsure(diagnosis: Diagnosis) -> bool:
             or diagnosis.confidence == "weak")
 
 
-def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str]) -> Diagnosis:
+def consult(diagnosis: Diagnosis, model: Model | None, remedies: dict[str, str], catalogue=None) -> Diagnosis:
     """``diagnosis`` with the model's opinion where the rules were unsure and the model is sure
     enough: a finding of origin ``model``, and the root cause when it names a failure the rules
-    did not. ``remedies``: each category's remedy (its first rule's), shown with a caveat."""
-    if model is None or (lines := _worth_asking(diagnosis)) is None:
+    did not. ``remedies``: each category's remedy (its first rule's), shown with a caveat;
+    ``catalogue``: the rules the diagnosis was made with (``_unexplained_alarm``)."""
+    if model is None or (lines := _worth_asking(diagnosis, catalogue)) is None:
         return diagnosis
     return _asked(diagnosis, lines, model, remedies)
 
 
-def would_ask(diagnosis: Diagnosis) -> bool:
+def would_ask(diagnosis: Diagnosis, catalogue=None) -> bool:
     """Whether ``consult`` would ask the model about ``diagnosis`` (the rules' own)."""
-    return _worth_asking(diagnosis) is not None
+    return _worth_asking(diagnosis, catalogue) is not None
 
 
-def _worth_asking(diagnosis: Diagnosis) -> list[str] | None:
+def _worth_asking(diagnosis: Diagnosis, catalogue=None) -> list[str] | None:
     """The lines the model would read, where the rules were unsure and (with no root cause at all)
     a line says something went wrong in a job that did not go on training; else None."""
     if not unsure(diagnosis):
         return None
     lines = read_lines(_files_by_evidence(diagnosis))
-    if diagnosis.root_cause is None and (not _unexplained_alarm(lines, diagnosis) or _still_training(diagnosis.files)):
+    if diagnosis.root_cause is None and (not _unexplained_alarm(lines, diagnosis, catalogue)
+                                         or _still_training(diagnosis.files)):
         return None
     return lines
 
@@ -299,13 +306,28 @@ def _still_training(files: list[str]) -> bool:
     return tail.all_end_training(files)
 
 
-def _unexplained_alarm(lines: list[str], diagnosis: Diagnosis) -> bool:
+def _unexplained_alarm(lines: list[str], diagnosis: Diagnosis, catalogue=None) -> bool:
     """Whether a line says something went wrong that no rule already read as a warning or a note
     (c10d's "client socket has failed to connect" while it retries, NCCL's fallback warnings): the
-    words of a known, harmless line are no reason to look further."""
+    words of a known, harmless line are no reason to look further. A finding quotes its first
+    occurrence; an exception's line that such a finding's rule (``catalogue``'s) reads is explained as
+    well (torchrun's exit barrier: its message, then the store's error in the traceback logged under it)."""
     explained = {_key(line) for f in diagnosis.findings if f.severity != "error" for line in f.evidence}
+    quiet = [] if catalogue is None else [
+        rule for rule in {f.rule: catalogue.by_id.get(f.rule) for f in diagnosis.findings if f.severity != "error"}.values()
+        if rule is not None]
     return any(_SOMETHING_WRONG.search(line) and _key(line) not in explained
-               and not _HYPOTHETICAL.match(parse_prefix(line).body.lstrip()) for line in lines)
+               and not _HYPOTHETICAL.match(body := parse_prefix(line).body.lstrip())
+               and not (_EXCEPTION_LINE.search(body) and any(_read_by(rule, body) for rule in quiet)) for line in lines)
+
+
+def _read_by(rule, text: str) -> bool:
+    """Whether one of ``rule``'s patterns is in ``text``, within the time the classifier gives a
+    pattern (a line that takes longer is not that rule's)."""
+    try:
+        return any(pattern.search(text, timeout=REGEX_TIMEOUT_S) for pattern in rule.patterns)
+    except TimeoutError:
+        return False
 
 
 def _key(line: str) -> str:
@@ -329,7 +351,7 @@ def review(diagnosis: Diagnosis, catalogue) -> Diagnosis:
     diagnosis's problems, and the rules alone decide. A diagnosis the rules are sure of, or a log
     with nothing for the model to judge (a healthy run's), never loads the model (2.4 MB of JSON:
     a third of a second, a third of `monitor diagnose`'s own time on a small log)."""
-    if catalogue.model_path is None or (lines := _worth_asking(diagnosis)) is None:
+    if catalogue.model_path is None or (lines := _worth_asking(diagnosis, catalogue)) is None:
         return diagnosis  # no model to ask (--model none): not a line read for one
     model, problem = catalogue.model()
     if problem is not None:
