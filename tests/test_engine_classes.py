@@ -292,20 +292,26 @@ def test_mp_spawns_own_exception_names_the_process_it_reports(tmp_path: Path) ->
         ("torch.multiprocessing.spawn.ProcessRaisedException", 1, "launcher")
 
 
-def test_an_exception_line_a_terminal_wrapped_keeps_its_ranks_prefix(tmp_path: Path) -> None:
+def test_an_exception_line_a_terminal_wrapped_keeps_its_ranks_prefix_and_its_place(tmp_path: Path) -> None:
     """The rest of a wrapped "[rank4]: ...OutOfMemoryError" line comes without the prefix: the rule
     matches it alone, at once, while rank 4's traceback is read to its end; the traceback's match,
-    above it in the file, is the finding's first occurrence (with no times, the file's order)."""
-    root = diagnosed(tmp_path, (
+    above it in the file, is the finding's first occurrence (with no times, the file's order), its
+    place among the findings too: rank 2's error, printed inside rank 4's traceback, came after it."""
+    head = (
+        "[rank4]: Traceback (most recent call last):\n"
         "[rank4]:   File \"/opt/conda/lib/python3.10/site-packages/deepspeed/runtime/zero/partition_parameters.py\","
         " line 1810, in _allgather_params_coalesced\n"
         "[rank4]:     flat_tensor = torch.empty(tensor_size, dtype=param_list[0].ds_tensor.dtype,\n"
+        "[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
         "[rank4]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 462.00 MiB. GPU 4 has a total"
-        " capacity of 79.11 GiB of which 462.56 MiB is free. Of the allocated memor\n"
-        "y 74.57 GiB is allocated by PyTorch, and 92.46 MiB is reserved by PyTorch but unallocated. If reserved"
-        " but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
-    ))["root_cause"]
-    assert (root["rule"], root["rank"], root["line"]) == ("cuda-oom", 4, 3)
+        " capacity of 79.11 GiB of which 462.56 MiB is free. Of the allocated memor"
+    )
+    rest = ("y 74.57 GiB is allocated by PyTorch, and 92.46 MiB is reserved by PyTorch but unallocated. If reserved"
+            " but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n")
+    whole = diagnosed(tmp_path, head + rest)["root_cause"]
+    wrapped = diagnosed(tmp_path, head + "\n" + rest)["root_cause"]
+    assert (whole["rule"], whole["rank"], whole["line"]) == (wrapped["rule"], wrapped["rank"], wrapped["line"]) == \
+        ("cuda-oom", 4, 5)
 
 
 def test_an_error_at_the_end_of_a_50_mb_line_is_found_and_the_cut_is_shown(tmp_path: Path) -> None:

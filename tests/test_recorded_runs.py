@@ -220,6 +220,17 @@ def test_stacks_of_a_silence_the_job_exited_0_after_are_no_hang():
     assert stacks["severity"] == "warning" and "exited 0" in stacks["confidence_note"]
 
 
+def test_a_job_that_exited_0_is_never_named_a_failure_by_the_learned_opinion_alone():
+    # Top-k gradient compression with error feedback on two ranks under torchrun with c10d's debug
+    # lines on (TORCH_CPP_LOG_LEVEL=INFO): "error-feedback norm", "failed batches 0/3", "timeout 20 s"
+    # and the client socket's connect lines, then exit 0. No rule names a failure; the learned
+    # opinion, retrained on a corpus with more rendezvous failures, called those lines one. What
+    # `monitor run` saw the job do (exit 0) is not overruled by words.
+    log = log_of("debug-words-exit-zero")
+    assert json.loads(log.with_name(f"{log.stem}.job.json").read_text())["exit_code"] == 0
+    assert diagnose_json(str(log))["root_cause"] is None
+
+
 def test_a_restarted_job_ended_in_its_last_attempt_s_failure():
     # torchrun --max-restarts 1 with LOGLEVEL=INFO: attempt 0 died of rank 1's ValueError (a
     # decimal comma in a CSV shard), torchrun restarted the workers ("Worker group FAILED. 1/1

@@ -202,8 +202,13 @@ class FindingBook:
         of the first, so it takes this one's place, rank, numbers and evidence."""
         record, positions = match.record, match.positions
         first = record.lines[positions[0]]
+        # Its place among the findings is this occurrence's too (``chronological``: with no times, the
+        # order lines were fed in).
         changes: dict = {"file": first.file, "line": first.line, "first_seen": stamp,
+                         "arrival": min(finding.arrival, record.arrival),
                          "evidence": [mask(record.lines[p].text) for p in positions[:MAX_EVIDENCE]]}
+        if finding.before is None and record.time_after is not None:
+            changes["before"] = record.time_after
         node = self._node_of(first.file)
         if node is not None:
             fields = {**fields, "node": fields.get("node", node)}

@@ -39,17 +39,20 @@ METRIC_TAIL_BYTES = 64 * 1024
 
 
 def conclude(diagnosis: Diagnosis, catalogue, against: Against | None = None, *, finished: bool = False,
-             ranks: RankEvidence | None = None) -> Diagnosis:
+             ranks: RankEvidence | None = None, exited_ok: bool = False) -> Diagnosis:
     """``diagnosis`` with the second opinion where the rules were unsure, then compared with
     ``against`` (the last good run) when there is one; a rank named as the one that hung gets
     its last line quoted. ``finished``: the files are read post-mortem (``diagnose``), so one
     that ends in a wait ended there (``ended_waiting``), and a metric whose last value is finite
     again (``came_back_finite``) or an exception training went on after (``went_on_training``)
-    did not end the run (``ranks``: the engine's rank evidence, for the root cause chosen again)."""
+    did not end the run (``ranks``: the engine's rank evidence, for the root cause chosen again).
+    ``exited_ok``: `monitor run` saw the job exit 0, which words alone (the second opinion's) do
+    not overrule: a healthy run's debug lines resemble a failure's."""
     if finished:
         diagnosis = came_back_finite(diagnosis, catalogue, ranks)
         diagnosis = ended_waiting(went_on_training(diagnosis, catalogue, ranks), catalogue)
-    diagnosis = review(diagnosis, catalogue)
+    if not exited_ok:
+        diagnosis = review(diagnosis, catalogue)
     diagnosis = compared(diagnosis, against) if against is not None else diagnosis
     return on_every_rank(with_last_line(diagnosis), catalogue, ranks)
 

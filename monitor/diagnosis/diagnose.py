@@ -103,10 +103,12 @@ def diagnose_paths(paths, catalogue: Catalogue, fast: bool = True, evidence: Seq
     for finding in evidence:
         engine.add_external(finding)
     # A run `monitor run` recorded as exited 0 is read as its end was (``JobSession.job_ended``).
-    if {record.exit_code for file, record in records.items() if str(file) in files} == {0}:
+    exited_ok = {record.exit_code for file, record in records.items() if str(file) in files} == {0}
+    if exited_ok:
         for finding in exited_zero(engine.findings):
             engine.revise(finding)
-    diagnosis = conclude(engine.diagnosis(files), catalogue, finished=True, ranks=engine.rank_evidence())
+    diagnosis = conclude(engine.diagnosis(files), catalogue, finished=True, ranks=engine.rank_evidence(),
+                         exited_ok=exited_ok)
     diagnosis.problems = problems + diagnosis.problems
     diagnosis.unread = unread
     diagnosis.empty = empty

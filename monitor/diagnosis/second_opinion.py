@@ -46,10 +46,10 @@ _TOKEN = regex.compile(r"[a-z_][a-z0-9_]{1,30}")
 # is most of a wandb failure's words). A traceback says so by its exception line ("ValueError:"),
 # which a rule may have read (its header and frames are the same report).
 _SOMETHING_WRONG = regex.compile(
-    r"(?i)[a-z](?:error|exception)\b|"
-    r"\b(?:error|exception|fail(?:ed|ure|s)?|fatal|abort(?:ed|ing)?|killed|kill(?:ing)? |"
+    r"[A-Za-z_](?:Error|Exception): |"  # not a class named in a table ("train_mse | MeanSquaredError")
+    r"(?i:\b(?:error|exception|fail(?:ed|ure|s)?|fatal|abort(?:ed|ing)?|killed|kill(?:ing)? |"
     r"terminat(?:ed|ing)|timed? ?out|refused|denied|cannot|can't|unable|not found|no space|"
-    r"out of memory|oom|nan\b|inf\b|segmentation|core dumped|signal|exit(?:ed)? (?:code|status|with))"
+    r"out of memory|oom|nan\b|inf\b|segmentation|core dumped|signal|exit(?:ed)? (?:code|status|with)))"
     # rich's marker of the line a traceback's frame was at; NCCL's trace of an error code returned.
     r"|❱|NCCL INFO \S+:\d+ -> [1-7]\b")
 _ZERO_DIGITS = str.maketrans("123456789", "000000000")

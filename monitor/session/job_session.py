@@ -167,6 +167,7 @@ class JobSession:
         self._stall_held: Finding | None = None  # the active stall's finding, as the engine holds it
         # ((engine version, ranks known), the root cause then): root_cause is asked on every poll.
         self._concluded: tuple[tuple[int, int], Finding | None] | None = None
+        self._exited_ok = False  # `monitor run` saw the job exit 0 (``job_ended``)
         self.against = against
         self._novelty = NoveltyWatch(against) if against is not None else None
         if recorded is not None and record is not None and record.exit_code is not None:
@@ -221,6 +222,7 @@ class JobSession:
                 # after it the silence was the hang they ended: its evidence stays.
                 self._withdraw(on_trial)
         if exit_finding is None:
+            self._exited_ok = True
             # What failed in a job that exited 0 was caught, or restarted by the launcher: what it
             # says stays, as warnings, never the cause.
             for finding in exited_zero(self.engine.findings):
@@ -383,7 +385,7 @@ class JobSession:
         state = (self.engine.version, len(self.engine.known_ranks))
         if self._concluded is None or self._concluded[0] != state:
             diagnosis = self.engine.diagnosis(self.follower.files)
-            if diagnosis.root_cause is not None:  # review asks the model only where the rules are unsure
+            if diagnosis.root_cause is not None and not self._exited_ok:  # the model only where the rules are unsure
                 diagnosis = on_every_rank(review(diagnosis, self.engine.catalogue), self.engine.catalogue,
                                           self.engine.rank_evidence())
             self._concluded = (state, diagnosis.root_cause)
@@ -393,7 +395,7 @@ class JobSession:
         """The diagnosis so far, with every record in progress completed."""
         self.flush()
         diagnosis = conclude(self.engine.diagnosis(self.follower.files), self.engine.catalogue, self.against,
-                             ranks=self.engine.rank_evidence())
+                             ranks=self.engine.rank_evidence(), exited_ok=self._exited_ok)
         diagnosis.problems = self.problems + diagnosis.problems
         return diagnosis
 
