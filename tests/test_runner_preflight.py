@@ -63,6 +63,13 @@ def test_launch_plans(command, launcher, nproc, port, source):
     (["env", "PET_NPROC_PER_NODE=3", "torchrun", "t.py"], {}, 3),
     (["env", "-u", "PET_NPROC_PER_NODE", "torchrun", "t.py"], {"PET_NPROC_PER_NODE": "3"}, None),
     (["env", "-i", "torchrun", "t.py"], {"PET_NPROC_PER_NODE": "3"}, None),
+    # mpirun's -np counts every process, each a rank; its options' values are not the program.
+    (["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "python3", "job.py"], {}, 2),
+    (["mpirun", "--mca", "btl", "^openib", "-x", "NCCL_DEBUG", "-np", "8", "python", "t.py", "-n", "3"], {}, 8),
+    (["mpiexec", "-genv", "OMP_NUM_THREADS", "1", "-n", "4", "./train"], {}, 4),
+    (["mpirun", "--np=6", "python", "t.py"], {}, 6),
+    (["mpirun", "-H", "a,b", "python", "t.py"], {}, None),
+    (["mpirun", "-np", "2", "torchrun", "--nproc-per-node", "4", "t.py"], {}, None),  # a torchrun per node
 ])
 def test_the_world_size_a_command_fixes(command, env, world):
     assert parse(command, env).world_size == world

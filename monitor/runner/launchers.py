@@ -2,8 +2,9 @@
 
 Only the launcher's own options are read (up to the training script); the script's arguments
 are never mistaken for the launcher's. Knows torchrun (and ``python -m torch.distributed.run``
-/ ``.launch``), ``accelerate launch``, ``deepspeed``, ``srun`` (possibly wrapping one of the
-others), a shell's ``-c`` command line running one of them, and plain ``python``.
+/ ``.launch``), ``accelerate launch``, ``deepspeed``, ``srun`` and ``mpirun``/``mpiexec``
+(possibly wrapping one of the others), a shell's ``-c`` command line running one of them, and plain
+``python``.
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ SLURM_KEYS = ("SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_STEP_ID", "SLURMD_NODENAM
 class LaunchPlan:
     """What the command asks of the machine. ``None`` means "not said" (or "the default")."""
 
-    launcher: str                      # torchrun | accelerate | deepspeed | python | other
+    launcher: str                      # torchrun | accelerate | deepspeed | mpirun | python | other
     under_srun: bool = False
+    under_mpirun: bool = False         # one launcher per process mpirun started (not per rank)
+    total: int | None = None           # every process of the job, where the launcher counts them (mpirun -np)
     nproc_per_node: str | None = None  # as written: "4", "gpu", "auto"...
     master_addr: str | None = None
     master_port: int | None = None
@@ -72,9 +75,12 @@ class LaunchPlan:
     def world_size(self) -> int | None:
         """The job's number of ranks where the command alone fixes it: torchrun on one machine
         (no --nnodes, or 1, or 1:1; not one torchrun per node under srun), or accelerate launch on
-        one (no --num_machines, or 1), with a number of processes per node."""
-        if self.under_srun:
+        one (no --num_machines, or 1), with a number of processes per node; mpirun's count of
+        every process (-np), where it starts the program itself."""
+        if self.under_srun or self.under_mpirun:
             return None
+        if self.launcher == "mpirun":
+            return self.total
         if self.launcher == "torchrun" and self.nnodes in (None, "1", "1:1"):
             return self.processes
         if self.launcher == "accelerate" and self.options.get("num_machines") in (None, "1"):
@@ -134,6 +140,8 @@ def parse(command: list[str], env: dict[str, str] | None = None) -> LaunchPlan:
         plan = parse(inner, env) if inner else LaunchPlan("other")
         plan.under_srun = True
         return plan
+    if prog in ("mpirun", "mpiexec", "orterun", "prterun"):
+        return _mpirun(rest, env)
     if prog in SHELLS and rest[:1] == ["-c"] and len(rest) > 1:
         return _shell(rest[1], env)
     if prog == "env":
@@ -276,6 +284,41 @@ def script_slot(command: list[str]) -> ScriptSlot | None:
         return None
     groups, script = option_groups(rest, _FLAGS["torchrun"])
     return ScriptSlot(head, tuple(tuple(group) for group in groups), (), tuple(script))
+
+
+# mpirun's (Open MPI's, MPICH's Hydra mpiexec's) options that count the job's processes, and those
+# that take one word after them or two (--mca KEY VALUE, -genv NAME VALUE); the others take none.
+_MPI_COUNT = frozenset({"-np", "--np", "-n", "--n", "-c"})
+_MPI_VALUED = frozenset({
+    "-H", "--host", "-host", "-hosts", "--hostfile", "-hostfile", "--machinefile", "-machinefile", "-f",
+    "-x", "--bind-to", "-bind-to", "--map-by", "-map-by", "--rank-by", "-rank-by", "-N", "-npernode",
+    "--npernode", "-ppn", "--ppn", "-wdir", "--wdir", "-wd", "--prefix", "-iface", "-launcher",
+    "-bootstrap", "--rankfile", "-rf", "--output-filename", "-output-filename", "--cpus-per-proc",
+    "-cpus-per-proc", "--personality", "--path", "-path", "-genvlist", "-envlist",
+})
+_MPI_TWO_VALUED = frozenset({"--mca", "-mca", "--gmca", "-gmca", "-genv", "-env", "--env"})
+
+
+def _mpirun(args: list[str], env: dict[str, str]) -> LaunchPlan:
+    """``mpirun -np 8 python train.py``: its -np (-n, -c) counts every process of the job, each a
+    rank; where the program it starts is a launcher (one torchrun per node), that launcher's plan,
+    whose own count is per node."""
+    total: int | None = None
+    index = 0
+    while index < len(args) and args[index].startswith("-") and args[index] != "--":
+        name, eq, value = args[index].partition("=")
+        if name in _MPI_COUNT:
+            count = value if eq else (args[index + 1] if index + 1 < len(args) else "")
+            total = int(count) if count.isdigit() else None
+        index += 1 if eq else 1 + (2 if name in _MPI_TWO_VALUED else 1 if name in _MPI_VALUED | _MPI_COUNT else 0)
+    program = args[index + 1:] if args[index:index + 1] == ["--"] else args[index:]
+    inner = parse(program, env) if program else _env_plan("other", env)
+    if inner.launcher not in ("python", "other"):
+        inner.under_mpirun = True
+        return inner
+    plan = _env_plan("mpirun", env)
+    plan.total = total
+    return plan
 
 
 def _env_plan(launcher: str, env: dict[str, str]) -> LaunchPlan:
