@@ -312,6 +312,10 @@ def test_an_exception_line_a_terminal_wrapped_keeps_its_ranks_prefix_and_its_pla
     wrapped = diagnosed(tmp_path, head + "\n" + rest)["root_cause"]
     assert (whole["rule"], whole["rank"], whole["line"]) == (wrapped["rule"], wrapped["rank"], wrapped["line"]) == \
         ("cuda-oom", 4, 5)
+    # With a time before each prefix, the wrapped rest has none: no two times to compare, the file's order.
+    stamped = "".join(f"2026-11-28 10:00:0{i} {line}\n" for i, line in enumerate(head.split("\n")))
+    timed = diagnosed(tmp_path, stamped + rest)["root_cause"]
+    assert (timed["rule"], timed["rank"], timed["line"]) == ("cuda-oom", 4, 5)
 
 
 def test_an_error_at_the_end_of_a_50_mb_line_is_found_and_the_cut_is_shown(tmp_path: Path) -> None:

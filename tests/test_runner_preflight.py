@@ -66,10 +66,16 @@ def test_launch_plans(command, launcher, nproc, port, source):
     # mpirun's -np counts every process, each a rank; its options' values are not the program.
     (["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "python3", "job.py"], {}, 2),
     (["mpirun", "--mca", "btl", "^openib", "-x", "NCCL_DEBUG", "-np", "8", "python", "t.py", "-n", "3"], {}, 8),
-    (["mpiexec", "-genv", "OMP_NUM_THREADS", "1", "-n", "4", "./train"], {}, 4),
+    (["mpiexec", "-genv", "OMP_NUM_THREADS", "1", "-n", "4", "python3", "train.py"], {}, 4),
     (["mpirun", "--np=6", "python", "t.py"], {}, 6),
     (["mpirun", "-H", "a,b", "python", "t.py"], {}, None),
     (["mpirun", "-np", "2", "torchrun", "--nproc-per-node", "4", "t.py"], {}, None),  # a torchrun per node
+    (["mpirun", "-np", "2", "./node.sh"], {}, None),  # a script: it may start a launcher of its own
+    (["mpirun", "-np", "2", "bash", "node.sh"], {}, None),
+    (["mpiexec", "-n", "2", "-perhost", "1", "torchrun", "--nproc_per_node", "8", "t.py"], {}, None),  # an unknown option
+    (["mpirun", "-np", "2", "singularity", "exec", "img.sif", "torchrun", "t.py"], {}, None),  # a wrapper
+    (["mpirun", "-np", "1", "python", "a.py", ":", "-np", "4", "python", "b.py"], {}, None),  # MPMD
+    (["mpirun", "-np", "2", "python", "-m", "deepspeed.launcher.launch", "t.py"], {}, None),
 ])
 def test_the_world_size_a_command_fixes(command, env, world):
     assert parse(command, env).world_size == world

@@ -188,7 +188,7 @@ class FindingBook:
             changes["fields"] = {**finding.fields, **gained}
         stamp = _record_time(record, positions, self._dated())
         if stamp is not None and finding.first_seen is not None and stamp < finding.first_seen \
-                or stamp is None and finding.first_seen is None and _above(record.lines[positions[0]], finding):
+                or (stamp is None or finding.first_seen is None) and _above(record.lines[positions[0]], finding):
             changes.update(self._earlier(finding, match, fields, stamp))
             entry.first = len(entry.occurrences) - 1
         self._update(entry, replace(finding, **changes),
@@ -442,9 +442,10 @@ def _process_of(match: Match) -> str | None:
 
 
 def _above(line: LogLine, finding: Finding) -> bool:
-    """Whether ``line`` is above the finding's own line in the same file: with no times to go by,
-    the file's order is the order things were printed (a traceback's record is complete, and
-    arrives, only after single lines below it: a terminal's wrap of its exception line)."""
+    """Whether ``line`` is above the finding's own line in the same file: with no two times to
+    compare (a timestamped line's wrapped rest has none), the file's order is the order things were
+    printed (a traceback's record is complete, and arrives, only after single lines below it: a
+    terminal's wrap of its exception line)."""
     return line.file == finding.file and line.line < finding.line
 
 

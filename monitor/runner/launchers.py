@@ -140,7 +140,7 @@ def parse(command: list[str], env: dict[str, str] | None = None) -> LaunchPlan:
         plan = parse(inner, env) if inner else LaunchPlan("other")
         plan.under_srun = True
         return plan
-    if prog in ("mpirun", "mpiexec", "orterun", "prterun"):
+    if prog.partition(".")[0] in ("mpirun", "mpiexec", "orterun", "prterun"):  # mpirun.openmpi, mpiexec.hydra
         return _mpirun(rest, env)
     if prog in SHELLS and rest[:1] == ["-c"] and len(rest) > 1:
         return _shell(rest[1], env)
@@ -286,38 +286,54 @@ def script_slot(command: list[str]) -> ScriptSlot | None:
     return ScriptSlot(head, tuple(tuple(group) for group in groups), (), tuple(script))
 
 
-# mpirun's (Open MPI's, MPICH's Hydra mpiexec's) options that count the job's processes, and those
-# that take one word after them or two (--mca KEY VALUE, -genv NAME VALUE); the others take none.
+# mpirun's (Open MPI's, MPICH's Hydra mpiexec's) options that count the job's processes, those that
+# take one word after them or two (--mca KEY VALUE, -genv NAME VALUE), and those that take none. An
+# option not among them may take a word that would be read as the program: no world size is claimed.
 _MPI_COUNT = frozenset({"-np", "--np", "-n", "--n", "-c"})
 _MPI_VALUED = frozenset({
     "-H", "--host", "-host", "-hosts", "--hostfile", "-hostfile", "--machinefile", "-machinefile", "-f",
-    "-x", "--bind-to", "-bind-to", "--map-by", "-map-by", "--rank-by", "-rank-by", "-N", "-npernode",
-    "--npernode", "-ppn", "--ppn", "-wdir", "--wdir", "-wd", "--prefix", "-iface", "-launcher",
-    "-bootstrap", "--rankfile", "-rf", "--output-filename", "-output-filename", "--cpus-per-proc",
-    "-cpus-per-proc", "--personality", "--path", "-path", "-genvlist", "-envlist",
+    "-x", "--bind-to", "-bind-to", "--map-by", "-map-by", "--rank-by", "-rank-by", "-wdir", "--wdir",
+    "-wd", "--prefix", "-iface", "-N", "-npernode", "--npernode", "-ppn", "--ppn",
 })
 _MPI_TWO_VALUED = frozenset({"--mca", "-mca", "--gmca", "-gmca", "-genv", "-env", "--env"})
+_MPI_FLAGS = frozenset({
+    "--allow-run-as-root", "--oversubscribe", "-oversubscribe", "--report-bindings", "-report-bindings",
+    "--tag-output", "-tag-output", "--timestamp-output", "--display-map", "--display-allocation",
+    "-q", "--quiet", "-v", "--verbose", "-l", "-prepend-rank", "--merge-stderr-to-stdout",
+    "-genvall", "-genvnone",
+})
+# A program mpirun starts that is a rank itself: Python running a script (not a module, which may be
+# a launcher parse knows or not), where the count of its processes is the job's ranks.
+_PYTHON = re.compile(r"^python(?:\d+(?:\.\d+)?)?$")
 
 
 def _mpirun(args: list[str], env: dict[str, str]) -> LaunchPlan:
     """``mpirun -np 8 python train.py``: its -np (-n, -c) counts every process of the job, each a
-    rank; where the program it starts is a launcher (one torchrun per node), that launcher's plan,
-    whose own count is per node."""
+    rank. Only where every option before the program is known, the program is Python running a
+    script and one program is started (no MPMD ``:``): a per-node launcher behind a wrapper
+    (a container's exec, a shell script) would make the count a count of nodes. Where the program is
+    a launcher parse knows (one torchrun per node), that launcher's plan, with no world size."""
     total: int | None = None
+    known = True
     index = 0
     while index < len(args) and args[index].startswith("-") and args[index] != "--":
         name, eq, value = args[index].partition("=")
         if name in _MPI_COUNT:
             count = value if eq else (args[index + 1] if index + 1 < len(args) else "")
-            total = int(count) if count.isdigit() else None
+            total = int(count) if count.isdigit() and int(count) > 0 else None
+        elif name not in _MPI_VALUED | _MPI_TWO_VALUED | _MPI_FLAGS:
+            known = False
+            break
         index += 1 if eq else 1 + (2 if name in _MPI_TWO_VALUED else 1 if name in _MPI_VALUED | _MPI_COUNT else 0)
     program = args[index + 1:] if args[index:index + 1] == ["--"] else args[index:]
-    inner = parse(program, env) if program else _env_plan("other", env)
+    inner = parse(program, env) if program and known else _env_plan("other", env)
     if inner.launcher not in ("python", "other"):
         inner.under_mpirun = True
         return inner
     plan = _env_plan("mpirun", env)
-    plan.total = total
+    if known and program and _PYTHON.match(os.path.basename(program[0])) and ":" not in program \
+            and inner.launcher == "python" and _python_module(program[1:])[0] is None:
+        plan.total = total
     return plan
 
 

@@ -223,6 +223,7 @@ class JobSession:
                 self._withdraw(on_trial)
         if exit_finding is None:
             self._exited_ok = True
+            self._concluded = None  # a root the learned opinion gave is chosen again without it
             # What failed in a job that exited 0 was caught, or restarted by the launcher: what it
             # says stays, as warnings, never the cause.
             for finding in exited_zero(self.engine.findings):
