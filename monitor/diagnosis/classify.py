@@ -96,6 +96,15 @@ def registered_literals() -> tuple[str, ...]:
     return tuple(literal for kind in _REGISTERED for literal in kind.literals)  # type: ignore[attr-defined]
 
 
+def rule_holds(rule, text: str) -> bool:
+    """Whether one of ``rule``'s patterns is in ``text``, within the time the classifier gives a
+    pattern: a line that takes longer is not that rule's (a log's line is any length)."""
+    try:
+        return any(pattern.search(text, timeout=REGEX_TIMEOUT_S) for pattern in rule.patterns)
+    except TimeoutError:
+        return False
+
+
 def classifiers(catalogue: Catalogue, problems: list[str], regex_timeout: float = REGEX_TIMEOUT_S) -> list[Classifier]:
     """The classifiers of one engine, in the order they are asked."""
     return [RuleClassifier(catalogue, problems, regex_timeout), ExceptionClassifier(catalogue.lang),

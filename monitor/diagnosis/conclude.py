@@ -17,7 +17,7 @@ from typing import TypeGuard
 import regex
 
 from monitor.diagnosis import pyexc
-from monitor.diagnosis.classify import REGEX_TIMEOUT_S
+from monitor.diagnosis.classify import rule_holds
 from monitor.diagnosis.novelty import Against, compare
 from monitor.diagnosis.root_cause import RankEvidence, choose, confidence, launcher_record, with_rank
 from monitor.diagnosis.second_opinion import review
@@ -258,7 +258,7 @@ def ended_waiting(diagnosis: Diagnosis, catalogue) -> Diagnosis:
     def ends_in(path: str, rule) -> bool:
         if path not in endings:
             endings[path] = _last_lines(path)
-        return any(_holds(rule, text) for text in endings[path])
+        return any(rule_holds(rule, text) for text in endings[path])
 
     for finding in waits:
         rule = catalogue.by_id[finding.rule]
@@ -296,15 +296,6 @@ def _last_lines(path: str) -> list[str]:
         return []
     before = next(lines, None) if last.text[:1].isspace() else None
     return [last.text] if before is None else [last.text, before.text]
-
-
-def _holds(rule, text: str) -> bool:
-    """Whether one of ``rule``'s patterns is in ``text``, within the time the classifier gives a
-    pattern: a line that takes longer is not that wait (the last line of a log is any length)."""
-    try:
-        return any(pattern.search(text, timeout=REGEX_TIMEOUT_S) for pattern in rule.patterns)
-    except TimeoutError:
-        return False
 
 
 # The title's addition where every rank of the job raised the root cause's exception, in each

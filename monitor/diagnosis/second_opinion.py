@@ -20,7 +20,7 @@ from pathlib import Path
 import regex
 
 from monitor.diagnosis import tail
-from monitor.diagnosis.classify import REGEX_TIMEOUT_S
+from monitor.diagnosis.classify import rule_holds
 from monitor.files import read_at_most
 from monitor.logs.ranks import parse_prefix
 from monitor.model import Category, Confidence, Diagnosis, Finding
@@ -45,16 +45,17 @@ _TOKEN = regex.compile(r"[a-z_][a-z0-9_]{1,30}")
 # a healthy run's setup lines resemble the failures that happen during setup (wandb logging in
 # is most of a wandb failure's words). A traceback says so by its exception line ("ValueError:"),
 # which a rule may have read (its header and frames are the same report).
+# A Python exception's own line ("torch.distributed.DistStoreError: wait timeout ..."), with its
+# colon: not a class named in a table ("train_mse | MeanSquaredError").
+_EXCEPTION_LINE = regex.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): ")
 _SOMETHING_WRONG = regex.compile(
-    r"[A-Za-z_](?:Error|Exception): |"  # not a class named in a table ("train_mse | MeanSquaredError")
+    _EXCEPTION_LINE.pattern + "|"
     r"(?i:\b(?:error|exception|fail(?:ed|ure|s)?|fatal|abort(?:ed|ing)?|killed|kill(?:ing)? |"
     r"terminat(?:ed|ing)|timed? ?out|refused|denied|cannot|can't|unable|not found|no space|"
     r"out of memory|oom|nan\b|inf\b|segmentation|core dumped|signal|exit(?:ed)? (?:code|status|with)))"
     # rich's marker of the line a traceback's frame was at; NCCL's trace of an error code returned.
     r"|❱|NCCL INFO \S+:\d+ -> [1-7]\b")
 _ZERO_DIGITS = str.maketrans("123456789", "000000000")
-# A Python exception's own line ("torch.distributed.DistStoreError: wait timeout ...").
-_EXCEPTION_LINE = regex.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): ")
 # A conditional, a tip that says what to do should something happen ("If out-of-memory error
 # occurs, reduce the batch size"): no event of the job's.
 _HYPOTHETICAL = regex.compile(r"(?i)^if\s")
@@ -318,16 +319,7 @@ def _unexplained_alarm(lines: list[str], diagnosis: Diagnosis, catalogue=None) -
         if rule is not None]
     return any(_SOMETHING_WRONG.search(line) and _key(line) not in explained
                and not _HYPOTHETICAL.match(body := parse_prefix(line).body.lstrip())
-               and not (_EXCEPTION_LINE.search(body) and any(_read_by(rule, body) for rule in quiet)) for line in lines)
-
-
-def _read_by(rule, text: str) -> bool:
-    """Whether one of ``rule``'s patterns is in ``text``, within the time the classifier gives a
-    pattern (a line that takes longer is not that rule's)."""
-    try:
-        return any(pattern.search(text, timeout=REGEX_TIMEOUT_S) for pattern in rule.patterns)
-    except TimeoutError:
-        return False
+               and not (_EXCEPTION_LINE.search(body) and any(rule_holds(rule, body) for rule in quiet)) for line in lines)
 
 
 def _key(line: str) -> str:

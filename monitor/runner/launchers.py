@@ -302,6 +302,8 @@ _MPI_FLAGS = frozenset({
     "-q", "--quiet", "-v", "--verbose", "-l", "-prepend-rank", "--merge-stderr-to-stdout",
     "-genvall", "-genvnone",
 })
+_MPI_KNOWN = _MPI_COUNT | _MPI_VALUED | _MPI_TWO_VALUED | _MPI_FLAGS
+_MPI_ONE_VALUE = _MPI_COUNT | _MPI_VALUED
 # A program mpirun starts that is a rank itself: Python running a script (not a module, which may be
 # a launcher parse knows or not), where the count of its processes is the job's ranks.
 _PYTHON = re.compile(r"^python(?:\d+(?:\.\d+)?)?$")
@@ -321,10 +323,10 @@ def _mpirun(args: list[str], env: dict[str, str]) -> LaunchPlan:
         if name in _MPI_COUNT:
             count = value if eq else (args[index + 1] if index + 1 < len(args) else "")
             total = int(count) if count.isdigit() and int(count) > 0 else None
-        elif name not in _MPI_VALUED | _MPI_TWO_VALUED | _MPI_FLAGS:
+        elif name not in _MPI_KNOWN:
             known = False
             break
-        index += 1 if eq else 1 + (2 if name in _MPI_TWO_VALUED else 1 if name in _MPI_VALUED | _MPI_COUNT else 0)
+        index += 1 if eq else 1 + (2 if name in _MPI_TWO_VALUED else 1 if name in _MPI_ONE_VALUE else 0)
     program = args[index + 1:] if args[index:index + 1] == ["--"] else args[index:]
     inner = parse(program, env) if program and known else _env_plan("other", env)
     if inner.launcher not in ("python", "other"):
